@@ -1,0 +1,60 @@
+// Job prolog and epilog (as root in slurmd's job-script context): create the job's directory on
+// each node at job start, remove it at job end. Never fails: a non-zero return would drain the
+// node, so problems go to the slurmd log and the job learns of them in task_init.
+#include "plugin.hpp"
+
+#include "stagehand/tmpdir/lifecycle.hpp"
+
+#include <cstdlib>
+
+namespace stagehand::plugin {
+
+namespace {
+
+enum class Phase { start, end };
+
+std::optional<tmpdir::Request> tmpdir_option_of(spank_t sp)
+{
+  char* arg = nullptr;
+  if (spank_option_getopt(sp, tmpdir_option(), &arg) != ESPANK_SUCCESS) {
+    return std::nullopt;
+  }
+  auto r = tmpdir::parse_option(arg);
+  return r ? std::optional(*r) : std::nullopt;
+}
+
+int run(spank_t sp, int ac, char** av, Phase phase)
+{
+  const char* what = phase == Phase::start ? "prolog" : "epilog";
+  tmpdir::JobContext job;
+  if (spank_get_item(sp, S_JOB_ID, &job.owner.job_id) != ESPANK_SUCCESS ||
+      spank_get_item(sp, S_JOB_UID, &job.owner.uid) != ESPANK_SUCCESS ||
+      spank_get_item(sp, S_JOB_GID, &job.owner.gid) != ESPANK_SUCCESS) {
+    slurm_error("stagehand: %s: cannot read the job's id and owner", what);
+    return 0;
+  }
+  const char* node = ::getenv("SLURMD_NODENAME");
+  job.node = node ? node : "";
+
+  auto config = load(ac, av);
+  if (!config) {
+    slurm_error("stagehand: %s: job %u: %s", what, job.owner.job_id, config.error().message.c_str());
+    return 0;
+  }
+  auto request = tmpdir::effective_request(*config, tmpdir_option_of(sp));
+  auto done = phase == Phase::start ? tmpdir::on_job_start(*config, job, request)
+                                    : tmpdir::on_job_end(*config, job, request);
+  if (!done) {
+    slurm_error("stagehand: %s: job %u: %s", what, job.owner.job_id, done.error().message.c_str());
+    return 0;
+  }
+  slurm_info("stagehand: %s: job %u: %s", what, job.owner.job_id, done->c_str());
+  return 0;
+}
+
+} // namespace
+
+int job_prolog(spank_t sp, int ac, char** av) { return run(sp, ac, av, Phase::start); }
+int job_epilog(spank_t sp, int ac, char** av) { return run(sp, ac, av, Phase::end); }
+
+} // namespace stagehand::plugin

@@ -1,0 +1,82 @@
+// Option table, option callbacks and plugstack arguments.
+#include "plugin.hpp"
+
+#include <cstring>
+
+namespace stagehand::plugin {
+
+namespace detail {
+
+enum OptionVal : int { k_opt_tmpdir = 1 };
+
+int on_option(int val, const char* optarg, int /*remote*/)
+{
+  try {
+    if (val == k_opt_tmpdir) {
+      auto r = tmpdir::parse_option(optarg);
+      if (!r) {
+        slurm_error("stagehand: %s", r.error().message.c_str());
+        return -1;
+      }
+      options().tmpdir = *r;
+    }
+    return 0;
+  } catch (...) {
+    return -1;
+  }
+}
+
+char k_name_tmpdir[] = "tmpdir";
+char k_arg_tmpdir[] = "keep";
+char k_usage_tmpdir[] =
+  "Private per-job scratch directory on each node's local disk, exported as SLURM_TMPDIR and "
+  "TMPDIR, removed when the job ends (=keep: kept for a while) [stagehand]";
+
+} // namespace detail
+
+using namespace detail;
+
+struct spank_option* tmpdir_option() { return &spank_options[0]; }
+
+Options& options()
+{
+  static Options o;
+  return o;
+}
+
+Result<Args> parse_args(int ac, char** av)
+{
+  Args args;
+  for (int i = 0; i < ac; ++i) {
+    std::string_view a = av[i];
+    if (a.starts_with("config=")) {
+      args.config_path = std::string(a.substr(7));
+      if (args.config_path.empty() || args.config_path[0] != '/') {
+        return Error::invalid("plugstack.conf: config= needs an absolute path, got \"" + args.config_path + "\"");
+      }
+    } else {
+      return Error::invalid("plugstack.conf: unknown argument \"" + std::string(a) + "\" (expected config=PATH)");
+    }
+  }
+  return args;
+}
+
+Result<Config> load(int ac, char** av)
+{
+  auto args = parse_args(ac, av);
+  if (!args) {
+    return args.error();
+  }
+  return load_config(args->config_path, OwnerCheck::require_root_owned);
+}
+
+} // namespace stagehand::plugin
+
+// Read by Slurm in srun, slurmstepd and the prolog/epilog (sbatch/salloc use spank_option_register).
+extern "C" {
+__attribute__((visibility("default"))) struct spank_option spank_options[] = {
+  {stagehand::plugin::detail::k_name_tmpdir, stagehand::plugin::detail::k_arg_tmpdir, stagehand::plugin::detail::k_usage_tmpdir, 2,
+   stagehand::plugin::detail::k_opt_tmpdir, stagehand::plugin::detail::on_option},
+  SPANK_OPTIONS_TABLE_END,
+};
+}

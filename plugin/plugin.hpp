@@ -1,0 +1,47 @@
+// Shared declarations of the SPANK glue: plugin-wide state and the per-context entry points.
+#pragma once
+
+#include "stagehand/config/config.hpp"
+#include "stagehand/tmpdir/option.hpp"
+
+// spank.h declares the slurm_spank_* callbacks and spank_options outside its own extern "C"
+// block; include it inside one so our extern "C" definitions match those declarations.
+extern "C" {
+#include <slurm/spank.h>
+}
+
+#include <optional>
+#include <string>
+
+namespace stagehand::plugin {
+
+// Options as seen by this process (set by the option callbacks, in every context but the
+// prolog/epilog, which read them with spank_option_getopt instead).
+struct Options
+{
+  std::optional<tmpdir::Request> tmpdir;
+};
+
+Options& options();
+
+// The plugstack.conf arguments: config=PATH.
+struct Args
+{
+  std::string config_path{k_default_config_path};
+};
+Result<Args> parse_args(int ac, char** av);
+
+// Loads the config named by the plugstack arguments (root-owned file required).
+Result<Config> load(int ac, char** av);
+
+// The --tmpdir entry of the exported option table `spank_options`.
+struct spank_option* tmpdir_option();
+
+// Per-context handlers (submit.cpp, slurmstepd.cpp, job_script.cpp).
+int submit_init_post_opt(spank_t sp, int ac, char** av);
+int stepd_init_post_opt(spank_t sp, int ac, char** av);
+int stepd_task_init(spank_t sp, int ac, char** av);
+int job_prolog(spank_t sp, int ac, char** av);
+int job_epilog(spank_t sp, int ac, char** av);
+
+} // namespace stagehand::plugin

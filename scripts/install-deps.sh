@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages stagehand builds and tests with. Idempotent; run as root.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git
+  libslurm-dev slurmctld slurmd slurm-client munge
+  libarchive-dev libspdlog-dev libtomlplusplus-dev nlohmann-json3-dev
+  libgtest-dev googletest bats
+  tar libarchive-tools zip unzip zstd xz-utils bzip2 gzip
+  python3 python3-torch libtorch-dev libgloo-dev
+  procps util-linux passwd
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: missing packages (${missing[*]}); run this script as root" >&2
+  exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,262 @@
+// fd-based recursive removal (the fix pattern of CVE-2023-41914, systemd's rm_rf_children).
+#include "stagehand/fs/remove_tree.hpp"
+
+#include "stagehand/fs/stat.hpp"
+#include "stagehand/util/fd.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <set>
+#include <vector>
+
+namespace stagehand::fs {
+
+namespace {
+
+constexpr std::size_t k_max_open_dirs = 64; // deeper subtrees are moved up instead
+// Each pass goes k_max_open_dirs levels deeper; the cap bounds the work an attacker who keeps
+// adding entries can cause.
+constexpr int k_max_passes = 1024;
+
+struct DirCloser
+{
+  void operator()(DIR* d) const { ::closedir(d); }
+};
+using DirPtr = std::unique_ptr<DIR, DirCloser>;
+
+struct Frame
+{
+  DirPtr dir;
+  std::string name; // name of this directory inside the previous frame
+};
+
+class Remover
+{
+public:
+  Remover(int top_fd, FileId top_id, std::string top_path, RemoveStats& stats)
+    : m_top_fd(top_fd), m_top_id(top_id), m_top_path(std::move(top_path)), m_stats(stats)
+  {
+  }
+
+  // Empties the top directory; returns whether anything was removed or moved.
+  bool empty_once()
+  {
+    std::uint64_t before = m_stats.removed + m_moved;
+    // A new open file description: a dup() would share the offset left at EOF by the last pass.
+    int dup_fd = ::openat(m_top_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dup_fd < 0) {
+      record(Error::from_errno(m_top_path));
+      return false;
+    }
+    DIR* top = ::fdopendir(dup_fd);
+    if (!top) {
+      ::close(dup_fd);
+      record(Error::from_errno(m_top_path));
+      return false;
+    }
+    m_stack.clear();
+    m_stack.push_back(Frame{DirPtr(top), {}});
+    while (!m_stack.empty()) {
+      step();
+    }
+    return m_stats.removed + m_moved != before;
+  }
+
+  const std::optional<Error>& first_error() const { return m_first_error; }
+  void record(Error e)
+  {
+    if (!m_first_error) {
+      m_first_error = std::move(e);
+    }
+  }
+
+private:
+  std::string path_of(const std::string& name) const
+  {
+    std::string p = m_top_path;
+    for (std::size_t i = 1; i < m_stack.size(); ++i) {
+      p += "/" + m_stack[i].name;
+    }
+    return p + "/" + name;
+  }
+
+  void step()
+  {
+    Frame& frame = m_stack.back();
+    errno = 0;
+    struct dirent* e = ::readdir(frame.dir.get());
+    if (!e) {
+      if (errno != 0) {
+        record(Error::from_errno(path_of("")));
+      }
+      std::string name = std::move(frame.name);
+      m_stack.pop_back();
+      if (!m_stack.empty()) {
+        int parent = ::dirfd(m_stack.back().dir.get());
+        if (::unlinkat(parent, name.c_str(), AT_REMOVEDIR) == 0) {
+          ++m_stats.removed;
+        } else if (errno != ENOENT) {
+          record(Error::from_errno("cannot remove " + path_of(name)));
+        }
+      }
+      return;
+    }
+    std::string name = e->d_name;
+    if (name == "." || name == "..") {
+      return;
+    }
+    int dfd = ::dirfd(frame.dir.get());
+    if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN) {
+      if (::unlinkat(dfd, name.c_str(), 0) == 0) {
+        ++m_stats.removed;
+        return;
+      }
+      if (errno == ENOENT) {
+        return;
+      }
+      if (errno != EISDIR && errno != EPERM) { // EISDIR/EPERM: it became a directory meanwhile
+        record(Error::from_errno("cannot remove " + path_of(name)));
+        return;
+      }
+    }
+    enter_directory(dfd, name);
+  }
+
+  void enter_directory(int dfd, const std::string& name)
+  {
+    UniqueFd child(::openat(dfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY));
+    if (!child.valid()) {
+      if (errno == ENOENT) {
+        return;
+      }
+      if (errno == ELOOP || errno == ENOTDIR) { // not a directory (any more): unlink the entry itself
+        if (::unlinkat(dfd, name.c_str(), 0) == 0) {
+          ++m_stats.removed;
+        } else if (errno != ENOENT) {
+          record(Error::from_errno("cannot remove " + path_of(name)));
+        }
+        return;
+      }
+      record(Error::from_errno("cannot open " + path_of(name)));
+      return;
+    }
+    auto id = file_id(child.get(), path_of(name));
+    if (!id) {
+      record(id.error());
+      return;
+    }
+    if (!same_mount(*id, m_top_id)) {
+      if (m_mounts_seen.insert({id->dev, id->ino}).second) { // each pass meets it again
+        ++m_stats.mounts_left;
+      }
+      record(Error{EXDEV, path_of(name) + " is a mount point: left in place"});
+      return;
+    }
+    if (m_stack.size() >= k_max_open_dirs) {
+      move_to_top(dfd, name);
+      return;
+    }
+    DIR* d = ::fdopendir(child.get());
+    if (!d) {
+      record(Error::from_errno("cannot read " + path_of(name)));
+      return;
+    }
+    child.release();
+    m_stack.push_back(Frame{DirPtr(d), name});
+  }
+
+  // Renames a deep subtree to the top directory so it is removed with few open fds.
+  void move_to_top(int dfd, const std::string& name)
+  {
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+      std::string target = ".stagehand-deep-" + std::to_string(m_next_flat++);
+      if (::renameat2(dfd, name.c_str(), m_top_fd, target.c_str(), RENAME_NOREPLACE) == 0) {
+        ++m_moved;
+        return;
+      }
+      if (errno != EEXIST) {
+        record(Error::from_errno("cannot move " + path_of(name)));
+        return;
+      }
+    }
+    record(Error{EEXIST, "cannot move " + path_of(name)});
+  }
+
+  int m_top_fd;
+  FileId m_top_id;
+  std::string m_top_path;
+  RemoveStats& m_stats;
+  std::vector<Frame> m_stack;
+  std::set<std::pair<dev_t, std::uint64_t>> m_mounts_seen;
+  std::optional<Error> m_first_error;
+  std::uint64_t m_moved = 0;
+  std::uint64_t m_next_flat = 0;
+};
+
+} // namespace
+
+Status remove_tree(int parent_fd, const std::string& name, RemoveStats* stats_out)
+{
+  RemoveStats local;
+  RemoveStats& stats = stats_out ? *stats_out : local;
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+    return Error::invalid("remove_tree: bad name \"" + name + "\"");
+  }
+  struct stat st {};
+  if (::fstatat(parent_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return errno == ENOENT ? ok_status() : Status(Error::from_errno(name));
+  }
+  UniqueFd top;
+  if (S_ISDIR(st.st_mode)) {
+    top.reset(::openat(parent_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY));
+    if (!top.valid() && errno != ELOOP && errno != ENOTDIR) {
+      return errno == ENOENT ? ok_status() : Status(Error::from_errno(name));
+    }
+  }
+  if (!top.valid()) { // a file, a symlink, or a directory swapped for one
+    if (::unlinkat(parent_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
+      return Error::from_errno("cannot remove " + name);
+    }
+    ++stats.removed;
+    return ok_status();
+  }
+  auto parent_id = file_id(parent_fd, "parent of " + name);
+  auto top_id = file_id(top.get(), name);
+  if (!parent_id || !top_id) {
+    return parent_id ? top_id.error() : parent_id.error();
+  }
+  if (!same_mount(*parent_id, *top_id)) {
+    ++stats.mounts_left;
+    return Error{EXDEV, name + " is a mount point: left in place"};
+  }
+
+  Remover remover(top.get(), *top_id, name, stats);
+  for (int pass = 0; pass < k_max_passes; ++pass) {
+    bool progress = remover.empty_once();
+    if (::unlinkat(parent_fd, name.c_str(), AT_REMOVEDIR) == 0) {
+      ++stats.removed;
+      return ok_status();
+    }
+    if (errno == ENOENT) {
+      return ok_status();
+    }
+    if (errno != ENOTEMPTY && errno != EEXIST) {
+      remover.record(Error::from_errno("cannot remove " + name));
+      break;
+    }
+    if (!progress) {
+      break;
+    }
+  }
+  if (remover.first_error()) {
+    return *remover.first_error();
+  }
+  return Error{ENOTEMPTY, "cannot remove " + name + ": entries keep appearing"};
+}
+
+} // namespace stagehand::fs

@@ -1,0 +1,122 @@
+// Root-owned path resolution: a user-owned component or symlink anywhere on the path is refused.
+#include "stagehand/fs/trusted_dir.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <deque>
+#include <string_view>
+
+namespace stagehand::fs {
+
+namespace {
+
+constexpr int k_max_symlinks = 32;
+
+void push_components(std::deque<std::string>& out, std::string_view path)
+{
+  std::deque<std::string> parts;
+  std::size_t i = 0;
+  while (i < path.size()) {
+    std::size_t j = path.find('/', i);
+    if (j == std::string_view::npos) {
+      j = path.size();
+    }
+    if (j > i) {
+      parts.emplace_back(path.substr(i, j - i));
+    }
+    i = j + 1;
+  }
+  out.insert(out.begin(), parts.begin(), parts.end());
+}
+
+} // namespace
+
+Result<UniqueFd> open_trusted_dir(const std::string& path, CreateMissing create)
+{
+  if (path.empty() || path[0] != '/') {
+    return Error::invalid(path + ": not an absolute path");
+  }
+  auto open_root = [] { return UniqueFd(::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC)); };
+  UniqueFd cur = open_root();
+  if (!cur.valid()) {
+    return Error::from_errno("/");
+  }
+  std::deque<std::string> todo;
+  push_components(todo, path);
+  std::string walked;
+  int symlinks = 0;
+
+  while (!todo.empty()) {
+    std::string comp = std::move(todo.front());
+    todo.pop_front();
+    if (comp == ".") {
+      continue;
+    }
+    if (comp == "..") {
+      return Error::invalid(path + ": \"..\" is not allowed in this path");
+    }
+    struct stat st {};
+    if (::fstatat(cur.get(), comp.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT && create == CreateMissing::yes) {
+        if (::mkdirat(cur.get(), comp.c_str(), 0755) != 0 && errno != EEXIST) {
+          return Error::from_errno(path + ": cannot create " + walked + "/" + comp);
+        }
+        todo.push_front(comp); // look at what is there now, whoever made it
+        continue;
+      }
+      return Error::from_errno(path + ": " + walked + "/" + comp);
+    }
+    if (S_ISLNK(st.st_mode)) {
+      if (st.st_uid != 0) {
+        return Error{EPERM, path + ": refused: symlink " + walked + "/" + comp + " is not owned by root"};
+      }
+      if (++symlinks > k_max_symlinks) {
+        return Error{ELOOP, path + ": too many symlinks"};
+      }
+      char target[4096];
+      ssize_t n = ::readlinkat(cur.get(), comp.c_str(), target, sizeof target - 1);
+      if (n < 0) {
+        return Error::from_errno(path + ": " + walked + "/" + comp);
+      }
+      std::string_view t(target, static_cast<std::size_t>(n));
+      if (!t.empty() && t[0] == '/') {
+        cur = open_root();
+        walked.clear();
+      }
+      push_components(todo, t);
+      continue;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      return Error{ENOTDIR, path + ": " + walked + "/" + comp + " is not a directory"};
+    }
+    UniqueFd next(::openat(cur.get(), comp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next.valid()) {
+      return Error::from_errno(path + ": " + walked + "/" + comp);
+    }
+    // Decide on what was opened, not on what was stat'ed by name.
+    if (::fstat(next.get(), &st) != 0) {
+      return Error::from_errno(path + ": " + walked + "/" + comp);
+    }
+    if (st.st_uid != 0) {
+      return Error{EPERM, path + ": refused: " + walked + "/" + comp + " is owned by uid " +
+                            std::to_string(st.st_uid) + ", not root"};
+    }
+    walked += "/" + comp;
+    cur = std::move(next);
+  }
+
+  struct stat st {};
+  if (::fstat(cur.get(), &st) != 0) {
+    return Error::from_errno(path);
+  }
+  if (st.st_uid != 0) {
+    return Error{EPERM, path + ": refused: not owned by root"};
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return Error{EPERM, path + ": refused: writable by group or others"};
+  }
+  return cur;
+}
+
+} // namespace stagehand::fs

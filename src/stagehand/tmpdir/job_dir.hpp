@@ -1,0 +1,62 @@
+// The per-job scratch directory: created, found, kept and removed under a root-owned base.
+#pragma once
+
+#include "stagehand/util/result.hpp"
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <ctime>
+#include <string>
+#include <vector>
+
+namespace stagehand::tmpdir {
+
+struct JobOwner
+{
+  std::uint32_t job_id = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+// "job_<id>": the directory's name under the base.
+std::string job_dir_name(std::uint32_t job_id);
+
+// What create_job_dir does with an entry already at the job's name.
+enum class Existing {
+  replace,        // job start (prolog): whatever is there is stale or planted; move it aside, remove it
+  reuse_if_owned, // a step start: reuse the job's own directory, refuse anything else
+};
+
+enum class CreateOutcome { created, reused, replaced_stale };
+
+// Creates base/job_<id>, 0700, owned by the job user, atomically: it is made under a temporary
+// name, fchown'ed and fchmod'ed through its fd, then renamed into place with RENAME_NOREPLACE, so
+// the name never refers to a half-made directory. `base_fd` must come from open_trusted_dir.
+Result<CreateOutcome> create_job_dir(int base_fd, const JobOwner& owner, Existing existing);
+
+// Removes base/job_<id> and its keep marker, if present (fd-based, no symlinks, no mounts).
+Status remove_job_dir(int base_fd, std::uint32_t job_id);
+
+// Records that base/job_<id> is kept until `until` (a root-owned marker file in the base).
+Status mark_kept(int base_fd, std::uint32_t job_id, std::time_t until);
+
+enum class DryRun { no, yes };
+
+struct GcResult
+{
+  std::vector<std::string> removed; // names removed (or that would be, with DryRun::yes)
+  std::vector<Error> errors;
+};
+
+// Removes kept directories whose time is up, and leftovers of interrupted creates/removals.
+GcResult remove_expired(int base_fd, std::time_t now, DryRun dry_run);
+
+// As the job user in a task: the job's directory path if it exists, is a real directory (not a
+// symlink) and is owned by `uid`.
+Result<std::string> find_job_dir(const std::string& base_path, std::uint32_t job_id, uid_t uid);
+
+// Rejects node names that would make "%n" escape the base ("", ".", "..", or containing '/').
+Status check_node_name(const std::string& node);
+
+} // namespace stagehand::tmpdir

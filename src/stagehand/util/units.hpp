@@ -1,0 +1,18 @@
+// Parsing of the sizes ("2T") and durations ("24h") used in the config file.
+#pragma once
+
+#include "stagehand/util/result.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <string_view>
+
+namespace stagehand {
+
+// Bytes, with an optional K/M/G/T suffix (powers of 1024) and an optional trailing "B"/"iB".
+Result<std::uint64_t> parse_size(std::string_view text);
+
+// Seconds, with an optional s/m/h/d suffix; a bare number is seconds.
+Result<std::chrono::seconds> parse_duration(std::string_view text);
+
+} // namespace stagehand

@@ -1,0 +1,204 @@
+// The job directory: created safely under a root-owned base, never adopting planted entries.
+#include "stagehand/fs/trusted_dir.hpp"
+#include "stagehand/tmpdir/job_dir.hpp"
+#include "stagehand/tmpdir/lifecycle.hpp"
+
+#include "test_support.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <ctime>
+
+using namespace stagehand;
+using namespace stagehand::test;
+using namespace stagehand::tmpdir;
+
+namespace {
+
+constexpr JobOwner k_job{1234, k_attacker_uid, k_attacker_gid};
+
+struct Base
+{
+  TempDir dir;
+  UniqueFd fd;
+  Base()
+  {
+    auto r = fs::open_trusted_dir(dir / "base", fs::CreateMissing::yes);
+    if (!r) {
+      throw std::runtime_error(r.error().message);
+    }
+    fd = std::move(*r);
+  }
+  std::string job() const { return dir / "base/job_1234"; }
+};
+
+struct stat lstat_of(const std::string& p)
+{
+  struct stat st {};
+  EXPECT_EQ(::lstat(p.c_str(), &st), 0) << p;
+  return st;
+}
+
+} // namespace
+
+TEST(JobDir, CreatedWithOwnerAndMode0700)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Base b;
+  auto r = create_job_dir(b.fd.get(), k_job, Existing::replace);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(*r, CreateOutcome::created);
+  auto st = lstat_of(b.job());
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_uid, k_attacker_uid);
+  EXPECT_EQ(st.st_gid, k_attacker_gid);
+  EXPECT_EQ(st.st_mode & 07777, 0700U);
+  // Only the job directory is left in the base: no staging names.
+  EXPECT_EQ(std::system(("test $(ls -A '" + b.dir.path() + "/base' | wc -l) -eq 1").c_str()), 0);
+}
+
+TEST(JobDir, PlantedSymlinkIsNeitherFollowedNorAFailure)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Base b;
+  ::mkdir((b.dir / "victim").c_str(), 0755);
+  write_file(b.dir / "victim/sentinel", "root");
+  ASSERT_EQ(::symlink((b.dir / "victim").c_str(), b.job().c_str()), 0);
+  auto r = create_job_dir(b.fd.get(), k_job, Existing::replace);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(*r, CreateOutcome::replaced_stale);
+  auto st = lstat_of(b.job());
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_uid, k_attacker_uid);
+  auto victim = lstat_of(b.dir / "victim");
+  EXPECT_EQ(victim.st_uid, 0U) << "the symlink target was chowned";
+  EXPECT_EQ(victim.st_mode & 07777, 0755U) << "the symlink target was chmodded";
+  EXPECT_EQ(read_file(b.dir / "victim/sentinel"), "root");
+}
+
+TEST(JobDir, PlantedDirectoryIsNotAdopted)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Base b;
+  // A stale directory of the same job id, owned by someone else, with content and a 0777 mode.
+  ASSERT_EQ(::mkdir(b.job().c_str(), 0777), 0);
+  ::chmod(b.job().c_str(), 0777);
+  ::chown(b.job().c_str(), 999, 999);
+  write_file(b.job() + "/planted", "x");
+  struct stat old = lstat_of(b.job());
+  auto r = create_job_dir(b.fd.get(), k_job, Existing::replace);
+  ASSERT_TRUE(r) << r.error().message;
+  struct stat fresh = lstat_of(b.job());
+  EXPECT_NE(fresh.st_ino, old.st_ino);
+  EXPECT_EQ(fresh.st_uid, k_attacker_uid);
+  EXPECT_EQ(fresh.st_mode & 07777, 0700U);
+  EXPECT_FALSE(exists_nofollow(b.job() + "/planted"));
+}
+
+TEST(JobDir, PlantedFileIsReplaced)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Base b;
+  write_file(b.job(), "not a dir");
+  ASSERT_TRUE(create_job_dir(b.fd.get(), k_job, Existing::replace));
+  EXPECT_TRUE(S_ISDIR(lstat_of(b.job()).st_mode));
+}
+
+TEST(JobDir, StepReusesTheJobsOwnDirectory)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Base b;
+  ASSERT_TRUE(create_job_dir(b.fd.get(), k_job, Existing::replace));
+  ASSERT_EQ(run_as_attacker([&] {
+              write_file(b.job() + "/data", "from step 1");
+              return ::chmod(b.job().c_str(), 0750) == 0;
+            }),
+            0);
+  auto r = create_job_dir(b.fd.get(), k_job, Existing::reuse_if_owned);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(*r, CreateOutcome::reused);
+  EXPECT_EQ(read_file(b.job() + "/data"), "from step 1");
+}
+
+TEST(JobDir, StepRefusesSymlinkOrForeignDirectory)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Base b;
+  ASSERT_EQ(::symlink("/etc", b.job().c_str()), 0);
+  auto r = create_job_dir(b.fd.get(), k_job, Existing::reuse_if_owned);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(S_ISLNK(lstat_of(b.job()).st_mode)); // refused, untouched
+  ::unlink(b.job().c_str());
+  ::mkdir(b.job().c_str(), 0700); // root-owned
+  r = create_job_dir(b.fd.get(), k_job, Existing::reuse_if_owned);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("owned by uid 0, not the job user"), std::string::npos);
+}
+
+TEST(JobDir, FindJobDirAsTheUser)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Base b;
+  ASSERT_TRUE(create_job_dir(b.fd.get(), k_job, Existing::replace));
+  EXPECT_EQ(run_as_attacker([&] {
+              auto p = find_job_dir(b.dir / "base", 1234, k_attacker_uid);
+              return p && *p == b.job();
+            }),
+            0);
+  EXPECT_FALSE(find_job_dir(b.dir / "base", 1234, 555));
+  EXPECT_FALSE(find_job_dir(b.dir / "base", 99, k_attacker_uid));
+}
+
+TEST(JobDir, KeepMarkerAndExpiry)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Base b;
+  ASSERT_TRUE(create_job_dir(b.fd.get(), k_job, Existing::replace));
+  ASSERT_TRUE(create_job_dir(b.fd.get(), JobOwner{77, k_attacker_uid, k_attacker_gid}, Existing::replace));
+  std::time_t now = std::time(nullptr);
+  ASSERT_TRUE(mark_kept(b.fd.get(), 1234, now + 3600));
+  ASSERT_TRUE(mark_kept(b.fd.get(), 77, now - 1));
+  auto dry = remove_expired(b.fd.get(), now, DryRun::yes);
+  ASSERT_EQ(dry.removed.size(), 1U);
+  EXPECT_EQ(dry.removed[0], "job_77");
+  EXPECT_TRUE(exists_nofollow(b.dir / "base/job_77"));
+  auto gc = remove_expired(b.fd.get(), now, DryRun::no);
+  EXPECT_TRUE(gc.errors.empty());
+  EXPECT_FALSE(exists_nofollow(b.dir / "base/job_77"));
+  EXPECT_FALSE(exists_nofollow(b.dir / "base/.keep.job_77"));
+  EXPECT_TRUE(exists_nofollow(b.job()));
+  // An hour later the other one goes too.
+  remove_expired(b.fd.get(), now + 3601, DryRun::no);
+  EXPECT_FALSE(exists_nofollow(b.job()));
+}
+
+TEST(Lifecycle, StartEndAndKeep)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir dir;
+  Config config;
+  config.tmpdir.base = dir / "scratch/%n";
+  JobContext job{k_job, "node7"};
+  auto started = on_job_start(config, job, Request::create);
+  ASSERT_TRUE(started) << started.error().message;
+  const std::string path = dir / "scratch/node7/job_1234";
+  EXPECT_TRUE(exists_nofollow(path));
+  auto step = on_step_start(config, job);
+  ASSERT_TRUE(step) << step.error().message;
+  EXPECT_EQ(step->rfind("reusing", 0), 0U);
+  ASSERT_TRUE(on_job_end(config, job, Request::create));
+  EXPECT_FALSE(exists_nofollow(path));
+
+  ASSERT_TRUE(on_job_start(config, job, Request::keep));
+  auto kept = on_job_end(config, job, Request::keep);
+  ASSERT_TRUE(kept);
+  EXPECT_TRUE(exists_nofollow(path));
+  // A requeued run of the same job id gets a fresh directory.
+  write_file(path + "/old", "x");
+  ::chown((path + "/old").c_str(), k_attacker_uid, k_attacker_gid);
+  ASSERT_TRUE(on_job_start(config, job, Request::create));
+  EXPECT_FALSE(exists_nofollow(path + "/old"));
+  EXPECT_FALSE(on_job_start(config, JobContext{k_job, "../etc"}, Request::create));
+}
