@@ -129,13 +129,13 @@ int cmd_job_script(const std::vector<std::string>& args, bool start)
     return 0;
   }
   std::optional<tmpdir::Request> option;
-  if (const char* v = std::getenv("SPANK__SLURM_SPANK_OPTION_stagehand_tmpdir")) {
+  if (const char* v = std::getenv(tmpdir::k_job_script_option_env)) {
     if (auto r = tmpdir::parse_option(v)) {
       option = *r;
     }
   }
-  auto request = tmpdir::effective_request(*config, option);
-  auto done = start ? tmpdir::on_job_start(*config, job, request) : tmpdir::on_job_end(*config, job, request);
+  auto done = start ? tmpdir::on_job_start(*config, job)
+                    : tmpdir::on_job_end(*config, job, tmpdir::effective_request(*config, option));
   if (!done) {
     spdlog::error("{}: job {}: {}", what, *job_id, done.error().message);
     return 0;

@@ -1,5 +1,5 @@
 // Job prolog and epilog (as root in slurmd's job-script context): create the job's directory on
-// each node at job start, remove it at job end. Never fails: a non-zero return would drain the
+// each node at job start, remove it (or keep it, for --tmpdir=keep) at job end. Never fails: a non-zero return would drain the
 // node, so problems go to the slurmd log and the job learns of them in task_init.
 #include "plugin.hpp"
 
@@ -13,13 +13,15 @@ namespace {
 
 enum class Phase { start, end };
 
-std::optional<tmpdir::Request> tmpdir_option_of(spank_t sp)
+// slurmd passes the job's option values in the environment; spank_option_getopt does not find
+// them here (seen on Slurm 22.05).
+std::optional<tmpdir::Request> tmpdir_option_of_job()
 {
-  char* arg = nullptr;
-  if (spank_option_getopt(sp, tmpdir_option(), &arg) != ESPANK_SUCCESS) {
+  const char* v = ::getenv(tmpdir::k_job_script_option_env);
+  if (!v) {
     return std::nullopt;
   }
-  auto r = tmpdir::parse_option(arg);
+  auto r = tmpdir::parse_option(v);
   return r ? std::optional(*r) : std::nullopt;
 }
 
@@ -41,9 +43,9 @@ int run(spank_t sp, int ac, char** av, Phase phase)
     slurm_error("stagehand: %s: job %u: %s", what, job.owner.job_id, config.error().message.c_str());
     return 0;
   }
-  auto request = tmpdir::effective_request(*config, tmpdir_option_of(sp));
-  auto done = phase == Phase::start ? tmpdir::on_job_start(*config, job, request)
-                                    : tmpdir::on_job_end(*config, job, request);
+  auto done = phase == Phase::start
+                ? tmpdir::on_job_start(*config, job)
+                : tmpdir::on_job_end(*config, job, tmpdir::effective_request(*config, tmpdir_option_of_job()));
   if (!done) {
     slurm_error("stagehand: %s: job %u: %s", what, job.owner.job_id, done.error().message.c_str());
     return 0;

@@ -36,8 +36,6 @@ char k_usage_tmpdir[] =
 
 using namespace detail;
 
-struct spank_option* tmpdir_option() { return &spank_options[0]; }
-
 Options& options()
 {
   static Options o;

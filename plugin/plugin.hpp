@@ -16,7 +16,7 @@ extern "C" {
 namespace stagehand::plugin {
 
 // Options as seen by this process (set by the option callbacks, in every context but the
-// prolog/epilog, which read them with spank_option_getopt instead).
+// prolog/epilog, which read them from the environment slurmd gives them).
 struct Options
 {
   std::optional<tmpdir::Request> tmpdir;
@@ -34,8 +34,6 @@ Result<Args> parse_args(int ac, char** av);
 // Loads the config named by the plugstack arguments (root-owned file required).
 Result<Config> load(int ac, char** av);
 
-// The --tmpdir entry of the exported option table `spank_options`.
-struct spank_option* tmpdir_option();
 
 // Per-context handlers (submit.cpp, slurmstepd.cpp, job_script.cpp).
 int submit_init_post_opt(spank_t sp, int ac, char** av);

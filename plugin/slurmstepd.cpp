@@ -1,6 +1,6 @@
-// slurmstepd (remote context): make sure the job's directory exists as root, then export it to
-// each task. Errors are remembered and reported from task_init, which fails the job without
-// draining the node.
+// slurmstepd (remote context): read the config as root once per step, then in each task find the
+// job's directory (made by the prolog) and export it. Errors fail the task from task_init, which
+// fails the job without draining the node.
 #include "plugin.hpp"
 
 #include "stagehand/tmpdir/lifecycle.hpp"
@@ -13,10 +13,8 @@ namespace {
 
 struct StepState
 {
-  bool wants_tmpdir = false;
-  std::string error;  // reported to the user in task_init
   std::optional<Config> config;
-  tmpdir::JobContext job;
+  std::string config_error;
 };
 
 StepState& step_state()
@@ -25,86 +23,50 @@ StepState& step_state()
   return s;
 }
 
-std::optional<std::string> job_env(spank_t sp, const char* name)
-{
-  char buf[4096];
-  if (spank_getenv(sp, name, buf, sizeof buf) == ESPANK_SUCCESS) {
-    return std::string(buf);
-  }
-  return std::nullopt;
-}
-
-Result<tmpdir::JobContext> job_context(spank_t sp)
-{
-  tmpdir::JobContext job;
-  if (spank_get_item(sp, S_JOB_ID, &job.owner.job_id) != ESPANK_SUCCESS ||
-      spank_get_item(sp, S_JOB_UID, &job.owner.uid) != ESPANK_SUCCESS ||
-      spank_get_item(sp, S_JOB_GID, &job.owner.gid) != ESPANK_SUCCESS) {
-    return Error::invalid("cannot read the job's id and owner from Slurm");
-  }
-  auto node = job_env(sp, "SLURMD_NODENAME");
-  if (!node) {
-    const char* env = ::getenv("SLURMD_NODENAME");
-    if (!env) {
-      return Error::invalid("SLURMD_NODENAME is not set");
-    }
-    node = env;
-  }
-  job.node = *node;
-  return job;
-}
-
 } // namespace
 
-int stepd_init_post_opt(spank_t sp, int ac, char** av)
+int stepd_init_post_opt(spank_t /*sp*/, int ac, char** av)
 {
   StepState& s = step_state();
   auto config = load(ac, av);
   if (!config) {
     slurm_error("stagehand: %s", config.error().message.c_str());
-    // Only jobs that asked for stagehand's features fail; others run on.
-    if (options().tmpdir) {
-      s.wants_tmpdir = true;
-      s.error = "the node's stagehand config is unusable (" + config.error().message + "); ask your cluster admin";
-    }
-    return 0;
+    s.config_error = config.error().message;
+    return 0; // only jobs that use stagehand fail, in task_init
   }
-  s.config = *config;
-  s.wants_tmpdir = tmpdir::effective_request(*config, options().tmpdir) != tmpdir::Request::none;
-  if (!s.wants_tmpdir) {
-    return 0;
-  }
-  auto job = job_context(sp);
-  if (!job) {
-    s.error = job.error().message;
-    return 0;
-  }
-  s.job = *job;
-  auto done = tmpdir::on_step_start(*config, *job);
-  if (!done) {
-    slurm_error("stagehand: job %u: scratch directory: %s", job->owner.job_id, done.error().message.c_str());
-    s.error = done.error().message;
-    return 0;
-  }
-  slurm_debug("stagehand: job %u: %s", job->owner.job_id, done->c_str());
+  s.config = std::move(*config);
   return 0;
 }
 
 int stepd_task_init(spank_t sp, int /*ac*/, char** /*av*/)
 {
   StepState& s = step_state();
-  if (!s.wants_tmpdir) {
+  if (!s.config) {
+    if (options().tmpdir) {
+      slurm_error("stagehand: --tmpdir: the node's stagehand config is unusable (%s); ask your cluster admin",
+                  s.config_error.c_str());
+      return -1;
+    }
     return 0;
   }
-  if (!s.error.empty()) {
-    slurm_error("stagehand: --tmpdir: no scratch directory on node %s: %s", s.job.node.c_str(), s.error.c_str());
+  if (tmpdir::effective_request(*s.config, options().tmpdir) == tmpdir::Request::none) {
+    return 0;
+  }
+  // slurmstepd sets SLURMD_NODENAME from its own config just before task_init; earlier in the
+  // step the job environment holds whatever the user's environment held.
+  char node[256] = {};
+  std::uint32_t job_id = 0;
+  if (spank_getenv(sp, "SLURMD_NODENAME", node, sizeof node) != ESPANK_SUCCESS ||
+      spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS) {
+    slurm_error("stagehand: --tmpdir: cannot tell this node's name or the job id");
     return -1;
   }
-  auto base = tmpdir::base_path(*s.config, s.job.node);
-  auto dir = base ? tmpdir::find_job_dir(*base, s.job.owner.job_id, ::getuid()) : Result<std::string>(base.error());
+  auto base = tmpdir::base_path(*s.config, node);
+  auto dir = base ? tmpdir::find_job_dir(*base, job_id, ::getuid()) : Result<std::string>(base.error());
   if (!dir) {
-    slurm_error("stagehand: --tmpdir: no scratch directory on node %s: %s", s.job.node.c_str(),
-                dir.error().message.c_str());
+    slurm_error("stagehand: --tmpdir: no scratch directory on node %s: %s (the node's prolog did not make it; "
+                "see the slurmd log)",
+                node, dir.error().message.c_str());
     return -1;
   }
   if (spank_setenv(sp, "SLURM_TMPDIR", dir->c_str(), 1) != ESPANK_SUCCESS ||

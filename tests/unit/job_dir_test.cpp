@@ -47,7 +47,7 @@ TEST(JobDir, CreatedWithOwnerAndMode0700)
 {
   STAGEHAND_REQUIRE_ROOT();
   Base b;
-  auto r = create_job_dir(b.fd.get(), k_job, Existing::replace);
+  auto r = create_job_dir(b.fd.get(), k_job);
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(*r, CreateOutcome::created);
   auto st = lstat_of(b.job());
@@ -66,7 +66,7 @@ TEST(JobDir, PlantedSymlinkIsNeitherFollowedNorAFailure)
   ::mkdir((b.dir / "victim").c_str(), 0755);
   write_file(b.dir / "victim/sentinel", "root");
   ASSERT_EQ(::symlink((b.dir / "victim").c_str(), b.job().c_str()), 0);
-  auto r = create_job_dir(b.fd.get(), k_job, Existing::replace);
+  auto r = create_job_dir(b.fd.get(), k_job);
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(*r, CreateOutcome::replaced_stale);
   auto st = lstat_of(b.job());
@@ -88,7 +88,7 @@ TEST(JobDir, PlantedDirectoryIsNotAdopted)
   ::chown(b.job().c_str(), 999, 999);
   write_file(b.job() + "/planted", "x");
   struct stat old = lstat_of(b.job());
-  auto r = create_job_dir(b.fd.get(), k_job, Existing::replace);
+  auto r = create_job_dir(b.fd.get(), k_job);
   ASSERT_TRUE(r) << r.error().message;
   struct stat fresh = lstat_of(b.job());
   EXPECT_NE(fresh.st_ino, old.st_ino);
@@ -102,46 +102,15 @@ TEST(JobDir, PlantedFileIsReplaced)
   STAGEHAND_REQUIRE_ROOT();
   Base b;
   write_file(b.job(), "not a dir");
-  ASSERT_TRUE(create_job_dir(b.fd.get(), k_job, Existing::replace));
+  ASSERT_TRUE(create_job_dir(b.fd.get(), k_job));
   EXPECT_TRUE(S_ISDIR(lstat_of(b.job()).st_mode));
-}
-
-TEST(JobDir, StepReusesTheJobsOwnDirectory)
-{
-  STAGEHAND_REQUIRE_ROOT();
-  Base b;
-  ASSERT_TRUE(create_job_dir(b.fd.get(), k_job, Existing::replace));
-  ASSERT_EQ(run_as_attacker([&] {
-              write_file(b.job() + "/data", "from step 1");
-              return ::chmod(b.job().c_str(), 0750) == 0;
-            }),
-            0);
-  auto r = create_job_dir(b.fd.get(), k_job, Existing::reuse_if_owned);
-  ASSERT_TRUE(r) << r.error().message;
-  EXPECT_EQ(*r, CreateOutcome::reused);
-  EXPECT_EQ(read_file(b.job() + "/data"), "from step 1");
-}
-
-TEST(JobDir, StepRefusesSymlinkOrForeignDirectory)
-{
-  STAGEHAND_REQUIRE_ROOT();
-  Base b;
-  ASSERT_EQ(::symlink("/etc", b.job().c_str()), 0);
-  auto r = create_job_dir(b.fd.get(), k_job, Existing::reuse_if_owned);
-  ASSERT_FALSE(r);
-  EXPECT_TRUE(S_ISLNK(lstat_of(b.job()).st_mode)); // refused, untouched
-  ::unlink(b.job().c_str());
-  ::mkdir(b.job().c_str(), 0700); // root-owned
-  r = create_job_dir(b.fd.get(), k_job, Existing::reuse_if_owned);
-  ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message.find("owned by uid 0, not the job user"), std::string::npos);
 }
 
 TEST(JobDir, FindJobDirAsTheUser)
 {
   STAGEHAND_REQUIRE_ROOT();
   Base b;
-  ASSERT_TRUE(create_job_dir(b.fd.get(), k_job, Existing::replace));
+  ASSERT_TRUE(create_job_dir(b.fd.get(), k_job));
   EXPECT_EQ(run_as_attacker([&] {
               auto p = find_job_dir(b.dir / "base", 1234, k_attacker_uid);
               return p && *p == b.job();
@@ -155,8 +124,8 @@ TEST(JobDir, KeepMarkerAndExpiry)
 {
   STAGEHAND_REQUIRE_ROOT();
   Base b;
-  ASSERT_TRUE(create_job_dir(b.fd.get(), k_job, Existing::replace));
-  ASSERT_TRUE(create_job_dir(b.fd.get(), JobOwner{77, k_attacker_uid, k_attacker_gid}, Existing::replace));
+  ASSERT_TRUE(create_job_dir(b.fd.get(), k_job));
+  ASSERT_TRUE(create_job_dir(b.fd.get(), JobOwner{77, k_attacker_uid, k_attacker_gid}));
   std::time_t now = std::time(nullptr);
   ASSERT_TRUE(mark_kept(b.fd.get(), 1234, now + 3600));
   ASSERT_TRUE(mark_kept(b.fd.get(), 77, now - 1));
@@ -181,24 +150,26 @@ TEST(Lifecycle, StartEndAndKeep)
   Config config;
   config.tmpdir.base = dir / "scratch/%n";
   JobContext job{k_job, "node7"};
-  auto started = on_job_start(config, job, Request::create);
+  auto started = on_job_start(config, job);
   ASSERT_TRUE(started) << started.error().message;
   const std::string path = dir / "scratch/node7/job_1234";
   EXPECT_TRUE(exists_nofollow(path));
-  auto step = on_step_start(config, job);
-  ASSERT_TRUE(step) << step.error().message;
-  EXPECT_EQ(step->rfind("reusing", 0), 0U);
   ASSERT_TRUE(on_job_end(config, job, Request::create));
   EXPECT_FALSE(exists_nofollow(path));
 
-  ASSERT_TRUE(on_job_start(config, job, Request::keep));
+  ASSERT_TRUE(on_job_start(config, job));
   auto kept = on_job_end(config, job, Request::keep);
   ASSERT_TRUE(kept);
   EXPECT_TRUE(exists_nofollow(path));
   // A requeued run of the same job id gets a fresh directory.
   write_file(path + "/old", "x");
   ::chown((path + "/old").c_str(), k_attacker_uid, k_attacker_gid);
-  ASSERT_TRUE(on_job_start(config, job, Request::create));
+  ASSERT_TRUE(on_job_start(config, job));
   EXPECT_FALSE(exists_nofollow(path + "/old"));
-  EXPECT_FALSE(on_job_start(config, JobContext{k_job, "../etc"}, Request::create));
+  EXPECT_FALSE(on_job_start(config, JobContext{k_job, "../etc"}));
+  // Without an option, [tmpdir] default decides.
+  EXPECT_EQ(effective_request(config, std::nullopt), Request::none);
+  config.tmpdir.by_default = true;
+  EXPECT_EQ(effective_request(config, std::nullopt), Request::create);
+  EXPECT_EQ(effective_request(config, Request::keep), Request::keep);
 }

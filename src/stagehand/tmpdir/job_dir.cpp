@@ -2,7 +2,6 @@
 #include "stagehand/tmpdir/job_dir.hpp"
 
 #include "stagehand/fs/remove_tree.hpp"
-#include "stagehand/fs/stat.hpp"
 #include "stagehand/util/fd.hpp"
 
 #include <dirent.h>
@@ -45,28 +44,6 @@ Status move_aside_and_remove(int base_fd, const std::string& name)
   return fs::remove_tree(base_fd, trash);
 }
 
-// Checks that base/name is a real directory owned by `uid` on the base's mount.
-Status verify_owned_dir(int base_fd, const std::string& name, uid_t uid)
-{
-  UniqueFd fd(::openat(base_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd.valid()) {
-    return Error::from_errno(name + " exists but is not a directory");
-  }
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) {
-    return Error::from_errno(name);
-  }
-  if (st.st_uid != uid) {
-    return Error{EEXIST, name + " exists but is owned by uid " + std::to_string(st.st_uid) + ", not the job user"};
-  }
-  auto base_id = fs::file_id(base_fd, "base");
-  auto dir_id = fs::file_id(fd.get(), name);
-  if (!base_id || !dir_id || !fs::same_mount(*base_id, *dir_id)) {
-    return Error{EXDEV, name + " is not on the base's filesystem"};
-  }
-  return ok_status();
-}
-
 std::optional<std::uint32_t> parse_job_id(std::string_view s)
 {
   std::uint32_t id = 0;
@@ -100,7 +77,7 @@ std::optional<std::time_t> read_marker(int base_fd, const std::string& name)
 
 std::string job_dir_name(std::uint32_t job_id) { return "job_" + std::to_string(job_id); }
 
-Result<CreateOutcome> create_job_dir(int base_fd, const JobOwner& owner, Existing existing)
+Result<CreateOutcome> create_job_dir(int base_fd, const JobOwner& owner)
 {
   const std::string name = job_dir_name(owner.job_id);
   const std::string staging = std::string(k_new_prefix) + name + "." + unique_suffix();
@@ -137,14 +114,6 @@ Result<CreateOutcome> create_job_dir(int base_fd, const JobOwner& owner, Existin
       Error e = Error::from_errno("cannot rename " + staging + " to " + name);
       discard();
       return e;
-    }
-    if (existing == Existing::reuse_if_owned) {
-      discard();
-      auto ok = verify_owned_dir(base_fd, name, owner.uid);
-      if (!ok) {
-        return ok.error();
-      }
-      return CreateOutcome::reused;
     }
     auto aside = move_aside_and_remove(base_fd, name);
     outcome = CreateOutcome::replaced_stale;

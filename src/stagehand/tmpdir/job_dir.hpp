@@ -22,18 +22,13 @@ struct JobOwner
 // "job_<id>": the directory's name under the base.
 std::string job_dir_name(std::uint32_t job_id);
 
-// What create_job_dir does with an entry already at the job's name.
-enum class Existing {
-  replace,        // job start (prolog): whatever is there is stale or planted; move it aside, remove it
-  reuse_if_owned, // a step start: reuse the job's own directory, refuse anything else
-};
-
-enum class CreateOutcome { created, reused, replaced_stale };
+enum class CreateOutcome { created, replaced_stale };
 
 // Creates base/job_<id>, 0700, owned by the job user, atomically: it is made under a temporary
 // name, fchown'ed and fchmod'ed through its fd, then renamed into place with RENAME_NOREPLACE, so
-// the name never refers to a half-made directory. `base_fd` must come from open_trusted_dir.
-Result<CreateOutcome> create_job_dir(int base_fd, const JobOwner& owner, Existing existing);
+// the name never refers to a half-made directory. Whatever was at the name before is stale or
+// planted: it is moved aside and removed, never adopted. `base_fd` must come from open_trusted_dir.
+Result<CreateOutcome> create_job_dir(int base_fd, const JobOwner& owner);
 
 // Removes base/job_<id> and its keep marker, if present (fd-based, no symlinks, no mounts).
 Status remove_job_dir(int base_fd, std::uint32_t job_id);

@@ -45,7 +45,7 @@ Request effective_request(const Config& config, std::optional<Request> option)
   return config.tmpdir.by_default ? Request::create : Request::none;
 }
 
-Result<std::string> on_job_start(const Config& config, const JobContext& job, Request request)
+Result<std::string> on_job_start(const Config& config, const JobContext& job)
 {
   auto base = base_path(config, job.node);
   if (!base) {
@@ -56,37 +56,12 @@ Result<std::string> on_job_start(const Config& config, const JobContext& job, Re
     return base_fd.error();
   }
   auto gc = remove_expired(base_fd->get(), std::time(nullptr), DryRun::no);
-  if (request == Request::none) {
-    // A stale directory of this job id (a requeue, a reused id) must not be found by a step.
-    auto st = remove_job_dir(base_fd->get(), job.owner.job_id);
-    if (!st) {
-      return st.error();
-    }
-    return "no scratch directory requested" + gc_summary(gc);
-  }
-  auto created = create_job_dir(base_fd->get(), job.owner, Existing::replace);
+  auto created = create_job_dir(base_fd->get(), job.owner);
   if (!created) {
     return created.error();
   }
   std::string what = *created == CreateOutcome::replaced_stale ? "created (replacing a stale entry) " : "created ";
   return what + describe(*base, job) + gc_summary(gc);
-}
-
-Result<std::string> on_step_start(const Config& config, const JobContext& job)
-{
-  auto base = base_path(config, job.node);
-  if (!base) {
-    return base.error();
-  }
-  auto base_fd = fs::open_trusted_dir(*base, fs::CreateMissing::yes);
-  if (!base_fd) {
-    return base_fd.error();
-  }
-  auto created = create_job_dir(base_fd->get(), job.owner, Existing::reuse_if_owned);
-  if (!created) {
-    return created.error();
-  }
-  return std::string(*created == CreateOutcome::reused ? "reusing " : "created ") + describe(*base, job);
 }
 
 Result<std::string> on_job_end(const Config& config, const JobContext& job, Request request)
