@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Step launch overhead of stagehand: `srun -N2 -n2 true` with an empty plugstack.conf, with the
+# plugin loaded, and with the plugin and --tmpdir, interleaved inside one allocation (slurmstepd
+# and srun re-read plugstack.conf at every step). Prints medians and ratios. Target <= 1.05.
+# Usage (root): bench/launch_overhead.sh BUILD_DIR [ROUNDS]
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=$(cd "${1:?usage: launch_overhead.sh BUILD_DIR [ROUNDS]}" && pwd)
+rounds=${2:-30}
+
+export STAGEHAND_CLUSTER_DIR=${STAGEHAND_BENCH_DIR:-/tmp/stagehand-bench}
+export STAGEHAND_CLUSTER_PORT=${STAGEHAND_BENCH_PORT:-47817}
+cluster=$here/../tests/cluster/cluster.sh
+"$cluster" start "$build/plugin/stagehand.so"
+trap '"$cluster" stop' EXIT
+eval "$("$cluster" env)"
+
+plugstack=$STAGEHAND_CLUSTER_DIR/etc/plugstack.conf
+cp "$plugstack" "$plugstack.with-plugin"
+: >"$plugstack.empty"
+results=$STAGEHAND_CLUSTER_DIR/bench-times
+: >"$results"
+
+# The allocation's own script runs as root (it rewrites plugstack.conf between steps).
+salloc -N2 -n2 --quiet bash -c '
+  set -e
+  one() { # srun-args... (mode_file, mode_name from the caller)
+    cp "'"$plugstack"'.$mode_file" "'"$plugstack"'"
+    local t0=$(date +%s%N)
+    srun "$@" true
+    local t1=$(date +%s%N)
+    echo "$mode_name $(( (t1 - t0) / 1000 ))" >> "'"$results"'"
+  }
+  for i in $(seq 1 '"$rounds"'); do
+    mode_file=empty mode_name=empty one -N2 -n2
+    mode_file=with-plugin mode_name=plugin one -N2 -n2
+    mode_file=with-plugin mode_name=plugin+tmpdir one -N2 -n2 --tmpdir
+  done
+  cp "'"$plugstack"'.with-plugin" "'"$plugstack"'"
+'
+
+python3 - "$results" "$rounds" <<'PY'
+import statistics, sys
+times = {}
+for line in open(sys.argv[1]):
+    mode, us = line.split()
+    times.setdefault(mode, []).append(int(us) / 1000.0)
+base = statistics.median(times["empty"])
+print(f"srun -N2 -n2 true, {sys.argv[2]} rounds interleaved (median ms):")
+for mode in ("empty", "plugin", "plugin+tmpdir"):
+    m = statistics.median(times[mode])
+    print(f"  {mode:14s} {m:8.1f} ms   ratio {m / base:5.3f}   (target <= 1.05)")
+PY

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The demo: installs the Debian packages, builds, starts a local two-node Slurm cluster with
+# stagehand loaded, runs a job that shows --tmpdir on both nodes, and stops the cluster.
+# Run as root; pass --keep-running to leave the cluster up (stop it with
+# tests/cluster/cluster.sh stop).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${STAGEHAND_BUILD_DIR:-$root/build}
+keep=no
+[ "${1:-}" = "--keep-running" ] && keep=yes
+
+[ "$(id -u)" -eq 0 ] || { echo "demo.sh: run as root (it starts munged, slurmctld and slurmd)" >&2; exit 1; }
+"$root/scripts/install-deps.sh"
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j"$(nproc)" >/dev/null
+"$root/tests/cluster/cluster.sh" start "$build/plugin/stagehand.so"
+[ "$keep" = yes ] || trap '"$root/tests/cluster/cluster.sh" stop' EXIT
+eval "$("$root/tests/cluster/cluster.sh" env)"
+work=$STAGEHAND_CLUSTER_DIR/work
+
+cat >"$work/demo.sbatch" <<'JOB'
+#!/bin/bash
+#SBATCH -N2 --tmpdir
+echo "batch script on $SLURMD_NODENAME: SLURM_TMPDIR=$SLURM_TMPDIR"
+srun -N2 -n2 -l bash -c '
+  echo "hello from $SLURMD_NODENAME" > "$SLURM_TMPDIR/hello.txt"
+  echo "$SLURMD_NODENAME: SLURM_TMPDIR=$SLURM_TMPDIR ($(stat -c "%U, mode %a" "$SLURM_TMPDIR")), TMPDIR=$TMPDIR"
+  cat "$SLURM_TMPDIR/hello.txt"'
+JOB
+chmod 0755 "$work/demo.sbatch"
+
+echo
+echo "\$ sbatch -N2 --tmpdir demo.sbatch     (as user $STAGEHAND_TEST_USER)"
+id=$(runuser -u "$STAGEHAND_TEST_USER" -- env SLURM_CONF="$SLURM_CONF" bash -c \
+  "cd '$work' && sbatch --parsable --wait -o demo.%j.out demo.sbatch")
+for _ in $(seq 1 40); do [ -z "$(squeue -h -j "$id" -o %i)" ] && break; sleep 0.5; done
+echo "---- job $id output ----"
+cat "$work/demo.$id.out"
+echo "---- after the job ----"
+for n in node1 node2; do
+  d=$STAGEHAND_SCRATCH/$n/job_$id
+  if [ -e "$d" ]; then echo "$n: $d still exists (unexpected)"; else echo "$n: $d removed"; fi
+done
+sinfo -N
