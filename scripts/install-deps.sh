@@ -3,13 +3,11 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config git
+  build-essential cmake pkg-config
   libslurm-dev slurmctld slurmd slurm-client munge
-  libarchive-dev libspdlog-dev libtomlplusplus-dev nlohmann-json3-dev
+  libspdlog-dev libtomlplusplus-dev
   libgtest-dev googletest bats
-  tar libarchive-tools zip unzip zstd xz-utils bzip2 gzip
-  python3 python3-torch libtorch-dev libgloo-dev
-  procps util-linux passwd
+  python3 procps util-linux passwd hostname
 )
 
 missing=()
