@@ -163,13 +163,17 @@ cmd_stop() {
     done
   fi
   for n in "${NODES[@]}"; do kill_pidfile "$DIR/slurmd-$n.pid"; done
-  # Steps whose slurmd is gone: only ours, found by their spool directory.
-  for n in "${NODES[@]}"; do
-    pkill -9 -f "^slurmstepd: \[.*" -P 1 2>/dev/null || true
+  # Steps left behind: only ours, recognised by the SLURM_CONF they inherited from our slurmd.
+  local pid
+  for pid in $(pgrep -f '^slurmstepd:' || true); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_CONF=$DIR/etc/slurm.conf"; then
+      kill -9 "$pid" 2>/dev/null || true
+    fi
   done
+  pkill -9 -u "$TEST_USER" 2>/dev/null || true # tasks orphaned by killed steps (our own test user)
   kill_pidfile "$DIR/slurmctld.pid"
   kill_pidfile "$DIR/munge/munged.pid"
-  rm -rf "$DIR/ctld" "$DIR/spool" "$DIR/munge"
+  rm -rf "$DIR/ctld" "$DIR/spool" "$DIR/munge" "$DIR/log"
 }
 
 case "${1:-}" in

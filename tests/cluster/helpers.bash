@@ -66,7 +66,7 @@ teardown() {
     echo "---- submit output ----"; echo "${SUBMIT_OUTPUT:-}"
     echo "---- job output (job ${JOB_ID:-none}) ----"; echo "${LAST_OUTPUT:-}"
     echo "---- slurmd logs (stagehand lines) ----"
-    grep -h stagehand "$STAGEHAND_CLUSTER_DIR"/log/slurmd-*.log | tail -n 20 || true
+    grep -h stagehand "$STAGEHAND_CLUSTER_DIR"/log/slurmd-*.log | sort | tail -n 20 || true
   fi
   set_tmpdir_config ""
   assert_nodes_healthy

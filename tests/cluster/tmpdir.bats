@@ -131,3 +131,32 @@ EOF2
     as_user "$cmd --help" | grep -q -- '--tmpdir'
   done
 }
+
+@test "a requeued job starts with a fresh, empty directory" {
+  script requeue.sh <<'EOF2'
+#!/bin/bash
+ls -A "$SLURM_TMPDIR" | sed 's/^/found: /'
+touch "$SLURM_TMPDIR/from-run-${SLURM_RESTART_COUNT:-0}"
+echo "run ${SLURM_RESTART_COUNT:-0}"
+[ -n "$SLURM_RESTART_COUNT" ] || sleep 300
+EOF2
+  id=$(as_user "sbatch --parsable --requeue --open-mode=append -N1 -w node1 --tmpdir -o out.%j requeue.sh")
+  for i in $(seq 1 40); do [ -e "$(job_dir node1 "$id")/from-run-0" ] && break; sleep 0.5; done
+  [ -e "$(job_dir node1 "$id")/from-run-0" ]
+  scontrol requeue "$id"
+  # A requeued job waits ~2 minutes before it may start again; once it is pending, allow it now.
+  for i in $(seq 1 40); do
+    [ "$(squeue -h -j "$id" -o %T)" = PENDING ] && scontrol update JobId="$id" StartTime=now && break
+    sleep 0.5
+  done
+  for i in $(seq 1 60); do
+    [ "$(scontrol show job "$id" -o | grep -o 'JobState=[A-Z]*')" = JobState=COMPLETED ] && break
+    sleep 0.5
+  done
+  wait_job_done "$id"
+  out=$(cat "$WORK/out.$id")
+  echo "$out"
+  echo "$out" | grep -qx "run 1"
+  ! echo "$out" | grep -q "^found:"
+  [ ! -e "$(job_dir node1 "$id")" ]
+}
