@@ -7,7 +7,7 @@ namespace stagehand::plugin {
 
 namespace detail {
 
-enum OptionVal : int { k_opt_tmpdir = 1 };
+enum OptionVal : int { k_opt_tmpdir = 1, k_opt_ddp_env = 2 };
 
 int on_option(int val, const char* optarg, int /*remote*/)
 {
@@ -19,6 +19,13 @@ int on_option(int val, const char* optarg, int /*remote*/)
         return -1;
       }
       options().tmpdir = *r;
+    } else if (val == k_opt_ddp_env) {
+      auto r = ddp::parse_mode(optarg);
+      if (!r) {
+        slurm_error("stagehand: %s", r.error().message.c_str());
+        return -1;
+      }
+      options().ddp_env = *r;
     }
     return 0;
   } catch (...) {
@@ -31,6 +38,11 @@ char k_arg_tmpdir[] = "keep";
 char k_usage_tmpdir[] =
   "Private per-job scratch directory on each node's local disk, exported as SLURM_TMPDIR and "
   "TMPDIR, removed when the job ends (=keep: kept for a while) [stagehand]";
+char k_name_ddp_env[] = "ddp-env";
+char k_arg_ddp_env[] = "auto|tasks|torchrun";
+char k_usage_ddp_env[] =
+  "Export PyTorch's distributed environment (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK, ..., "
+  "and torchrun's PET_*) to every task; never overrides a variable you set [stagehand]";
 
 } // namespace detail
 
@@ -75,6 +87,9 @@ extern "C" {
 __attribute__((visibility("default"))) struct spank_option spank_options[] = {
   {stagehand::plugin::detail::k_name_tmpdir, stagehand::plugin::detail::k_arg_tmpdir, stagehand::plugin::detail::k_usage_tmpdir, 2,
    stagehand::plugin::detail::k_opt_tmpdir, stagehand::plugin::detail::on_option},
+  {stagehand::plugin::detail::k_name_ddp_env, stagehand::plugin::detail::k_arg_ddp_env,
+   stagehand::plugin::detail::k_usage_ddp_env, 2, stagehand::plugin::detail::k_opt_ddp_env,
+   stagehand::plugin::detail::on_option},
   SPANK_OPTIONS_TABLE_END,
 };
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "stagehand/config/config.hpp"
+#include "stagehand/ddp/env.hpp"
 #include "stagehand/tmpdir/option.hpp"
 
 // spank.h declares the slurm_spank_* callbacks and spank_options outside its own extern "C"
@@ -20,6 +21,7 @@ namespace stagehand::plugin {
 struct Options
 {
   std::optional<tmpdir::Request> tmpdir;
+  std::optional<ddp::Mode> ddp_env;
 };
 
 Options& options();
@@ -41,5 +43,8 @@ int stepd_init_post_opt(spank_t sp, int ac, char** av);
 int stepd_task_init(spank_t sp, int ac, char** av);
 int job_prolog(spank_t sp, int ac, char** av);
 int job_epilog(spank_t sp, int ac, char** av);
+
+// task_init helper (ddp_env.cpp): exports the DDP environment of this task.
+int export_ddp_env(spank_t sp, const Config& config, ddp::Mode mode);
 
 } // namespace stagehand::plugin

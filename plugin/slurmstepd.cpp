@@ -38,18 +38,11 @@ int stepd_init_post_opt(spank_t /*sp*/, int ac, char** av)
   return 0;
 }
 
-int stepd_task_init(spank_t sp, int /*ac*/, char** /*av*/)
+namespace {
+
+int export_tmpdir(spank_t sp, const Config& config)
 {
-  StepState& s = step_state();
-  if (!s.config) {
-    if (options().tmpdir) {
-      slurm_error("stagehand: --tmpdir: the node's stagehand config is unusable (%s); ask your cluster admin",
-                  s.config_error.c_str());
-      return -1;
-    }
-    return 0;
-  }
-  if (tmpdir::effective_request(*s.config, options().tmpdir) == tmpdir::Request::none) {
+  if (tmpdir::effective_request(config, options().tmpdir) == tmpdir::Request::none) {
     return 0;
   }
   // slurmstepd sets SLURMD_NODENAME from its own config just before task_init; earlier in the
@@ -61,7 +54,7 @@ int stepd_task_init(spank_t sp, int /*ac*/, char** /*av*/)
     slurm_error("stagehand: --tmpdir: cannot tell this node's name or the job id");
     return -1;
   }
-  auto base = tmpdir::base_path(*s.config, node);
+  auto base = tmpdir::base_path(config, node);
   auto dir = base ? tmpdir::find_job_dir(*base, job_id, ::getuid()) : Result<std::string>(base.error());
   if (!dir) {
     slurm_error("stagehand: --tmpdir: no scratch directory on node %s: %s (the node's prolog did not make it; "
@@ -70,8 +63,30 @@ int stepd_task_init(spank_t sp, int /*ac*/, char** /*av*/)
     return -1;
   }
   if (spank_setenv(sp, "SLURM_TMPDIR", dir->c_str(), 1) != ESPANK_SUCCESS ||
-      (s.config->tmpdir.export_tmpdir && spank_setenv(sp, "TMPDIR", dir->c_str(), 1) != ESPANK_SUCCESS)) {
+      (config.tmpdir.export_tmpdir && spank_setenv(sp, "TMPDIR", dir->c_str(), 1) != ESPANK_SUCCESS)) {
     slurm_error("stagehand: --tmpdir: cannot set SLURM_TMPDIR");
+    return -1;
+  }
+  return 0;
+}
+
+} // namespace
+
+int stepd_task_init(spank_t sp, int /*ac*/, char** /*av*/)
+{
+  StepState& s = step_state();
+  if (!s.config) {
+    if (options().tmpdir || options().ddp_env) {
+      slurm_error("stagehand: the node's stagehand config is unusable (%s); ask your cluster admin",
+                  s.config_error.c_str());
+      return -1;
+    }
+    return 0;
+  }
+  if (export_tmpdir(sp, *s.config) != 0) {
+    return -1;
+  }
+  if (options().ddp_env && export_ddp_env(sp, *s.config, *options().ddp_env) != 0) {
     return -1;
   }
   return 0;

@@ -34,6 +34,14 @@ ensure_user() {
   fi
 }
 
+# The node names are what MASTER_ADDR holds: make them resolve to this host.
+ensure_hosts() {
+  local n
+  for n in "${NODES[@]}"; do
+    getent hosts "$n" >/dev/null || echo "127.0.0.1 $n # stagehand test cluster" >>/etc/hosts
+  done
+}
+
 write_configs() {
   local plugin=$1
   mkdir -p "$DIR"/{etc,lib,log,ctld,munge,scratch,work} "$DIR"/spool/{node1,node2}
@@ -131,6 +139,7 @@ cmd_start() {
     cmd_stop
   fi
   ensure_user
+  ensure_hosts
   write_configs "$plugin"
   eval "$(print_env)"
   start_munge
