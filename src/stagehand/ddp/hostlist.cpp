@@ -84,39 +84,62 @@ std::string pad(std::uint64_t n, std::size_t width)
   return s;
 }
 
-// Appends the expansion of pieces[k..] with `prefix` to `out`.
-Status expand_pieces(std::string_view list, const std::vector<Piece>& pieces, std::size_t k, std::string& prefix,
-                     std::vector<std::string>& out)
+// Appends the expansion of one expression to `out`. Slurm's order, outermost to innermost, is
+// groups n-1, n-2, ..., 1, then n (1-based): for two groups the first is outermost.
+Status expand_pieces(std::string_view list, const std::vector<Piece>& pieces, std::vector<std::string>& out)
 {
-  if (k == pieces.size()) {
-    if (out.size() >= k_max_hosts) {
+  std::vector<std::size_t> group_at; // index in `pieces` of each bracket group
+  std::vector<std::vector<std::string>> values;
+  std::uint64_t total = 1;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    if (!pieces[i].is_group) {
+      continue;
+    }
+    group_at.push_back(i);
+    std::uint64_t count = 0;
+    for (const Range& r : pieces[i].ranges) {
+      count += r.hi - r.lo + 1;
+    }
+    if (count > k_max_hosts || (total *= count) > k_max_hosts || out.size() + total > k_max_hosts) {
       return bad(list, "more than " + std::to_string(k_max_hosts) + " hosts");
     }
-    out.push_back(prefix);
-    return ok_status();
-  }
-  const Piece& p = pieces[k];
-  const std::size_t keep = prefix.size();
-  if (!p.is_group) {
-    prefix += p.text;
-    auto st = expand_pieces(list, pieces, k + 1, prefix, out);
-    prefix.resize(keep);
-    return st;
-  }
-  for (const Range& r : p.ranges) {
-    for (std::uint64_t n = r.lo;; ++n) {
-      prefix += pad(n, r.width);
-      auto st = expand_pieces(list, pieces, k + 1, prefix, out);
-      prefix.resize(keep);
-      if (!st) {
-        return st;
-      }
-      if (n == r.hi) {
-        break;
+    std::vector<std::string> v;
+    for (const Range& r : pieces[i].ranges) {
+      for (std::uint64_t n = r.lo; n <= r.hi; ++n) {
+        v.push_back(pad(n, r.width));
       }
     }
+    values.push_back(std::move(v));
   }
-  return ok_status();
+  const std::size_t n = values.size();
+  std::vector<std::size_t> order; // groups, outermost first
+  for (std::size_t g = n >= 2 ? n - 1 : n; g-- > 0;) {
+    order.push_back(g);
+  }
+  if (n >= 2) {
+    order.push_back(n - 1);
+  }
+  std::vector<std::size_t> idx(n, 0);
+  for (;;) {
+    std::string host;
+    std::size_t g = 0;
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      host += pieces[i].is_group ? values[g][idx[g]] : pieces[i].text;
+      g += pieces[i].is_group;
+    }
+    out.push_back(std::move(host));
+    std::size_t k = order.size();
+    for (; k-- > 0;) { // odometer: innermost group moves fastest
+      std::size_t grp = order[k];
+      if (++idx[grp] < values[grp].size()) {
+        break;
+      }
+      idx[grp] = 0;
+    }
+    if (k == static_cast<std::size_t>(-1)) {
+      return ok_status();
+    }
+  }
 }
 
 // Splits the list at commas outside brackets.
@@ -169,6 +192,13 @@ Result<std::vector<Piece>> parse_expr(std::string_view list, std::string_view ex
       i = next;
     }
   }
+  bool has_group = false;
+  for (const auto& p : pieces) {
+    has_group = has_group || p.is_group;
+  }
+  if (has_group && !pieces.back().is_group) {
+    return bad(list, "\"" + std::string(expr) + "\" has text after its last ']' (Slurm refuses that too)");
+  }
   return pieces;
 }
 
@@ -200,8 +230,7 @@ Result<std::vector<std::string>> expand_hostlist(std::string_view list)
     if (!pieces) {
       return pieces.error();
     }
-    std::string prefix;
-    auto st = expand_pieces(list, *pieces, 0, prefix, out);
+    auto st = expand_pieces(list, *pieces, out);
     if (!st) {
       return st.error();
     }

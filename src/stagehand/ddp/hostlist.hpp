@@ -12,10 +12,11 @@ namespace stagehand::ddp {
 
 inline constexpr std::size_t k_max_hosts = 1U << 20; // a node list longer than this is refused
 
-// Expands a host list the way Slurm does: comma-separated expressions, each a name with any
+// Expands a host list the way Slurm 22.05 does: comma-separated expressions, each a name with any
 // number of bracket groups of comma-separated numbers and ranges (a range keeps the zero padding
-// of its lower bound). Several bracket groups expand as a product, the first group outermost.
-// Order and duplicates are kept. A pure function: no Slurm, no DNS.
+// of its lower bound), and no text after the last group. Several groups expand as a product in
+// Slurm's order (for two groups, the first outermost). Order and duplicates are kept. A pure
+// function: no Slurm, no DNS.
 Result<std::vector<std::string>> expand_hostlist(std::string_view list);
 
 // The first host of a list without expanding the rest.
