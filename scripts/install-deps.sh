@@ -6,8 +6,9 @@ packages=(
   build-essential cmake pkg-config
   libslurm-dev slurmctld slurmd slurm-client munge
   libspdlog-dev libtomlplusplus-dev
-  libgtest-dev googletest bats
-  python3 procps util-linux passwd hostname
+  libgtest-dev googletest bats clang libclang-rt-14-dev
+  python3 python3-torch libtorch-dev libgloo-dev
+  procps util-linux passwd hostname
 )
 
 missing=()

@@ -20,5 +20,8 @@ if grep -q '\*\*\*Skipped\|Not Run' "$unit_log"; then
 fi
 rm -f "$unit_log"
 
+echo "== fuzzing (bounded)"
+"$root/tests/fuzz/run.sh" "$build" "${STAGEHAND_FUZZ_SECONDS:-30}"
+
 echo "== cluster tests"
 "$root/tests/cluster/run.sh" "$build"

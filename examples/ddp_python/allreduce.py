@@ -16,6 +16,7 @@ def main():
     dist.all_reduce(t)
     expected = world * (world + 1) / 2
     print(f"rank={rank} world={world} local_rank={os.environ.get('LOCAL_RANK')} "
+          f"port={os.environ.get('MASTER_PORT')} "
           f"node={os.environ.get('SLURMD_NODENAME', socket.gethostname())} sum={t.item():g} "
           f"ok={t.item() == expected}", flush=True)
     dist.barrier()

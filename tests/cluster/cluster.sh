@@ -70,7 +70,7 @@ SlurmctldPort=$PORT
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$DIR/munge/munge.socket
+AuthInfo=socket=$DIR/munge/munge.socket,cred_expire=10
 CredType=cred/munge
 StateSaveLocation=$DIR/ctld
 SlurmdSpoolDir=$DIR/spool/%n

@@ -51,13 +51,15 @@ assert_nodes_healthy() {
 
 job_dir() { echo "$SCRATCH/$1/job_$2"; }
 
-# Rewrites the test config with extra [tmpdir] lines (the plugin reads it at every step).
+# Rewrites the test config with extra [tmpdir] lines and extra tables (the plugin reads it at
+# every step).
 set_tmpdir_config() {
   cat >"$STAGEHAND_TEST_CONFIG" <<TOML
 [tmpdir]
 base = "$SCRATCH/%n"
 keep_for = "1h"
 $1
+${2:-}
 TOML
 }
 

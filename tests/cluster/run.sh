@@ -11,6 +11,8 @@ trap '"$here/cluster.sh" stop' EXIT
 eval "$("$here/cluster.sh" env)"
 
 export PATH="$build/helper:$PATH"
+export STAGEHAND_BUILD_DIR=$build
+export STAGEHAND_SOURCE_DIR=$(cd "$here/../.." && pwd)
 log=$(mktemp)
 status=0
 bats --tap "$here"/*.bats | tee "$log" || status=$?
