@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Step launch overhead of stagehand: `srun -N2 -n2 true` with an empty plugstack.conf, with the
-# plugin loaded, and with the plugin and --tmpdir, interleaved inside one allocation (slurmstepd
+# plugin loaded, with --tmpdir and with --ddp-env, interleaved inside one allocation (slurmstepd
 # and srun re-read plugstack.conf at every step). Prints medians and ratios. Target <= 1.05.
 # Usage (root): bench/launch_overhead.sh BUILD_DIR [ROUNDS]
 set -euo pipefail
@@ -35,6 +35,7 @@ salloc -N2 -n2 --quiet bash -c '
     mode_file=empty mode_name=empty one -N2 -n2
     mode_file=with-plugin mode_name=plugin one -N2 -n2
     mode_file=with-plugin mode_name=plugin+tmpdir one -N2 -n2 --tmpdir
+    mode_file=with-plugin mode_name=plugin+ddp-env one -N2 -n2 --ddp-env
   done
   cp "'"$plugstack"'.with-plugin" "'"$plugstack"'"
 '
@@ -47,7 +48,7 @@ for line in open(sys.argv[1]):
     times.setdefault(mode, []).append(int(us) / 1000.0)
 base = statistics.median(times["empty"])
 print(f"srun -N2 -n2 true, {sys.argv[2]} rounds interleaved (median ms):")
-for mode in ("empty", "plugin", "plugin+tmpdir"):
+for mode in ("empty", "plugin", "plugin+tmpdir", "plugin+ddp-env"):
     m = statistics.median(times[mode])
     print(f"  {mode:14s} {m:8.1f} ms   ratio {m / base:5.3f}   (target <= 1.05)")
 PY

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The demo: installs the Debian packages, builds, starts a local two-node Slurm cluster with
-# stagehand loaded, runs a job that shows --tmpdir on both nodes, and stops the cluster.
+# stagehand loaded, runs a job that shows --tmpdir and --ddp-env on both nodes (PyTorch and the
+# LibTorch example), and stops the cluster.
 # Run as root; pass --keep-running to leave the cluster up (stop it with
 # tests/cluster/cluster.sh stop).
 set -euo pipefail
@@ -18,19 +19,28 @@ cmake --build "$build" -j"$(nproc)" >/dev/null
 eval "$("$root/tests/cluster/cluster.sh" env)"
 work=$STAGEHAND_CLUSTER_DIR/work
 
+install -m 0644 "$root/examples/ddp_python/allreduce.py" "$work/"
+[ -x "$build/examples/ddp_train/ddp_train" ] && install -m 0755 "$build/examples/ddp_train/ddp_train" "$work/"
 cat >"$work/demo.sbatch" <<'JOB'
 #!/bin/bash
-#SBATCH -N2 --tmpdir
-echo "batch script on $SLURMD_NODENAME: SLURM_TMPDIR=$SLURM_TMPDIR"
+#SBATCH -N2 -n4 --tmpdir --ddp-env
+echo "== --tmpdir: batch script on $SLURMD_NODENAME: SLURM_TMPDIR=$SLURM_TMPDIR"
 srun -N2 -n2 -l bash -c '
   echo "hello from $SLURMD_NODENAME" > "$SLURM_TMPDIR/hello.txt"
-  echo "$SLURMD_NODENAME: SLURM_TMPDIR=$SLURM_TMPDIR ($(stat -c "%U, mode %a" "$SLURM_TMPDIR")), TMPDIR=$TMPDIR"
-  cat "$SLURM_TMPDIR/hello.txt"'
+  echo "$SLURMD_NODENAME: SLURM_TMPDIR=$SLURM_TMPDIR ($(stat -c "%U, mode %a" "$SLURM_TMPDIR")), TMPDIR=$TMPDIR"'
+echo "== --ddp-env: what each task gets"
+srun -l bash -c 'echo "MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT WORLD_SIZE=$WORLD_SIZE RANK=$RANK LOCAL_RANK=$LOCAL_RANK LOCAL_WORLD_SIZE=$LOCAL_WORLD_SIZE NODE_RANK=$NODE_RANK"' | sort
+echo "== --ddp-env: PyTorch all_reduce across both nodes (init_method=env://)"
+srun python3 allreduce.py | sort
+if [ -x ./ddp_train ]; then
+  echo "== --ddp-env: the LibTorch example (TCPStore + ProcessGroupGloo from the environment)"
+  srun ./ddp_train --steps 50 | sort
+fi
 JOB
 chmod 0755 "$work/demo.sbatch"
 
 echo
-echo "\$ sbatch -N2 --tmpdir demo.sbatch     (as user $STAGEHAND_TEST_USER)"
+echo "\$ sbatch -N2 -n4 --tmpdir --ddp-env demo.sbatch     (as user $STAGEHAND_TEST_USER)"
 id=$(runuser -u "$STAGEHAND_TEST_USER" -- env SLURM_CONF="$SLURM_CONF" bash -c \
   "cd '$work' && sbatch --parsable --wait -o demo.%j.out demo.sbatch")
 for _ in $(seq 1 40); do [ -z "$(squeue -h -j "$id" -o %i)" ] && break; sleep 0.5; done
