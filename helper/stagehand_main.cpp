@@ -2,6 +2,7 @@
 #include "stagehand/config/config.hpp"
 #include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
+#include "stagehand/util/units.hpp"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -63,15 +64,7 @@ bool parse_common(const std::vector<std::string>& args, CommonArgs& out)
 std::optional<std::uint32_t> env_u32(const char* name)
 {
   const char* v = std::getenv(name);
-  if (!v || !*v) {
-    return std::nullopt;
-  }
-  std::uint32_t out = 0;
-  auto [p, ec] = std::from_chars(v, v + std::strlen(v), out);
-  if (ec != std::errc() || *p != '\0') {
-    return std::nullopt;
-  }
-  return out;
+  return v ? parse_u32(v) : std::nullopt;
 }
 
 int cmd_check_config(const std::vector<std::string>& args)

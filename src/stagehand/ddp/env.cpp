@@ -2,8 +2,8 @@
 #include "stagehand/ddp/env.hpp"
 
 #include "stagehand/ddp/hostlist.hpp"
+#include "stagehand/util/units.hpp"
 
-#include <charconv>
 #include <cstdio>
 #include <set>
 
@@ -33,16 +33,6 @@ std::string hex32(std::uint32_t v)
   char buf[9];
   std::snprintf(buf, sizeof buf, "%08x", v);
   return buf;
-}
-
-std::optional<std::uint32_t> to_u32(std::string_view s)
-{
-  std::uint32_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) {
-    return std::nullopt;
-  }
-  return v;
 }
 
 } // namespace
@@ -142,14 +132,14 @@ Result<std::vector<std::uint32_t>> parse_tasks_per_node(std::string_view text)
       if (item.back() != ')') {
         return bad();
       }
-      auto r = to_u32(item.substr(paren + 2, item.size() - paren - 3));
+      auto r = parse_u32(item.substr(paren + 2, item.size() - paren - 3));
       if (!r || *r == 0 || *r > k_max_hosts) {
         return bad();
       }
       repeat = *r;
       item = item.substr(0, paren);
     }
-    auto count = to_u32(item);
+    auto count = parse_u32(item);
     if (!count || out.size() + repeat > k_max_hosts) {
       return bad();
     }
@@ -170,7 +160,7 @@ Result<StepLayout> layout_from_env(const std::map<std::string, std::string>& env
   };
   auto num = [&](const char* name) -> Result<std::uint32_t> {
     auto v = get(name);
-    auto n = v ? to_u32(*v) : std::nullopt;
+    auto n = v ? parse_u32(*v) : std::nullopt;
     if (!n) {
       return Error::invalid(std::string(name) + " is missing or not a number");
     }
@@ -202,7 +192,7 @@ Result<StepLayout> layout_from_env(const std::map<std::string, std::string>& env
   }
   s.job_id = *job;
   s.step_id = *step;
-  s.restart_count = get("SLURM_RESTART_COUNT") ? to_u32(*get("SLURM_RESTART_COUNT")).value_or(0) : 0;
+  s.restart_count = get("SLURM_RESTART_COUNT") ? parse_u32(*get("SLURM_RESTART_COUNT")).value_or(0) : 0;
   s.node_list = *nodes;
   s.nnodes = static_cast<std::uint32_t>(tpn->size());
   s.node_id = *node;

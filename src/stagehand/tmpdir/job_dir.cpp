@@ -3,6 +3,7 @@
 
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/util/fd.hpp"
+#include "stagehand/util/units.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -42,16 +43,6 @@ Status move_aside_and_remove(int base_fd, const std::string& name)
     return Error::from_errno("cannot move stale " + name + " aside");
   }
   return fs::remove_tree(base_fd, trash);
-}
-
-std::optional<std::uint32_t> parse_job_id(std::string_view s)
-{
-  std::uint32_t id = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), id);
-  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) {
-    return std::nullopt;
-  }
-  return id;
 }
 
 std::optional<std::time_t> read_marker(int base_fd, const std::string& name)
@@ -185,7 +176,7 @@ GcResult remove_expired(int base_fd, std::time_t now, DryRun dry_run)
     if (!n.starts_with(k_keep_prefix) || !n.substr(k_keep_prefix.size()).starts_with("job_")) {
       continue;
     }
-    auto id = parse_job_id(n.substr(k_keep_prefix.size() + 4));
+    auto id = parse_u32(n.substr(k_keep_prefix.size() + 4));
     if (!id) {
       continue; // a marker's temporary file, or not ours
     }

@@ -111,4 +111,14 @@ Result<std::chrono::seconds> parse_duration(std::string_view text)
   return std::chrono::seconds(static_cast<std::int64_t>(*secs));
 }
 
+std::optional<std::uint32_t> parse_u32(std::string_view text)
+{
+  std::uint32_t v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || p != text.data() + text.size()) {
+    return std::nullopt;
+  }
+  return v;
+}
+
 } // namespace stagehand

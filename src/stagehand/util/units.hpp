@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 namespace stagehand {
@@ -14,5 +15,8 @@ Result<std::uint64_t> parse_size(std::string_view text);
 
 // Seconds, with an optional s/m/h/d suffix; a bare number is seconds.
 Result<std::chrono::seconds> parse_duration(std::string_view text);
+
+// A whole decimal uint32 ("42"); nothing else accepted (no sign, space or suffix).
+std::optional<std::uint32_t> parse_u32(std::string_view text);
 
 } // namespace stagehand
