@@ -5,7 +5,8 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libslurm-dev slurmctld slurmd slurm-client munge
-  libspdlog-dev libtomlplusplus-dev
+  libspdlog-dev libtomlplusplus-dev libarchive-dev
+  tar libarchive-tools zip unzip zstd xz-utils bzip2 gzip
   libgtest-dev googletest bats clang libclang-rt-14-dev
   python3 python3-torch libtorch-dev libgloo-dev
   procps util-linux passwd hostname

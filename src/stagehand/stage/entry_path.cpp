@@ -1,0 +1,46 @@
+// Entry name checks (the first line of defence; the writer's O_NOFOLLOW walk is the second).
+#include "stagehand/stage/entry_path.hpp"
+
+namespace stagehand::stage {
+
+Result<std::vector<std::string>> split_entry_path(std::string_view name)
+{
+  auto refuse = [&](const char* why) {
+    return Error::invalid("archive entry \"" + std::string(name.substr(0, 200)) + (name.size() > 200 ? "..." : "") +
+                          "\": " + why);
+  };
+  if (name.empty()) {
+    return refuse("empty name");
+  }
+  if (name.size() > k_max_entry_path) {
+    return refuse("name longer than 4096 bytes");
+  }
+  if (name.find('\0') != std::string_view::npos) {
+    return refuse("name contains a NUL byte");
+  }
+  if (name.front() == '/') {
+    return refuse("absolute name");
+  }
+  std::vector<std::string> parts;
+  std::size_t i = 0;
+  while (i < name.size()) {
+    std::size_t j = name.find('/', i);
+    if (j == std::string_view::npos) {
+      j = name.size();
+    }
+    std::string_view part = name.substr(i, j - i);
+    if (part == "..") {
+      return refuse("\"..\" in name");
+    }
+    if (!part.empty() && part != ".") {
+      parts.emplace_back(part);
+    }
+    i = j + 1;
+  }
+  if (parts.size() > k_max_entry_depth) {
+    return refuse("nested deeper than 256 levels");
+  }
+  return parts;
+}
+
+} // namespace stagehand::stage

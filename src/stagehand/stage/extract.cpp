@@ -1,0 +1,416 @@
+// Archive extraction: libarchive's reader, our own fd-relative writer with a directory-fd cache.
+#include "stagehand/stage/extract.hpp"
+
+#include "stagehand/stage/entry_path.hpp"
+#include "stagehand/util/fd.hpp"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+namespace stagehand::stage {
+
+namespace {
+
+constexpr std::size_t k_dir_cache_max = 1024;
+
+struct ArchiveCloser
+{
+  void operator()(struct archive* a) const { archive_read_free(a); }
+};
+using ArchivePtr = std::unique_ptr<struct archive, ArchiveCloser>;
+
+// Only the formats and filters stagehand promises; everything else is "not an archive".
+Result<ArchivePtr> open_reader(int fd)
+{
+  if (::lseek(fd, 0, SEEK_SET) != 0) {
+    return Error::from_errno("cannot rewind the archive");
+  }
+  ArchivePtr a(archive_read_new());
+  if (!a) {
+    return Error{ENOMEM, "cannot allocate an archive reader"};
+  }
+  archive_read_support_format_tar(a.get());
+  archive_read_support_format_gnutar(a.get());
+  archive_read_support_format_zip(a.get());
+  archive_read_support_filter_gzip(a.get());
+  archive_read_support_filter_bzip2(a.get());
+  archive_read_support_filter_xz(a.get());
+  archive_read_support_filter_zstd(a.get());
+  if (archive_read_open_fd(a.get(), fd, 1 << 20) != ARCHIVE_OK) {
+    return Error::invalid(archive_error_string(a.get()) ? archive_error_string(a.get()) : "cannot read");
+  }
+  return a;
+}
+
+// The process umask, read without calling umask() (which changes it and is not thread-safe).
+mode_t current_umask()
+{
+  static const mode_t um = [] {
+    mode_t value = 022;
+    if (FILE* f = std::fopen("/proc/self/status", "re")) {
+      char line[256];
+      while (std::fgets(line, sizeof line, f)) {
+        unsigned v = 0;
+        if (std::sscanf(line, "Umask: %o", &v) == 1) {
+          value = static_cast<mode_t>(v);
+          break;
+        }
+      }
+      std::fclose(f);
+    }
+    return value;
+  }();
+  return um;
+}
+
+struct DirTimes
+{
+  std::string path; // relative to the destination, "" for the root
+  mode_t mode;
+  struct timespec mtime;
+};
+
+class Writer
+{
+public:
+  Writer(int dest_fd, const ExtractLimits& limits, std::string source)
+    : m_dest(dest_fd), m_limits(limits), m_source(std::move(source))
+  {
+  }
+
+  Status entry(struct archive* a, struct archive_entry* e)
+  {
+    if (++m_entries > m_limits.max_entries) {
+      return fail("more than " + std::to_string(m_limits.max_entries) + " entries (limit)");
+    }
+    const char* raw_name = archive_entry_pathname(e);
+    auto parts = split_entry_path(raw_name ? raw_name : "");
+    if (!parts) {
+      return fail(parts.error().message);
+    }
+    const mode_t type = archive_entry_filetype(e);
+    if (parts->empty()) {
+      return ok_status(); // "." or "./": the destination itself
+    }
+    const std::string name = parts->back();
+    parts->pop_back();
+    const std::string rel = join(*parts);
+    auto parent = dir_fd(*parts);
+    if (!parent) {
+      return fail("entry \"" + std::string(raw_name) + "\": " + parent.error().message);
+    }
+    const std::string shown = rel.empty() ? name : rel + "/" + name;
+    if (const char* target = archive_entry_hardlink(e)) {
+      return hardlink(*parent, name, target, shown);
+    }
+    switch (type) {
+    case AE_IFDIR:
+      return directory(*parent, rel, name, e);
+    case AE_IFREG:
+      return regular_file(a, *parent, name, e, shown);
+    case AE_IFLNK:
+      return symlink(*parent, name, archive_entry_symlink(e), shown);
+    default:
+      ++m_stats.skipped_special; // devices, FIFOs, sockets are never created
+      return ok_status();
+    }
+  }
+
+  Status finish()
+  {
+    // Directory modes and times last: adding entries changed their mtimes, and a read-only mode
+    // would have stopped us from adding them.
+    for (auto it = m_dir_times.rbegin(); it != m_dir_times.rend(); ++it) {
+      std::vector<std::string> parts = split(it->path);
+      auto fd = dir_fd(parts);
+      if (!fd) {
+        return fail(fd.error().message);
+      }
+      struct timespec times[2] = {{0, UTIME_OMIT}, it->mtime};
+      if (::fchmod(*fd, it->mode) != 0 || ::futimens(*fd, times) != 0) {
+        return fail_errno("cannot set the mode of " + it->path);
+      }
+    }
+    m_cache.clear();
+    return ok_status();
+  }
+
+  const ExtractStats& stats() const { return m_stats; }
+
+private:
+  static std::string join(const std::vector<std::string>& parts)
+  {
+    std::string s;
+    for (const auto& p : parts) {
+      s += (s.empty() ? "" : "/") + p;
+    }
+    return s;
+  }
+
+  static std::vector<std::string> split(const std::string& path)
+  {
+    std::vector<std::string> parts;
+    std::size_t i = 0;
+    while (i < path.size()) {
+      std::size_t j = path.find('/', i);
+      if (j == std::string::npos) {
+        j = path.size();
+      }
+      parts.push_back(path.substr(i, j - i));
+      i = j + 1;
+    }
+    return parts;
+  }
+
+  Error fail(const std::string& why) const { return Error::invalid(m_source + ": " + why); }
+  Error fail_errno(const std::string& why) const { return Error::from_errno(m_source + ": " + why); }
+
+  // The fd of the directory `parts` below the destination, creating missing directories. Every
+  // step is O_NOFOLLOW: a symlink (or a file) on the way is an error, never followed.
+  Result<int> dir_fd(const std::vector<std::string>& parts)
+  {
+    if (parts.empty()) {
+      return m_dest;
+    }
+    std::string path;
+    int cur = m_dest;
+    std::size_t i = 0;
+    // Start from the deepest cached ancestor.
+    for (std::size_t k = parts.size(); k > 0; --k) {
+      std::vector<std::string> prefix(parts.begin(), parts.begin() + static_cast<long>(k));
+      auto it = m_cache.find(join(prefix));
+      if (it != m_cache.end()) {
+        cur = it->second.get();
+        i = k;
+        path = it->first;
+        break;
+      }
+    }
+    for (; i < parts.size(); ++i) {
+      const std::string& comp = parts[i];
+      path += (path.empty() ? "" : "/") + comp;
+      UniqueFd next(::openat(cur, comp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!next.valid() && errno == ENOENT) {
+        if (::mkdirat(cur, comp.c_str(), 0700) != 0 && errno != EEXIST) {
+          return Error::from_errno("cannot create directory " + path);
+        }
+        ++m_stats.dirs;
+        next.reset(::openat(cur, comp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      }
+      if (!next.valid()) {
+        if (errno == ELOOP || errno == ENOTDIR) {
+          return Error{errno, "\"" + path + "\" is a symlink or a file, not a directory: refused"};
+        }
+        return Error::from_errno(path);
+      }
+      if (m_cache.size() >= k_dir_cache_max) {
+        m_cache.clear(); // bounded fds; `cur` may dangle now, so restart from the root
+        return dir_fd(parts);
+      }
+      cur = next.get();
+      m_cache.emplace(path, std::move(next));
+    }
+    return cur;
+  }
+
+  // Removes a non-directory entry at `name` so a later entry replaces it (tar's semantics).
+  Status make_room(int parent, const std::string& name, const std::string& shown)
+  {
+    struct stat st {};
+    if (::fstatat(parent, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      return ok_status();
+    }
+    if (S_ISDIR(st.st_mode)) {
+      return fail("entry \"" + shown + "\" would replace a directory: refused");
+    }
+    if (::unlinkat(parent, name.c_str(), 0) != 0) {
+      return fail_errno("cannot replace " + shown);
+    }
+    return ok_status();
+  }
+
+  Status directory(int parent, const std::string& rel, const std::string& name, struct archive_entry* e)
+  {
+    if (::mkdirat(parent, name.c_str(), 0700) == 0) {
+      ++m_stats.dirs;
+    } else if (errno != EEXIST) {
+      return fail_errno("cannot create directory " + name);
+    }
+    const std::string path = rel.empty() ? name : rel + "/" + name;
+    auto fd = dir_fd(split(path)); // refuses a symlink or file at that name
+    if (!fd) {
+      return fail(fd.error().message);
+    }
+    mode_t mode = (archive_entry_perm(e) & 0777) | S_IRWXU;
+    struct timespec mtime {archive_entry_mtime(e), archive_entry_mtime_nsec(e)};
+    m_dir_times.push_back(DirTimes{path, mode, mtime});
+    return ok_status();
+  }
+
+  Status regular_file(struct archive* a, int parent, const std::string& name, struct archive_entry* e,
+                      const std::string& shown)
+  {
+    if (auto st = make_room(parent, name, shown); !st) {
+      return st;
+    }
+    const mode_t mode = archive_entry_perm(e) & 0777; // never setuid, setgid or sticky
+    UniqueFd fd(::openat(parent, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+    if (!fd.valid()) {
+      return fail_errno("cannot create " + shown);
+    }
+    const void* buf = nullptr;
+    size_t size = 0;
+    la_int64_t offset = 0;
+    std::uint64_t end = 0;
+    for (;;) {
+      int r = archive_read_data_block(a, &buf, &size, &offset);
+      if (r == ARCHIVE_EOF) {
+        break;
+      }
+      if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+        return fail(std::string("corrupt data in \"") + shown + "\": " +
+                    (archive_error_string(a) ? archive_error_string(a) : "read error"));
+      }
+      m_stats.bytes += size;
+      if (m_stats.bytes > m_limits.max_bytes) {
+        return fail("unpacks to more than " + std::to_string(m_limits.max_bytes) + " bytes (limit)");
+      }
+      const char* p = static_cast<const char*>(buf);
+      while (size > 0) {
+        ssize_t n = ::pwrite(fd.get(), p, size, offset);
+        if (n < 0) {
+          if (errno == EINTR) {
+            continue;
+          }
+          return fail_errno("cannot write " + shown);
+        }
+        p += n;
+        size -= static_cast<size_t>(n);
+        offset += n;
+      }
+      end = static_cast<std::uint64_t>(offset);
+    }
+    const auto declared = static_cast<std::uint64_t>(archive_entry_size(e));
+    if (declared > end) {
+      if (declared > m_limits.max_bytes) {
+        return fail("unpacks to more than " + std::to_string(m_limits.max_bytes) + " bytes (limit)");
+      }
+      if (::ftruncate(fd.get(), static_cast<off_t>(declared)) != 0) { // a sparse tail
+        return fail_errno("cannot write " + shown);
+      }
+    }
+    if ((mode & current_umask()) != 0 && ::fchmod(fd.get(), mode) != 0) {
+      return fail_errno("cannot set the mode of " + shown);
+    }
+    struct timespec times[2] = {{0, UTIME_OMIT}, {archive_entry_mtime(e), archive_entry_mtime_nsec(e)}};
+    ::futimens(fd.get(), times);
+    ++m_stats.files;
+    return ok_status();
+  }
+
+  Status symlink(int parent, const std::string& name, const char* target, const std::string& shown)
+  {
+    if (!target || !*target) {
+      return fail("symlink \"" + shown + "\" has no target");
+    }
+    if (auto st = make_room(parent, name, shown); !st) {
+      return st;
+    }
+    // The link may point anywhere: it is only ever created, never followed by the writer.
+    if (::symlinkat(target, parent, name.c_str()) != 0) {
+      return fail_errno("cannot create symlink " + shown);
+    }
+    ++m_stats.symlinks;
+    return ok_status();
+  }
+
+  Status hardlink(int parent, const std::string& name, const char* target, const std::string& shown)
+  {
+    auto tparts = split_entry_path(target);
+    if (!tparts || tparts->empty()) {
+      return fail("hard link \"" + shown + "\" -> \"" + target + "\": target outside the archive: refused");
+    }
+    const std::string tname = tparts->back();
+    tparts->pop_back();
+    auto tparent = dir_fd(*tparts);
+    if (!tparent) {
+      return fail("hard link \"" + shown + "\": " + tparent.error().message);
+    }
+    struct stat st {};
+    if (::fstatat(*tparent, tname.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) {
+      return fail("hard link \"" + shown + "\" -> \"" + target + "\": not a file unpacked earlier: refused");
+    }
+    if (auto room = make_room(parent, name, shown); !room) {
+      return room;
+    }
+    if (::linkat(*tparent, tname.c_str(), parent, name.c_str(), 0) != 0) {
+      return fail_errno("cannot create hard link " + shown);
+    }
+    ++m_stats.hardlinks;
+    return ok_status();
+  }
+
+  int m_dest;
+  ExtractLimits m_limits;
+  std::string m_source;
+  ExtractStats m_stats;
+  std::uint64_t m_entries = 0;
+  std::unordered_map<std::string, UniqueFd> m_cache;
+  std::vector<DirTimes> m_dir_times;
+};
+
+} // namespace
+
+Result<ArchiveKind> probe_archive(int fd)
+{
+  auto a = open_reader(fd);
+  ArchiveKind kind = ArchiveKind::not_an_archive;
+  if (a) {
+    struct archive_entry* e = nullptr;
+    if (archive_read_next_header(a->get(), &e) == ARCHIVE_OK) {
+      kind = ArchiveKind::archive;
+    }
+  }
+  if (::lseek(fd, 0, SEEK_SET) != 0) {
+    return Error::from_errno("cannot rewind");
+  }
+  return kind;
+}
+
+Result<ExtractStats> extract_archive(int archive_fd, int dest_fd, const ExtractLimits& limits,
+                                     const std::string& source)
+{
+  auto a = open_reader(archive_fd);
+  if (!a) {
+    return Error::invalid(source + ": " + a.error().message);
+  }
+  Writer writer(dest_fd, limits, source);
+  for (;;) {
+    struct archive_entry* e = nullptr;
+    int r = archive_read_next_header(a->get(), &e);
+    if (r == ARCHIVE_EOF) {
+      break;
+    }
+    if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+      const char* msg = archive_error_string(a->get());
+      return Error::invalid(source + ": corrupt archive: " + (msg ? msg : "read error"));
+    }
+    if (auto st = writer.entry(a->get(), e); !st) {
+      return st.error();
+    }
+  }
+  if (auto st = writer.finish(); !st) {
+    return st.error();
+  }
+  return writer.stats();
+}
+
+} // namespace stagehand::stage

@@ -1,0 +1,217 @@
+// Archive extraction: every format from real tools round-trips; every hostile archive is refused
+// or neutralised with nothing written outside the destination (checked as root).
+#include "stagehand/stage/extract.hpp"
+#include "stagehand/util/fd.hpp"
+
+#include "test_support.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+
+using namespace stagehand;
+using namespace stagehand::stage;
+using namespace stagehand::test;
+
+namespace {
+
+int sh(const std::string& cmd) { return std::system(("set -e; " + cmd).c_str()); }
+
+// A destination, an "outside" directory with a sentinel, and the archives directory.
+struct Sandbox
+{
+  TempDir dir;
+  std::string dest = dir / "dest";
+  std::string outside = dir / "outside";
+  std::string archives = dir / "archives";
+  Sandbox()
+  {
+    sh("mkdir -p '" + dest + "' '" + outside + "' '" + archives + "'");
+    write_file(outside + "/sentinel", "root's");
+  }
+  Result<ExtractStats> extract(const std::string& archive, ExtractLimits limits = {}) const
+  {
+    UniqueFd in(::open(archive.c_str(), O_RDONLY | O_CLOEXEC));
+    UniqueFd out(::open(dest.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    return extract_archive(in.get(), out.get(), limits, archive.substr(archive.rfind('/') + 1));
+  }
+  ArchiveKind probe(const std::string& file) const
+  {
+    UniqueFd in(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+    return *probe_archive(in.get());
+  }
+  void expect_outside_untouched() const
+  {
+    EXPECT_EQ(read_file(outside + "/sentinel"), "root's");
+    EXPECT_EQ(sh("test \"$(ls -A '" + outside + "')\" = sentinel"), 0) << "something was written outside";
+    EXPECT_FALSE(exists_nofollow(dir / "escaped"));
+  }
+};
+
+struct Hostile : Sandbox
+{
+  Hostile()
+  {
+    EXPECT_EQ(sh("python3 '" STAGEHAND_TEST_DATA "/hostile_archives.py' '" + archives + "' '" + outside + "'"), 0);
+  }
+  // Extracts a hostile archive; returns the error message ("" when it succeeded).
+  std::string attack(const std::string& name, ExtractLimits limits = {})
+  {
+    auto r = extract(archives + "/" + name, limits);
+    expect_outside_untouched();
+    return r ? std::string() : r.error().message;
+  }
+};
+
+void make_source_tree(const std::string& src)
+{
+  sh("mkdir -p '" + src + "/sub/deeper' '" + src + "/empty_dir'");
+  write_file(src + "/top.txt", "top level\n");
+  write_file(src + "/sub/data.bin", std::string(100000, 'z') + "end");
+  write_file(src + "/sub/deeper/leaf", "leaf\n");
+  write_file(src + "/empty", "");
+  sh("chmod 0750 '" + src + "/sub/deeper/leaf'; ln -s ../top.txt '" + src + "/sub/link'; ln '" + src + "/top.txt' '" +
+     src + "/hard'; touch -d @1577934245 '" + src + "/top.txt'");
+}
+
+} // namespace
+
+TEST(Extract, EveryFormatFromRealToolsRoundTrips)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Sandbox box;
+  const std::string src = box.dir / "src";
+  make_source_tree(src);
+  const std::string a = box.archives;
+  ASSERT_EQ(sh("cd '" + src + "' && tar cf '" + a + "/t.tar' . && tar czf '" + a + "/t.tar.gz' . && tar cjf '" + a +
+               "/t.tar.bz2' . && tar cJf '" + a + "/t.tar.xz' . && tar --zstd -cf '" + a + "/t.tar.zst' . && bsdtar -cf '" +
+               a + "/t.pax' --format=pax . && bsdtar -czf '" + a + "/t.bsd.tgz' . && zip -qry --symlinks '" + a +
+               "/t.zip' ."),
+            0);
+  for (const char* name : {"t.tar", "t.tar.gz", "t.tar.bz2", "t.tar.xz", "t.tar.zst", "t.pax", "t.bsd.tgz", "t.zip"}) {
+    SCOPED_TRACE(name);
+    sh("rm -rf '" + box.dest + "' && mkdir '" + box.dest + "'");
+    EXPECT_EQ(box.probe(a + "/" + name), ArchiveKind::archive);
+    auto r = box.extract(a + "/" + name);
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(sh("diff -r --no-dereference '" + src + "' '" + box.dest + "'"), 0);
+    EXPECT_EQ(r->files + r->hardlinks, 5U);
+    EXPECT_EQ(r->symlinks, 1U);
+    EXPECT_EQ(r->bytes, 100003U + 10U * (std::string(name) == "t.zip" ? 2U : 1U) + 5U);
+    struct stat st {};
+    ASSERT_EQ(::stat((box.dest + "/sub/deeper/leaf").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0750U);
+    ASSERT_EQ(::stat((box.dest + "/top.txt").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mtime, 1577934245) << "mtime not kept";
+  }
+}
+
+TEST(Extract, ContentDecidesNotTheName)
+{
+  Hostile box;
+  EXPECT_EQ(box.probe(box.archives + "/plain.txt"), ArchiveKind::not_an_archive);
+  EXPECT_EQ(box.probe(box.archives + "/data.csv.gz"), ArchiveKind::not_an_archive);
+  EXPECT_EQ(box.probe(box.archives + "/empty"), ArchiveKind::not_an_archive);
+  EXPECT_EQ(box.probe(box.archives + "/owner.tar"), ArchiveKind::archive);
+  sh("cp '" + box.archives + "/owner.tar' '" + box.archives + "/renamed.bin'");
+  EXPECT_EQ(box.probe(box.archives + "/renamed.bin"), ArchiveKind::archive);
+}
+
+TEST(ExtractHostile, DotDotAndAbsoluteNamesAreRefused)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Hostile box;
+  EXPECT_NE(box.attack("dotdot.tar").find("\"../escaped\": \"..\" in name"), std::string::npos);
+  EXPECT_NE(box.attack("deep-dotdot.tar").find("\"..\" in name"), std::string::npos);
+  EXPECT_NE(box.attack("absolute.tar").find("absolute name"), std::string::npos);
+  EXPECT_NE(box.attack("dotdot.zip").find("\"..\" in name"), std::string::npos);
+  EXPECT_NE(box.attack("absolute.zip").find("absolute name"), std::string::npos);
+}
+
+TEST(ExtractHostile, NoWriteThroughASymlinkFromAnEarlierEntry)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Hostile box;
+  for (const char* name : {"symlink-then-write.tar", "symlink-dotdot-then-write.tar", "symlink-chain.tar"}) {
+    SCOPED_TRACE(name);
+    sh("rm -rf '" + box.dest + "' && mkdir '" + box.dest + "'");
+    EXPECT_NE(box.attack(name).find("is a symlink or a file, not a directory: refused"), std::string::npos);
+  }
+}
+
+TEST(ExtractHostile, HardLinksMustPointAtFilesInsideTheArchive)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Hostile box;
+  EXPECT_NE(box.attack("hardlink-outside.tar").find("target outside the archive: refused"), std::string::npos);
+  EXPECT_NE(box.attack("hardlink-absolute.tar").find("target outside the archive: refused"), std::string::npos);
+  EXPECT_NE(box.attack("hardlink-via-symlink.tar").find("not a file unpacked earlier: refused"), std::string::npos);
+  struct stat st {};
+  ASSERT_EQ(::stat((box.outside + "/sentinel").c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, 1U) << "the sentinel gained a hard link";
+}
+
+TEST(ExtractHostile, ALaterEntryReplacesASymlinkInsteadOfWritingThroughIt)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Hostile box;
+  EXPECT_EQ(box.attack("replace-with-symlink.tar"), "");
+  struct stat st {};
+  ASSERT_EQ(::lstat((box.dest + "/a").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(read_file(box.dest + "/a"), "second");
+}
+
+TEST(ExtractHostile, NoDevicesNoFifosNoSetuidNoOwnership)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Hostile box;
+  auto r = box.extract(box.archives + "/devices.tar");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->skipped_special, 3U);
+  EXPECT_FALSE(exists_nofollow(box.dest + "/null"));
+  EXPECT_FALSE(exists_nofollow(box.dest + "/blk"));
+  EXPECT_FALSE(exists_nofollow(box.dest + "/fifo"));
+  EXPECT_TRUE(exists_nofollow(box.dest + "/regular"));
+
+  ASSERT_TRUE(box.extract(box.archives + "/setuid.tar"));
+  for (const char* name : {"suid", "sgid", "sticky"}) {
+    struct stat st {};
+    ASSERT_EQ(::stat((box.dest + "/" + name).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07000, 0U) << name;
+  }
+  ASSERT_TRUE(box.extract(box.archives + "/owner.tar"));
+  struct stat st {};
+  ASSERT_EQ(::stat((box.dest + "/owned").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, ::geteuid()) << "ownership from the archive was restored";
+}
+
+TEST(ExtractHostile, LimitsStopBombs)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Hostile box;
+  ExtractLimits limits;
+  limits.max_bytes = 10 << 20;
+  EXPECT_NE(box.attack("bomb.tar.gz", limits).find("unpacks to more than 10485760 bytes (limit)"), std::string::npos);
+  limits = {};
+  limits.max_entries = 1000;
+  EXPECT_NE(box.attack("many-entries.tar", limits).find("more than 1000 entries (limit)"), std::string::npos);
+}
+
+TEST(ExtractHostile, LongNamesDeepNestingAndDirectoryReplacement)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Hostile box;
+  EXPECT_NE(box.attack("long-name.tar").find("name longer than 4096 bytes"), std::string::npos);
+  EXPECT_NE(box.attack("deep.tar").find("nested deeper than 256 levels"), std::string::npos);
+  EXPECT_NE(box.attack("dir-then-file.tar").find("would replace a directory: refused"), std::string::npos);
+}
+
+TEST(ExtractHostile, CorruptArchiveIsAnErrorNamingIt)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Hostile box;
+  auto msg = box.attack("truncated.tar.gz");
+  EXPECT_EQ(msg.rfind("truncated.tar.gz: ", 0), 0U) << msg;
+}
