@@ -89,11 +89,14 @@ TEST(Extract, EveryFormatFromRealToolsRoundTrips)
                a + "/t.pax' --format=pax . && bsdtar -czf '" + a + "/t.bsd.tgz' . && zip -qry --symlinks '" + a +
                "/t.zip' ."),
             0);
+  for (unsigned threads : {1U, 3U}) // the reader writing everything, and writer threads
   for (const char* name : {"t.tar", "t.tar.gz", "t.tar.bz2", "t.tar.xz", "t.tar.zst", "t.pax", "t.bsd.tgz", "t.zip"}) {
-    SCOPED_TRACE(name);
+    SCOPED_TRACE(std::string(name) + " with writer_threads=" + std::to_string(threads));
     sh("rm -rf '" + box.dest + "' && mkdir '" + box.dest + "'");
     EXPECT_EQ(box.probe(a + "/" + name), ArchiveKind::archive);
-    auto r = box.extract(a + "/" + name);
+    ExtractLimits limits;
+    limits.writer_threads = threads;
+    auto r = box.extract(a + "/" + name, limits);
     ASSERT_TRUE(r) << r.error().message;
     EXPECT_EQ(sh("diff -r --no-dereference '" + src + "' '" + box.dest + "'"), 0);
     EXPECT_EQ(r->files + r->hardlinks, 5U);

@@ -13,6 +13,7 @@ struct ExtractLimits
 {
   std::uint64_t max_bytes = 2ULL << 40;      // file data written, in total
   std::uint64_t max_entries = 10'000'000ULL; // entries read
+  unsigned writer_threads = 0; // small-file writers: 0 one per core (up to 4); 1 none (reader writes)
 };
 
 struct ExtractStats
