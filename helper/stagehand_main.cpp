@@ -1,4 +1,5 @@
 // stagehand: the admin's command line (check-config, prolog/epilog scripts, gc).
+#include "stage_run.hpp"
 #include "stagehand/config/config.hpp"
 #include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
@@ -32,6 +33,7 @@ Commands:
   epilog [--config FILE]   job end on this node, for slurm.conf Epilog=
   gc [--dry-run] [--config FILE] [--node NAME]
                            remove kept scratch directories whose keep_for has passed
+  stage-run ...             internal: --stage-data on one node, run by the job's task
   status [--json]          (needs stagehandd, not in this version)
   cache ls|evict           (needs stagehandd, not in this version)
 
@@ -196,6 +198,9 @@ int main(int argc, char** argv)
     }
     if (cmd == "gc") {
       return cmd_gc(args);
+    }
+    if (cmd == "stage-run") {
+      return cli::stage_run(args);
     }
     if (cmd == "status" || cmd == "cache") {
       spdlog::error("'{}' talks to the node daemon stagehandd, which this version does not have yet", cmd);

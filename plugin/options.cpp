@@ -1,13 +1,15 @@
 // Option table, option callbacks and plugstack arguments.
 #include "plugin.hpp"
 
+#include "stagehand/stage/spec.hpp"
+
 #include <cstring>
 
 namespace stagehand::plugin {
 
 namespace detail {
 
-enum OptionVal : int { k_opt_tmpdir = 1, k_opt_ddp_env = 2 };
+enum OptionVal : int { k_opt_tmpdir = 1, k_opt_ddp_env = 2, k_opt_stage_data = 3 };
 
 int on_option(int val, const char* optarg, int /*remote*/)
 {
@@ -26,6 +28,16 @@ int on_option(int val, const char* optarg, int /*remote*/)
         return -1;
       }
       options().ddp_env = *r;
+    } else if (val == k_opt_stage_data) {
+      auto r = stage::parse_stage_option(optarg ? optarg : "");
+      if (!r) {
+        slurm_error("stagehand: %s", r.error().message.c_str());
+        return -1;
+      }
+      options().stage_data = optarg;
+      if (!options().tmpdir) {
+        options().tmpdir = tmpdir::Request::create; // --stage-data implies --tmpdir
+      }
     }
     return 0;
   } catch (...) {
@@ -38,6 +50,11 @@ char k_arg_tmpdir[] = "keep";
 char k_usage_tmpdir[] =
   "Private per-job scratch directory on each node's local disk, exported as SLURM_TMPDIR and "
   "TMPDIR, removed when the job ends (=keep: kept for a while) [stagehand]";
+char k_name_stage_data[] = "stage-data";
+char k_arg_stage_data[] = "SRC[:DEST][,...]";
+char k_usage_stage_data[] =
+  "Copy files and directories, or unpack archives (tar, tar.gz/bz2/xz/zst, zip), into SLURM_TMPDIR on every node "
+  "before the job's first task there (implies --tmpdir; SRC:DEST:copy keeps an archive packed) [stagehand]";
 char k_name_ddp_env[] = "ddp-env";
 char k_arg_ddp_env[] = "auto|tasks|torchrun";
 char k_usage_ddp_env[] =
@@ -59,13 +76,19 @@ Result<Args> parse_args(int ac, char** av)
   Args args;
   for (int i = 0; i < ac; ++i) {
     std::string_view a = av[i];
-    if (a.starts_with("config=")) {
+    if (a.starts_with("helper=")) {
+      args.helper_path = std::string(a.substr(7));
+      if (args.helper_path.empty() || args.helper_path[0] != '/') {
+        return Error::invalid("plugstack.conf: helper= needs an absolute path, got \"" + args.helper_path + "\"");
+      }
+    } else if (a.starts_with("config=")) {
       args.config_path = std::string(a.substr(7));
       if (args.config_path.empty() || args.config_path[0] != '/') {
         return Error::invalid("plugstack.conf: config= needs an absolute path, got \"" + args.config_path + "\"");
       }
     } else {
-      return Error::invalid("plugstack.conf: unknown argument \"" + std::string(a) + "\" (expected config=PATH)");
+      return Error::invalid("plugstack.conf: unknown argument \"" + std::string(a) +
+                            "\" (expected config=PATH or helper=PATH)");
     }
   }
   return args;
@@ -89,6 +112,9 @@ __attribute__((visibility("default"))) struct spank_option spank_options[] = {
    stagehand::plugin::detail::k_opt_tmpdir, stagehand::plugin::detail::on_option},
   {stagehand::plugin::detail::k_name_ddp_env, stagehand::plugin::detail::k_arg_ddp_env,
    stagehand::plugin::detail::k_usage_ddp_env, 2, stagehand::plugin::detail::k_opt_ddp_env,
+   stagehand::plugin::detail::on_option},
+  {stagehand::plugin::detail::k_name_stage_data, stagehand::plugin::detail::k_arg_stage_data,
+   stagehand::plugin::detail::k_usage_stage_data, 1, stagehand::plugin::detail::k_opt_stage_data,
    stagehand::plugin::detail::on_option},
   SPANK_OPTIONS_TABLE_END,
 };

@@ -22,19 +22,24 @@ struct Options
 {
   std::optional<tmpdir::Request> tmpdir;
   std::optional<ddp::Mode> ddp_env;
+  std::optional<std::string> stage_data; // the raw value, syntax already checked
 };
 
 Options& options();
 
-// The plugstack.conf arguments: config=PATH.
+// The plugstack.conf arguments: config=PATH, helper=PATH (the stagehand CLI, for staging).
 struct Args
 {
   std::string config_path{k_default_config_path};
+  std::string helper_path{STAGEHAND_HELPER_PATH};
 };
 Result<Args> parse_args(int ac, char** av);
 
 // Loads the config named by the plugstack arguments (root-owned file required).
 Result<Config> load(int ac, char** av);
+
+// Environment variable carrying the canonical --stage-data specs from sbatch/srun to the steps.
+inline constexpr const char* k_stage_env = "STAGEHAND_STAGE_DATA";
 
 
 // Per-context handlers (submit.cpp, slurmstepd.cpp, job_script.cpp).
@@ -46,5 +51,8 @@ int job_epilog(spank_t sp, int ac, char** av);
 
 // task_init helper (ddp_env.cpp): exports the DDP environment of this task.
 int export_ddp_env(spank_t sp, const Config& config, ddp::Mode mode);
+
+// task_init helper (stage_data.cpp): stages the job's data into `tmpdir` on this node, once.
+int stage_data(spank_t sp, const Config& config, const Args& args, const std::string& tmpdir, const std::string& node);
 
 } // namespace stagehand::plugin

@@ -15,6 +15,7 @@ struct StepState
 {
   std::optional<Config> config;
   std::string config_error;
+  Args args;
 };
 
 StepState& step_state()
@@ -35,12 +36,16 @@ int stepd_init_post_opt(spank_t /*sp*/, int ac, char** av)
     return 0; // only jobs that use stagehand fail, in task_init
   }
   s.config = std::move(*config);
+  if (auto args = parse_args(ac, av)) {
+    s.args = *args;
+  }
   return 0;
 }
 
 namespace {
 
-int export_tmpdir(spank_t sp, const Config& config)
+// Exports SLURM_TMPDIR (and TMPDIR); `path` and `node` receive the directory and the node name.
+int export_tmpdir(spank_t sp, const Config& config, std::string& path, std::string& node_name)
 {
   if (tmpdir::effective_request(config, options().tmpdir) == tmpdir::Request::none) {
     return 0;
@@ -67,6 +72,8 @@ int export_tmpdir(spank_t sp, const Config& config)
     slurm_error("stagehand: --tmpdir: cannot set SLURM_TMPDIR");
     return -1;
   }
+  path = *dir;
+  node_name = node;
   return 0;
 }
 
@@ -76,14 +83,18 @@ int stepd_task_init(spank_t sp, int /*ac*/, char** /*av*/)
 {
   StepState& s = step_state();
   if (!s.config) {
-    if (options().tmpdir || options().ddp_env) {
+    if (options().tmpdir || options().ddp_env || options().stage_data) {
       slurm_error("stagehand: the node's stagehand config is unusable (%s); ask your cluster admin",
                   s.config_error.c_str());
       return -1;
     }
     return 0;
   }
-  if (export_tmpdir(sp, *s.config) != 0) {
+  std::string tmpdir_path, node;
+  if (export_tmpdir(sp, *s.config, tmpdir_path, node) != 0) {
+    return -1;
+  }
+  if (options().stage_data && stage_data(sp, *s.config, s.args, tmpdir_path, node) != 0) {
     return -1;
   }
   if (options().ddp_env && export_ddp_env(sp, *s.config, *options().ddp_env) != 0) {

@@ -2,7 +2,8 @@
 # A real local Slurm cluster for the tests: a private munged, slurmctld and two slurmd
 # (node1, node2) on localhost, with the built stagehand.so in plugstack.conf.
 #
-#   cluster.sh start PLUGIN_SO   start everything, wait until both nodes are idle
+#   cluster.sh start PLUGIN_SO   start everything, wait until both nodes are idle (the CLI, for
+#                                --stage-data, is taken from PLUGIN_SO's build tree: ../helper)
 #   cluster.sh stop              stop everything this cluster started, remove its state
 #   cluster.sh env               print the variables a client needs (eval "$(cluster.sh env)")
 #
@@ -48,6 +49,7 @@ write_configs() {
   chmod 0755 "$DIR" "$DIR"/{etc,lib,log,scratch}
   chmod 0700 "$DIR/munge" "$DIR/ctld"
   install -m 0755 "$plugin" "$DIR/lib/stagehand.so"
+  install -m 0755 "$(dirname "$plugin")/../helper/stagehand" "$DIR/lib/stagehand"
   chown "$TEST_USER": "$DIR/work"
 
   cat >"$DIR/etc/stagehand.toml" <<TOML
@@ -59,7 +61,7 @@ keep_for = "1h"
 TOML
   chmod 0644 "$DIR/etc/stagehand.toml"
 
-  echo "required $DIR/lib/stagehand.so config=$DIR/etc/stagehand.toml" >"$DIR/etc/plugstack.conf"
+  echo "required $DIR/lib/stagehand.so config=$DIR/etc/stagehand.toml helper=$DIR/lib/stagehand" >"$DIR/etc/plugstack.conf"
   chmod 0644 "$DIR/etc/plugstack.conf"
 
   cat >"$DIR/etc/slurm.conf" <<CONF

@@ -1,0 +1,31 @@
+// Copying files and directory trees into the job's directory with the kernel's fast paths.
+#pragma once
+
+#include "stagehand/util/result.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace stagehand::stage {
+
+struct CopyStats
+{
+  std::uint64_t files = 0;
+  std::uint64_t dirs = 0;
+  std::uint64_t symlinks = 0;
+  std::uint64_t skipped_special = 0;
+  std::uint64_t bytes = 0;
+};
+
+// Copies the regular file open at `src_fd` to a new file `name` in `dest_dir_fd` (O_EXCL,
+// O_NOFOLLOW): copy_file_range, falling back to sendfile and read/write; mode without
+// setuid/setgid/sticky; mtime kept. `max_bytes` bounds the bytes written (file may grow).
+Status copy_file(int src_fd, int dest_dir_fd, const std::string& name, std::uint64_t max_bytes, CopyStats& stats,
+                 const std::string& shown);
+
+// Copies the directory open at `src_dir_fd` into the existing directory `dest_dir_fd`: files,
+// directories and symlinks (as links, never followed); devices, FIFOs and sockets are skipped.
+// Walks with fds and an explicit stack.
+Status copy_tree(int src_dir_fd, int dest_dir_fd, std::uint64_t max_bytes, CopyStats& stats, const std::string& shown);
+
+} // namespace stagehand::stage

@@ -1,0 +1,60 @@
+// --stage-data=SRC[:DEST[:copy]][,...]: the grammar, the destinations, and the checks made as
+// the user at submit time (and again on the node).
+#pragma once
+
+#include "stagehand/config/config.hpp"
+#include "stagehand/util/result.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace stagehand::stage {
+
+enum class Unpack { if_archive, never }; // ":copy" copies an archive as it is
+
+struct StageSpec
+{
+  std::string src;      // as written (relative to the submit directory, or absolute)
+  std::string dest;     // relative to SLURM_TMPDIR; empty: derived from src
+  Unpack unpack = Unpack::if_archive;
+};
+
+// Parses the option value. Errors name the offending spec.
+Result<std::vector<StageSpec>> parse_stage_option(std::string_view value);
+
+// `name` without an archive suffix (.tar, .tar.gz/.tgz, .tar.bz2/.tbz2, .tar.xz/.txz,
+// .tar.zst/.tzst, .zip); unchanged when it has none.
+std::string strip_archive_suffix(std::string_view name);
+
+// A source after the checks: canonical absolute path, kind, size, final destination.
+struct CheckedSource
+{
+  std::string shown;     // as the user wrote it, for messages
+  std::string path;      // canonical absolute path
+  std::string dest;      // normalised, relative to SLURM_TMPDIR
+  bool is_dir = false;
+  Unpack mode = Unpack::if_archive;
+  bool unpack = false;   // a regular file whose content is an archive, without ":copy"
+  std::uint64_t bytes = 0; // file size, or the sum of a directory's regular files
+};
+
+// Says whether the regular file open at the fd is an archive to unpack (by content).
+using ArchiveProbe = std::function<bool(int fd)>;
+
+// Checks every spec as the calling user: the source exists and is readable (a directory: every
+// file below it), lies under [stage] allowed_roots when set, destinations are relative, without
+// "..", and do not overlap, and the total is at most [stage] max_bytes. `base_dir` resolves
+// relative sources. With a `probe`, `unpack` says what the content is; without one (the plugin,
+// which must not load libarchive into sbatch/srun), a file's default destination drops an archive
+// suffix of its name and the node decides by content. The error is one line naming the source
+// and the reason.
+Result<std::vector<CheckedSource>> check_sources(const std::vector<StageSpec>& specs, const std::string& base_dir,
+                                                 const StageConfig& config, const ArchiveProbe& probe = nullptr);
+
+// Canonical specs ("ABS_SRC:DEST[:copy]", comma-separated) that the node side re-checks.
+std::string canonical_option(const std::vector<CheckedSource>& sources);
+
+} // namespace stagehand::stage
