@@ -99,10 +99,12 @@ int stage_run(const std::vector<std::string>& args)
     return 1;
   }
   // Another task of this job on this node got here first: reuse its result.
-  if (::faccessat(state.get(), "done", F_OK, 0) == 0) {
+  const std::string done = stage::done_marker(specs_text);
+  const std::string failed_name = "failed" + done.substr(4);
+  if (::faccessat(state.get(), done.c_str(), F_OK, 0) == 0) {
     return 0;
   }
-  if (UniqueFd failed(::openat(state.get(), "failed", O_RDONLY | O_NOFOLLOW | O_CLOEXEC)); failed.valid()) {
+  if (UniqueFd failed(::openat(state.get(), failed_name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)); failed.valid()) {
     std::fprintf(stderr, "%s", read_all(failed.get()).c_str());
     return 1;
   }
@@ -110,7 +112,7 @@ int stage_run(const std::vector<std::string>& args)
   auto fail = [&](const std::string& message) {
     std::string line = "stagehand: " + message + " (node " + node + ")\n";
     std::fputs(line.c_str(), stderr);
-    write_marker(state.get(), "failed", line);
+    write_marker(state.get(), failed_name.c_str(), line);
     return 1;
   };
   auto specs = stage::parse_stage_option(specs_text);
@@ -135,7 +137,7 @@ int stage_run(const std::vector<std::string>& args)
     std::printf("stagehand: %s: %s\n", node.c_str(), line.c_str());
   }
   std::fflush(stdout);
-  write_marker(state.get(), "done", "");
+  write_marker(state.get(), done.c_str(), "");
   return 0;
 }
 

@@ -3,6 +3,8 @@
 // links libarchive: srun and slurmstepd load nothing more at each step.
 #include "plugin.hpp"
 
+#include "stagehand/stage/spec.hpp"
+
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,12 +32,12 @@ int stage_data(spank_t sp, const Config& config, const Args& args, const std::st
     slurm_error("stagehand: --stage-data: no SLURM_TMPDIR on node %s", node.c_str());
     return -1;
   }
-  // Staged already on this node for this job (an earlier task or step): nothing to start.
-  if (::access((tmpdir + "/.stagehand/done").c_str(), F_OK) == 0) {
-    return 0;
-  }
   // Canonical sources from sbatch/srun's check; else the raw value, relative to the submit dir.
   std::string specs = task_env(sp, k_stage_env).value_or(*options().stage_data);
+  // Staged already on this node (an earlier task or step with the same specs): nothing to start.
+  if (::access((tmpdir + "/.stagehand/" + stage::done_marker(specs)).c_str(), F_OK) == 0) {
+    return 0;
+  }
   std::vector<std::string> argv_s = {args.helper_path, "stage-run", "--tmpdir", tmpdir, "--node", node,
                                      "--max-bytes", std::to_string(config.stage.max_bytes)};
   if (auto base = task_env(sp, "SLURM_SUBMIT_DIR")) {

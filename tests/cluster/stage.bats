@@ -122,3 +122,11 @@ EOF2
   echo "$out" | grep -q 'stagehand: --stage-data: .*vanishing.bin: no such file or directory'
   [ "$(scontrol show job "$id" -o | grep -o 'JobState=[A-Z]*')" = JobState=FAILED ]
 }
+
+@test "an srun step adds its own --stage-data to a job that staged already; later steps reuse both" {
+  submit -N1 -n2 --stage-data=data/plain.bin --wrap "'srun -n2 --stage-data=data/tree.tar.gz:extra bash -c \"ls \\\$SLURM_TMPDIR/extra/sub/a.txt \\\$SLURM_TMPDIR/plain.bin\"; srun -n2 true'"
+  [ "$JOB_RC" -eq 0 ]
+  [ "$(echo "$LAST_OUTPUT" | grep -c '^stagehand: node1: copied .*/data/plain.bin')" -eq 1 ]
+  [ "$(echo "$LAST_OUTPUT" | grep -c '^stagehand: node1: unpacked .*/data/tree.tar.gz')" -eq 1 ]
+  [ "$(echo "$LAST_OUTPUT" | grep -c 'extra/sub/a.txt$')" -eq 2 ]
+}

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <cstdlib>
 #include <memory>
@@ -232,6 +233,17 @@ Result<std::vector<CheckedSource>> check_sources(const std::vector<StageSpec>& s
     out.push_back(std::move(c));
   }
   return out;
+}
+
+std::string done_marker(std::string_view specs)
+{
+  std::uint64_t h = 14695981039346656037ULL; // FNV-1a
+  for (unsigned char c : specs) {
+    h = (h ^ c) * 1099511628211ULL;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "done-%016llx", static_cast<unsigned long long>(h));
+  return buf;
 }
 
 std::string canonical_option(const std::vector<CheckedSource>& sources)
