@@ -31,8 +31,11 @@ std::string human_bytes(std::uint64_t b)
   return buf;
 }
 
-// Opens (creating 0755 as needed) the parent directories of `dest` below `root_fd`, O_NOFOLLOW.
-Result<UniqueFd> open_parent(int root_fd, const std::string& dest, std::string& last)
+using Made = std::vector<std::pair<UniqueFd, std::string>>; // (parent fd, name), in creation order
+
+// Opens (creating 0755 as needed) the parent directories of `dest` below `root_fd`, O_NOFOLLOW;
+// the directories it creates are appended to `made`.
+Result<UniqueFd> open_parent(int root_fd, const std::string& dest, std::string& last, Made& made)
 {
   UniqueFd cur(::fcntl(root_fd, F_DUPFD_CLOEXEC, 0));
   std::size_t i = 0;
@@ -43,7 +46,9 @@ Result<UniqueFd> open_parent(int root_fd, const std::string& dest, std::string& 
       return cur;
     }
     std::string comp = dest.substr(i, j - i);
-    if (::mkdirat(cur.get(), comp.c_str(), 0755) != 0 && errno != EEXIST) {
+    if (::mkdirat(cur.get(), comp.c_str(), 0755) == 0) {
+      made.emplace_back(UniqueFd(::fcntl(cur.get(), F_DUPFD_CLOEXEC, 0)), comp);
+    } else if (errno != EEXIST) {
       return Error::from_errno("cannot create " + dest.substr(0, j));
     }
     UniqueFd next(::openat(cur.get(), comp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -61,11 +66,11 @@ Result<std::vector<std::string>> stage_all(const std::vector<CheckedSource>& sou
                                            const std::string& tmpdir_path, const StageLimits& limits)
 {
   std::vector<std::string> lines;
-  std::vector<std::pair<UniqueFd, std::string>> made; // (parent fd, name) of each destination
+  Made made; // every directory and destination this run created, in creation order
   std::uint64_t total = 0;
   auto undo = [&] {
-    for (auto& [parent, name] : made) {
-      (void)fs::remove_tree(parent.get(), name);
+    for (auto it = made.rbegin(); it != made.rend(); ++it) {
+      (void)fs::remove_tree(it->first.get(), it->second);
     }
   };
   for (const auto& src : sources) {
@@ -75,7 +80,7 @@ Result<std::vector<std::string>> stage_all(const std::vector<CheckedSource>& sou
       return Error::invalid("--stage-data: " + src.shown + ": " + why);
     };
     std::string name;
-    auto parent = open_parent(tmpdir_fd, src.dest, name);
+    auto parent = open_parent(tmpdir_fd, src.dest, name, made);
     if (!parent) {
       return fail(parent.error().message);
     }

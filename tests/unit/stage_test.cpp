@@ -1,0 +1,188 @@
+// --stage-data: grammar, submit-time checks as the user, the copy engine, and cleanup on failure.
+#include "stagehand/stage/copy.hpp"
+#include "stagehand/stage/run.hpp"
+#include "stagehand/stage/spec.hpp"
+#include "stagehand/util/fd.hpp"
+
+#include "test_support.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+
+using namespace stagehand;
+using namespace stagehand::stage;
+using namespace stagehand::test;
+
+namespace {
+
+int sh(const std::string& cmd) { return std::system(("set -e; " + cmd).c_str()); }
+
+std::string error_of(const Result<std::vector<CheckedSource>>& r) { return r ? std::string() : r.error().message; }
+
+} // namespace
+
+TEST(StageSpec, Grammar)
+{
+  auto specs = parse_stage_option("datasets/imagenet.tar.zst,datasets/labels:lbl,/abs/shards.tar::copy,x:y:copy");
+  ASSERT_TRUE(specs) << specs.error().message;
+  ASSERT_EQ(specs->size(), 4U);
+  EXPECT_EQ((*specs)[0].src, "datasets/imagenet.tar.zst");
+  EXPECT_EQ((*specs)[0].dest, "");
+  EXPECT_EQ((*specs)[0].unpack, Unpack::if_archive);
+  EXPECT_EQ((*specs)[1].dest, "lbl");
+  EXPECT_EQ((*specs)[2].src, "/abs/shards.tar");
+  EXPECT_EQ((*specs)[2].dest, "");
+  EXPECT_EQ((*specs)[2].unpack, Unpack::never);
+  EXPECT_EQ((*specs)[3].dest, "y");
+  EXPECT_EQ(parse_stage_option("a,,b").error().message, "--stage-data: empty entry in \"a,,b\"");
+  EXPECT_EQ(parse_stage_option("a:b:zip").error().message, "--stage-data: a:b:zip: unknown flag \"zip\" (the only one is :copy)");
+  EXPECT_FALSE(parse_stage_option(""));
+  EXPECT_FALSE(parse_stage_option(":dest"));
+}
+
+TEST(StageSpec, ArchiveSuffixes)
+{
+  EXPECT_EQ(strip_archive_suffix("imagenet.tar.zst"), "imagenet");
+  EXPECT_EQ(strip_archive_suffix("a.tgz"), "a");
+  EXPECT_EQ(strip_archive_suffix("a.tar.bz2"), "a");
+  EXPECT_EQ(strip_archive_suffix("a.zip"), "a");
+  EXPECT_EQ(strip_archive_suffix("a.txt"), "a.txt");
+  EXPECT_EQ(strip_archive_suffix(".tar"), ".tar");
+}
+
+TEST(StageCheck, DestinationsAndSizes)
+{
+  TempDir dir;
+  sh("cd '" + dir.path() + "' && mkdir -p data/tree/sub && head -c 1000 /dev/zero > data/tree/sub/f && "
+     "head -c 500 /dev/zero > data/file.bin && tar cf data/pack.tar -C data tree");
+  StageConfig config;
+  auto ok = check_sources(*parse_stage_option("data/tree,data/file.bin:x/y.bin," + dir.path() + "/data/pack.tar"),
+                          dir.path(), config);
+  ASSERT_TRUE(ok) << ok.error().message;
+  ASSERT_EQ(ok->size(), 3U);
+  EXPECT_EQ((*ok)[0].dest, "data/tree");
+  EXPECT_TRUE((*ok)[0].is_dir);
+  EXPECT_EQ((*ok)[0].bytes, 1000U);
+  EXPECT_EQ((*ok)[1].dest, "x/y.bin");
+  EXPECT_EQ((*ok)[2].dest, "pack"); // absolute: basename without the archive suffix
+  EXPECT_EQ((*ok)[2].path, dir.path() + "/data/pack.tar");
+  EXPECT_EQ(canonical_option(*ok), dir.path() + "/data/tree:data/tree," + dir.path() + "/data/file.bin:x/y.bin," +
+                                     dir.path() + "/data/pack.tar:pack");
+
+  auto up = check_sources(*parse_stage_option("../data/file.bin"), dir.path() + "/data", config);
+  ASSERT_TRUE(up) << up.error().message;
+  EXPECT_EQ((*up)[0].dest, "file.bin"); // a relative source that climbs out lands by its basename
+
+  EXPECT_NE(error_of(check_sources(*parse_stage_option("data/nope"), dir.path(), config))
+              .find("--stage-data: data/nope: no such file or directory (relative to " + dir.path() + ")"),
+            std::string::npos);
+  EXPECT_NE(error_of(check_sources(*parse_stage_option("data/file.bin:../x"), dir.path(), config))
+              .find("must stay inside SLURM_TMPDIR"),
+            std::string::npos);
+  EXPECT_NE(error_of(check_sources(*parse_stage_option("data/file.bin:/x"), dir.path(), config))
+              .find("must be relative to SLURM_TMPDIR"),
+            std::string::npos);
+  EXPECT_NE(error_of(check_sources(*parse_stage_option("data/file.bin:.stagehand/x"), dir.path(), config))
+              .find("is reserved"),
+            std::string::npos);
+  EXPECT_NE(error_of(check_sources(*parse_stage_option("data/tree:d,data/file.bin:d/sub"), dir.path(), config))
+              .find("destination \"d/sub\" overlaps \"d\""),
+            std::string::npos);
+  EXPECT_TRUE(check_sources(*parse_stage_option("data/tree:d,data/file.bin:dd"), dir.path(), config));
+  config.max_bytes = 1200;
+  EXPECT_NE(error_of(check_sources(*parse_stage_option("data/tree,data/file.bin"), dir.path(), config))
+              .find("the sources total 1500 bytes, over [stage] max_bytes 1200"),
+            std::string::npos);
+  config = {};
+  config.allowed_roots = {dir.path() + "/data/tree"};
+  EXPECT_TRUE(check_sources(*parse_stage_option("data/tree"), dir.path(), config));
+  EXPECT_NE(error_of(check_sources(*parse_stage_option("data/file.bin"), dir.path(), config)).find("allowed_roots"),
+            std::string::npos);
+  config.allowed_roots = {dir.path() + "/dat"}; // a prefix of the name, not of the path
+  EXPECT_FALSE(check_sources(*parse_stage_option("data/file.bin"), dir.path(), config));
+}
+
+TEST(StageCheck, SourcesAreReadAsTheUser)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir dir;
+  sh("cd '" + dir.path() + "' && mkdir -p tree/locked && echo s > secret && chmod 600 secret && echo t > tree/locked/t "
+     "&& chmod 700 tree/locked && chmod 755 tree");
+  EXPECT_EQ(run_as_attacker([&] {
+              auto r = check_sources(*parse_stage_option("secret"), dir.path(), StageConfig{});
+              return !r && r.error().message.find("secret: permission denied") != std::string::npos;
+            }),
+            0);
+  EXPECT_EQ(run_as_attacker([&] {
+              auto r = check_sources(*parse_stage_option("tree"), dir.path(), StageConfig{});
+              return !r && r.error().message.find("tree: unreadable") != std::string::npos;
+            }),
+            0);
+}
+
+TEST(StageCheck, DoneMarkersDifferBySpecs)
+{
+  EXPECT_EQ(done_marker("a,b"), done_marker("a,b"));
+  EXPECT_NE(done_marker("a,b"), done_marker("a,c"));
+  EXPECT_EQ(done_marker("x").rfind("done-", 0), 0U);
+}
+
+TEST(CopyTree, ContentModesLinksTimesNoSetuidNoSpecials)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir dir;
+  sh("cd '" + dir.path() + "' && mkdir -p src/a/b dst && head -c 300000 /dev/urandom > src/a/b/blob && echo x > src/s "
+     "&& chmod 4755 src/s && chmod 0750 src/a/b/blob && ln -s ../outside src/a/link && mkfifo src/fifo && "
+     "touch -d @1500000000 src/a/b/blob");
+  UniqueFd src(::open((dir / "src").c_str(), O_RDONLY | O_DIRECTORY));
+  UniqueFd dst(::open((dir / "dst").c_str(), O_RDONLY | O_DIRECTORY));
+  CopyStats stats;
+  ASSERT_TRUE(copy_tree(src.get(), dst.get(), 1ULL << 30, stats, "src"));
+  EXPECT_EQ(sh("cmp '" + dir / "src/a/b/blob" + "' '" + dir / "dst/a/b/blob" + "'"), 0);
+  EXPECT_EQ(stats.files, 2U);
+  EXPECT_EQ(stats.symlinks, 1U);
+  EXPECT_EQ(stats.skipped_special, 1U);
+  EXPECT_EQ(stats.bytes, 300002U);
+  struct stat st {};
+  ASSERT_EQ(::stat((dir / "dst/s").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755U) << "setuid kept";
+  ASSERT_EQ(::stat((dir / "dst/a/b/blob").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750U);
+  EXPECT_EQ(st.st_mtime, 1500000000);
+  ASSERT_EQ(::lstat((dir / "dst/a/link").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  EXPECT_FALSE(exists_nofollow(dir / "dst/fifo"));
+
+  CopyStats small;
+  sh("rm -rf '" + dir / "dst2" + "' && mkdir '" + dir / "dst2" + "'");
+  UniqueFd dst2(::open((dir / "dst2").c_str(), O_RDONLY | O_DIRECTORY));
+  auto over = copy_tree(src.get(), dst2.get(), 1000, small, "src");
+  ASSERT_FALSE(over);
+  EXPECT_NE(over.error().message.find("(limit)"), std::string::npos);
+}
+
+TEST(StageAll, AFailureRemovesEverythingThisRunStaged)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir dir;
+  sh("cd '" + dir.path() + "' && mkdir -p tmp data/tree && echo ok > data/tree/f && "
+     "python3 '" STAGEHAND_TEST_DATA "/hostile_archives.py' data '" + dir.path() + "/outside-x' >/dev/null");
+  auto sources = check_sources(*parse_stage_option("data/tree,data/dotdot.tar"), dir.path(), StageConfig{},
+                               [](int) { return true; });
+  ASSERT_TRUE(sources) << sources.error().message;
+  UniqueFd tmp(::open((dir / "tmp").c_str(), O_RDONLY | O_DIRECTORY));
+  auto r = stage_all(*sources, tmp.get(), dir / "tmp", StageLimits{});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("--stage-data: data/dotdot.tar: archive entry \"../escaped\""), std::string::npos)
+    << r.error().message;
+  EXPECT_EQ(sh("test -z \"$(ls -A '" + dir / "tmp" + "')\""), 0) << "partial data left behind";
+  EXPECT_FALSE(exists_nofollow(dir / "escaped"));
+
+  auto good = check_sources(*parse_stage_option("data/tree:t"), dir.path(), StageConfig{}, [](int) { return false; });
+  auto lines = stage_all(*good, tmp.get(), dir / "tmp", StageLimits{});
+  ASSERT_TRUE(lines) << lines.error().message;
+  ASSERT_EQ(lines->size(), 1U);
+  EXPECT_EQ((*lines)[0].rfind("copied data/tree -> " + dir / "tmp" + "/t: 1 files, 3 B in ", 0), 0U) << (*lines)[0];
+}
