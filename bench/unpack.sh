@@ -5,7 +5,7 @@
 # Each command runs ROUNDS times (default 5), interleaved; the median is reported and every
 # ratio is against GNU tar on the same archive. Usage: bench/unpack.sh BUILD_DIR [ROUNDS]
 set -euo pipefail
-tool=$(cd "${1:?usage: unpack.sh BUILD_DIR [ROUNDS]}" && pwd)/bench/unpack_tool
+tool=$(cd "${1:?usage: unpack.sh BUILD_DIR [ROUNDS]}" && pwd)/bench/stage_tool
 rounds=${2:-5}
 [ -x "$tool" ] || { echo "build first: $tool missing" >&2; exit 1; }
 work=$(mktemp -d /dev/shm/stagehand-unpack.XXXXXX)
@@ -26,12 +26,12 @@ PY
 declare -A cmds=(
   [tar:gnu-tar]='tar xf $A -C $D'
   [tar:bsdtar]='bsdtar xf $A -C $D'
-  [tar:stagehand]='$T $A $D >/dev/null'
-  [tar:stagehand-1-writer]='$T $A $D 1 >/dev/null'
+  [tar:stagehand]='$T unpack $A $D'
+  [tar:stagehand-1-writer]='$T unpack $A $D 1'
   [gz:gnu-tar]='tar xzf $A -C $D'
-  [gz:stagehand]='$T $A $D >/dev/null'
+  [gz:stagehand]='$T unpack $A $D'
   [zst:zstd-pipe-tar]='zstd -dcq $A | tar xf - -C $D'
-  [zst:stagehand]='$T $A $D >/dev/null'
+  [zst:stagehand]='$T unpack $A $D'
 )
 declare -A archive=([tar]=small.tar [gz]=small.tar.gz [zst]=small.tar.zst)
 declare -A times=()

@@ -1,0 +1,59 @@
+// bench helper: stagehand's staging engine on one source, for timing against the usual tools.
+//   stage_tool unpack ARCHIVE DEST [WRITER_THREADS]   (0: one per core, 1: the reader writes)
+//   stage_tool copy-file SRC DEST_DIR NAME
+//   stage_tool copy-tree SRC_DIR DEST_DIR
+#include "stagehand/stage/copy.hpp"
+#include "stagehand/stage/extract.hpp"
+#include "stagehand/util/fd.hpp"
+
+#include <fcntl.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+using namespace stagehand;
+
+namespace {
+
+UniqueFd open_dir(const char* path) { return UniqueFd(::open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)); }
+
+int report(const Status& st)
+{
+  if (!st) {
+    std::fprintf(stderr, "%s\n", st.error().message.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+  const std::string cmd = argc > 1 ? argv[1] : "";
+  if (cmd == "unpack" && (argc == 4 || argc == 5)) {
+    stage::ExtractLimits limits;
+    if (argc == 5) {
+      limits.writer_threads = static_cast<unsigned>(std::atoi(argv[4]));
+    }
+    UniqueFd in(::open(argv[2], O_RDONLY | O_CLOEXEC));
+    UniqueFd out = open_dir(argv[3]);
+    auto r = stage::extract_archive(in.get(), out.get(), limits, argv[2]);
+    return report(r ? ok_status() : Status(r.error()));
+  }
+  if (cmd == "copy-file" && argc == 5) {
+    UniqueFd in(::open(argv[2], O_RDONLY | O_CLOEXEC));
+    UniqueFd out = open_dir(argv[3]);
+    stage::CopyStats stats;
+    return report(stage::copy_file(in.get(), out.get(), argv[4], ~0ULL, stats, argv[2]));
+  }
+  if (cmd == "copy-tree" && argc == 4) {
+    UniqueFd in = open_dir(argv[2]);
+    UniqueFd out = open_dir(argv[3]);
+    stage::CopyStats stats;
+    return report(stage::copy_tree(in.get(), out.get(), ~0ULL, stats, argv[2]));
+  }
+  std::fprintf(stderr, "usage: stage_tool unpack ARCHIVE DEST [THREADS] | copy-file SRC DIR NAME | copy-tree SRC DIR\n");
+  return 2;
+}
