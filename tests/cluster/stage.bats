@@ -22,6 +22,19 @@ setup_file() {
   python3 "$STAGEHAND_SOURCE_DIR/tests/unit/data/hostile_archives.py" "$W/data" "$STAGEHAND_CLUSTER_DIR/outside" >/dev/null 2>&1 || true
   mkdir -p "$STAGEHAND_CLUSTER_DIR/outside"; echo root >"$STAGEHAND_CLUSTER_DIR/outside/sentinel"
   chown "$STAGEHAND_TEST_USER:" "$W"/data/*.tar*
+  mkdir -p "$W/data/train"
+  python3 -c "
+import random
+random.seed(3)
+with open('$W/data/train/train.txt', 'w') as f:
+    for _ in range(512):
+        x = [random.gauss(0, 1) for _ in range(10)]
+        f.write(' '.join(f'{v:.5f}' for v in x + [sum(x) / 10 + 0.5]) + '\\n')
+"
+  tar czf "$W/data/train.tar.gz" -C "$W/data/train" . && chown "$STAGEHAND_TEST_USER:" "$W/data/train.tar.gz"
+  if [ -x "$STAGEHAND_BUILD_DIR/examples/ddp_train/ddp_train" ]; then
+    install -m 0755 "$STAGEHAND_BUILD_DIR/examples/ddp_train/ddp_train" "$W/"
+  fi
 }
 
 @test "a 2-node job stages a directory, a tar.gz and a plain file; both nodes hold byte-identical trees" {
@@ -129,4 +142,11 @@ EOF2
   [ "$(echo "$LAST_OUTPUT" | grep -c '^stagehand: node1: copied .*/data/plain.bin')" -eq 1 ]
   [ "$(echo "$LAST_OUTPUT" | grep -c '^stagehand: node1: unpacked .*/data/tree.tar.gz')" -eq 1 ]
   [ "$(echo "$LAST_OUTPUT" | grep -c 'extra/sub/a.txt$')" -eq 2 ]
+}
+
+@test "the LibTorch example trains on -N2 -n4 from data staged into SLURM_TMPDIR" {
+  [ -x "$WORK/ddp_train" ] || { echo "examples/ddp_train was not built (LibTorch missing)"; false; }
+  submit -N2 -n4 --ddp-env --stage-data=data/train.tar.gz:train --wrap "'srun bash -c \"./ddp_train --steps 30 --data \\\$SLURM_TMPDIR/train/train.txt\"'"
+  [ "$JOB_RC" -eq 0 ]
+  [ "$(echo "$LAST_OUTPUT" | grep -c 'parameters identical on all ranks: yes')" -eq 4 ]
 }
