@@ -457,26 +457,10 @@ private:
     if (!fd.valid()) {
       return fail_errno("cannot create " + shown);
     }
-    const void* buf = nullptr;
-    size_t size = 0;
-    la_int64_t offset = 0;
     std::uint64_t end = 0;
-    for (;;) {
-      int r = archive_read_data_block(a, &buf, &size, &offset);
-      if (r == ARCHIVE_EOF) {
-        break;
-      }
-      if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
-        return fail(std::string("corrupt data in \"") + shown + "\": " +
-                    (archive_error_string(a) ? archive_error_string(a) : "read error"));
-      }
-      m_stats.bytes += size;
-      if (m_stats.bytes > m_limits.max_bytes) {
-        return fail("unpacks to more than " + std::to_string(m_limits.max_bytes) + " bytes (limit)");
-      }
-      const char* p = static_cast<const char*>(buf);
+    auto written = read_blocks(a, shown, [&](const char* p, std::size_t size, std::uint64_t offset) -> Status {
       while (size > 0) {
-        ssize_t n = ::pwrite(fd.get(), p, size, offset);
+        ssize_t n = ::pwrite(fd.get(), p, size, static_cast<off_t>(offset));
         if (n < 0) {
           if (errno == EINTR) {
             continue;
@@ -484,10 +468,14 @@ private:
           return fail_errno("cannot write " + shown);
         }
         p += n;
-        size -= static_cast<size_t>(n);
-        offset += n;
+        size -= static_cast<std::size_t>(n);
+        offset += static_cast<std::uint64_t>(n);
       }
-      end = static_cast<std::uint64_t>(offset);
+      end = offset;
+      return ok_status();
+    });
+    if (!written) {
+      return written;
     }
     const auto declared = static_cast<std::uint64_t>(archive_entry_size(e));
     if (declared > end) {
@@ -507,6 +495,34 @@ private:
     return ok_status();
   }
 
+  // Feeds each data block of the current entry to `sink`, counting bytes against the limit.
+  template<typename Sink> Status read_blocks(struct archive* a, const std::string& shown, Sink&& sink)
+  {
+    for (;;) {
+      const void* buf = nullptr;
+      size_t size = 0;
+      la_int64_t offset = 0;
+      int r = archive_read_data_block(a, &buf, &size, &offset);
+      if (r == ARCHIVE_EOF) {
+        return ok_status();
+      }
+      if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+        return fail(std::string("corrupt data in \"") + shown + "\": " +
+                    (archive_error_string(a) ? archive_error_string(a) : "read error"));
+      }
+      m_stats.bytes += size;
+      if (m_stats.bytes > m_limits.max_bytes) {
+        return fail("unpacks to more than " + std::to_string(m_limits.max_bytes) + " bytes (limit)");
+      }
+      if (offset < 0) {
+        return fail("corrupt data in \"" + shown + "\": negative offset");
+      }
+      if (auto st = sink(static_cast<const char*>(buf), size, static_cast<std::uint64_t>(offset)); !st) {
+        return st;
+      }
+    }
+  }
+
   // Reads a small file's data and hands it to a writer thread.
   Status queue_file(struct archive* a, const std::string& rel, const std::string& name, struct archive_entry* e,
                     const std::string& shown)
@@ -523,30 +539,19 @@ private:
     job.mode = archive_entry_perm(e) & 0777; // never setuid, setgid or sticky
     job.mtime = {archive_entry_mtime(e), archive_entry_mtime_nsec(e)};
     job.data.reserve(job.size);
-    const void* buf = nullptr;
-    size_t size = 0;
-    la_int64_t offset = 0;
-    for (;;) {
-      int r = archive_read_data_block(a, &buf, &size, &offset);
-      if (r == ARCHIVE_EOF) {
-        break;
-      }
-      if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
-        return fail(std::string("corrupt data in \"") + shown + "\": " +
-                    (archive_error_string(a) ? archive_error_string(a) : "read error"));
-      }
-      m_stats.bytes += size;
-      if (m_stats.bytes > m_limits.max_bytes) {
-        return fail("unpacks to more than " + std::to_string(m_limits.max_bytes) + " bytes (limit)");
-      }
-      const auto end = static_cast<std::size_t>(offset) + size;
+    auto read = read_blocks(a, shown, [&](const char* p, std::size_t size, std::uint64_t offset) -> Status {
+      const std::uint64_t end = offset + size;
       if (end > job.size) {
         return fail("corrupt data in \"" + shown + "\": more data than its declared size");
       }
       if (job.data.size() < end) {
         job.data.resize(end); // sparse holes read as zeros
       }
-      std::memcpy(job.data.data() + offset, buf, size);
+      std::memcpy(job.data.data() + offset, p, size);
+      return ok_status();
+    });
+    if (!read) {
+      return read;
     }
     ++m_stats.files;
     m_pool.submit(std::move(job));
