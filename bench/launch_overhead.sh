@@ -18,6 +18,9 @@ eval "$("$cluster" env)"
 plugstack=$STAGEHAND_CLUSTER_DIR/etc/plugstack.conf
 cp "$plugstack" "$plugstack.with-plugin"
 : >"$plugstack.empty"
+# Slurm's own cost of any plugin: a SPANK plugin that does nothing.
+cc -shared -fPIC -O2 -o "$STAGEHAND_CLUSTER_DIR/lib/noop.so" "$here/noop_plugin.c"
+echo "required $STAGEHAND_CLUSTER_DIR/lib/noop.so" >"$plugstack.noop"
 results=$STAGEHAND_CLUSTER_DIR/bench-times
 : >"$results"
 
@@ -33,6 +36,7 @@ salloc -N2 -n2 --quiet bash -c '
   }
   for i in $(seq 1 '"$rounds"'); do
     mode_file=empty mode_name=empty one -N2 -n2
+    mode_file=noop mode_name=noop-plugin one -N2 -n2
     mode_file=with-plugin mode_name=plugin one -N2 -n2
     mode_file=with-plugin mode_name=plugin+tmpdir one -N2 -n2 --tmpdir
     mode_file=with-plugin mode_name=plugin+ddp-env one -N2 -n2 --ddp-env
@@ -48,7 +52,7 @@ for line in open(sys.argv[1]):
     times.setdefault(mode, []).append(int(us) / 1000.0)
 base = statistics.median(times["empty"])
 print(f"srun -N2 -n2 true, {sys.argv[2]} rounds interleaved (median ms):")
-for mode in ("empty", "plugin", "plugin+tmpdir", "plugin+ddp-env"):
+for mode in ("empty", "noop-plugin", "plugin", "plugin+tmpdir", "plugin+ddp-env"):
     m = statistics.median(times[mode])
     print(f"  {mode:14s} {m:8.1f} ms   ratio {m / base:5.3f}   (target <= 1.05)")
 PY

@@ -7,9 +7,11 @@
 #include "test_support.hpp"
 
 #include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <cstring>
 
 using namespace stagehand;
 using namespace stagehand::stage;
@@ -185,4 +187,25 @@ TEST(StageAll, AFailureRemovesEverythingThisRunStaged)
   ASSERT_TRUE(lines) << lines.error().message;
   ASSERT_EQ(lines->size(), 1U);
   EXPECT_EQ((*lines)[0].rfind("copied data/tree -> " + dir / "tmp" + "/t: 1 files, 3 B in ", 0), 0U) << (*lines)[0];
+}
+
+TEST(StageAll, DiskFullFailsWithTheReasonAndLeavesNothing)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir dir;
+  sh("mkdir -p '" + dir / "tmp" + "' '" + dir / "data/tree" + "' && head -c 3000000 /dev/urandom > '" +
+     dir / "data/tree/big" + "' && echo a > '" + dir / "data/small" + "'");
+  if (::mount("none", (dir / "tmp").c_str(), "tmpfs", 0, "size=1m") != 0) {
+    GTEST_SKIP() << "SKIPPED LOUDLY: cannot mount tmpfs here (" << std::strerror(errno) << ")";
+  }
+  auto sources = check_sources(*parse_stage_option("data/small,data/tree"), dir.path(), StageConfig{});
+  ASSERT_TRUE(sources) << sources.error().message;
+  UniqueFd tmp(::open((dir / "tmp").c_str(), O_RDONLY | O_DIRECTORY));
+  auto r = stage_all(*sources, tmp.get(), dir / "tmp", StageLimits{});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("--stage-data: data/tree: "), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("No space left on device"), std::string::npos) << r.error().message;
+  EXPECT_EQ(sh("test -z \"$(ls -A '" + dir / "tmp" + "')\""), 0) << "partial data left behind";
+  tmp.reset();
+  ::umount((dir / "tmp").c_str());
 }

@@ -92,7 +92,13 @@ Result<std::vector<std::string>> stage_all(const std::vector<CheckedSource>& sou
     std::uint64_t files = 0;
     std::uint64_t bytes = 0;
     const char* how = "copied";
-    if (src.is_dir || src.unpack) {
+    // The content decides, here too: a file is unpacked only if it really is an archive.
+    bool unpack = false;
+    if (!src.is_dir && src.unpack) {
+      auto kind = probe_archive(in.get());
+      unpack = kind && *kind == ArchiveKind::archive;
+    }
+    if (src.is_dir || unpack) {
       if (::mkdirat(parent->get(), name.c_str(), 0700) != 0) {
         return fail(Error::from_errno("cannot create $SLURM_TMPDIR/" + src.dest).message);
       }
