@@ -1,4 +1,5 @@
 // Sizes and durations as written in stagehand.toml.
+#include "stagehand/util/strings.hpp"
 #include "stagehand/util/units.hpp"
 
 #include <gtest/gtest.h>
@@ -44,4 +45,13 @@ TEST(ParseDuration, RejectsGarbage)
   EXPECT_FALSE(parse_duration("h"));
   EXPECT_FALSE(parse_duration("1hh"));
   EXPECT_FALSE(parse_duration("99999999999999999d"));
+}
+
+TEST(Split, KeepsEmptyPieces)
+{
+  using V = std::vector<std::string_view>;
+  EXPECT_EQ(split("a,,b", ','), (V{"a", "", "b"}));
+  EXPECT_EQ(split("", ','), (V{""}));
+  EXPECT_EQ(split("/x/", '/'), (V{"", "x", ""}));
+  EXPECT_EQ(split("abc", ','), (V{"abc"}));
 }

@@ -1,5 +1,6 @@
 // DDP environment: port, layout and the never-overwrite policy.
 #include "stagehand/ddp/env.hpp"
+#include "stagehand/util/strings.hpp"
 
 #include "stagehand/ddp/hostlist.hpp"
 #include "stagehand/util/units.hpp"
@@ -120,13 +121,10 @@ Result<std::vector<std::uint32_t>> parse_tasks_per_node(std::string_view text)
 {
   std::vector<std::uint32_t> out;
   auto bad = [&] { return Error::invalid("bad tasks-per-node \"" + std::string(text) + "\""); };
-  std::size_t i = 0;
-  while (i < text.size()) {
-    std::size_t j = text.find(',', i);
-    if (j == std::string_view::npos) {
-      j = text.size();
-    }
-    std::string_view item = text.substr(i, j - i);
+  if (text.empty()) {
+    return bad();
+  }
+  for (std::string_view item : split(text, ',')) {
     std::uint32_t repeat = 1;
     if (std::size_t paren = item.find("(x"); paren != std::string_view::npos) {
       if (item.back() != ')') {
@@ -144,7 +142,6 @@ Result<std::vector<std::uint32_t>> parse_tasks_per_node(std::string_view text)
       return bad();
     }
     out.insert(out.end(), repeat, *count);
-    i = j + 1;
   }
   if (out.empty()) {
     return bad();

@@ -1,6 +1,7 @@
 // Host list grammar: list := expr (',' expr)*; expr := (text | '[' ranges ']')+;
 // ranges := range (',' range)*; range := digits | digits '-' digits.
 #include "stagehand/ddp/hostlist.hpp"
+#include "stagehand/util/strings.hpp"
 
 #include <charconv>
 #include <cstdint>
@@ -52,13 +53,7 @@ std::uint64_t to_u64(std::string_view s)
 Result<std::vector<Range>> parse_group(std::string_view list, std::string_view body)
 {
   std::vector<Range> out;
-  std::size_t i = 0;
-  while (i <= body.size()) {
-    std::size_t j = body.find(',', i);
-    if (j == std::string_view::npos) {
-      j = body.size();
-    }
-    std::string_view item = body.substr(i, j - i);
+  for (std::string_view item : split(body, ',')) {
     std::size_t dash = item.find('-');
     std::string_view lo = item.substr(0, dash);
     std::string_view hi = dash == std::string_view::npos ? lo : item.substr(dash + 1);
@@ -70,7 +65,6 @@ Result<std::vector<Range>> parse_group(std::string_view list, std::string_view b
       return bad(list, "range " + std::string(item) + " goes backwards");
     }
     out.push_back(r);
-    i = j + 1;
   }
   return out;
 }

@@ -1,5 +1,6 @@
 // Root-owned path resolution: a user-owned component or symlink anywhere on the path is refused.
 #include "stagehand/fs/trusted_dir.hpp"
+#include "stagehand/util/strings.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,19 +14,14 @@ namespace {
 
 constexpr int k_max_symlinks = 32;
 
+// Puts the components of `path` in front of `out` (empty components dropped).
 void push_components(std::deque<std::string>& out, std::string_view path)
 {
   std::deque<std::string> parts;
-  std::size_t i = 0;
-  while (i < path.size()) {
-    std::size_t j = path.find('/', i);
-    if (j == std::string_view::npos) {
-      j = path.size();
+  for (std::string_view part : split(path, '/')) {
+    if (!part.empty()) {
+      parts.emplace_back(part);
     }
-    if (j > i) {
-      parts.emplace_back(path.substr(i, j - i));
-    }
-    i = j + 1;
   }
   out.insert(out.begin(), parts.begin(), parts.end());
 }

@@ -1,5 +1,6 @@
 // Entry name checks (the first line of defence; the writer's O_NOFOLLOW walk is the second).
 #include "stagehand/stage/entry_path.hpp"
+#include "stagehand/util/strings.hpp"
 
 namespace stagehand::stage {
 
@@ -22,20 +23,13 @@ Result<std::vector<std::string>> split_entry_path(std::string_view name)
     return refuse("absolute name");
   }
   std::vector<std::string> parts;
-  std::size_t i = 0;
-  while (i < name.size()) {
-    std::size_t j = name.find('/', i);
-    if (j == std::string_view::npos) {
-      j = name.size();
-    }
-    std::string_view part = name.substr(i, j - i);
+  for (std::string_view part : split(name, '/')) {
     if (part == "..") {
       return refuse("\"..\" in name");
     }
     if (!part.empty() && part != ".") {
       parts.emplace_back(part);
     }
-    i = j + 1;
   }
   if (parts.size() > k_max_entry_depth) {
     return refuse("nested deeper than 256 levels");

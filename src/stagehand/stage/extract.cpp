@@ -1,5 +1,6 @@
 // Archive extraction: libarchive's reader, our own fd-relative writer with a directory-fd cache.
 #include "stagehand/stage/extract.hpp"
+#include "stagehand/util/strings.hpp"
 
 #include "stagehand/stage/entry_path.hpp"
 #include "stagehand/util/fd.hpp"
@@ -315,7 +316,7 @@ public:
     // Directory modes and times last: adding entries changed their mtimes, and a read-only mode
     // would have stopped us from adding them.
     for (auto it = m_dir_times.rbegin(); it != m_dir_times.rend(); ++it) {
-      std::vector<std::string> parts = split(it->path);
+      std::vector<std::string> parts = components(it->path);
       auto fd = dir_fd(parts);
       if (!fd) {
         return fail(fd.error().message);
@@ -341,17 +342,14 @@ private:
     return s;
   }
 
-  static std::vector<std::string> split(const std::string& path)
+  // A path this writer built ("a/b", or "" for the destination) back into components.
+  static std::vector<std::string> components(const std::string& path)
   {
     std::vector<std::string> parts;
-    std::size_t i = 0;
-    while (i < path.size()) {
-      std::size_t j = path.find('/', i);
-      if (j == std::string::npos) {
-        j = path.size();
+    if (!path.empty()) {
+      for (std::string_view part : stagehand::split(path, '/')) {
+        parts.emplace_back(part);
       }
-      parts.push_back(path.substr(i, j - i));
-      i = j + 1;
     }
     return parts;
   }
@@ -432,7 +430,7 @@ private:
       return fail_errno("cannot create directory " + name);
     }
     const std::string path = rel.empty() ? name : rel + "/" + name;
-    auto fd = dir_fd(split(path)); // refuses a symlink or file at that name
+    auto fd = dir_fd(components(path)); // refuses a symlink or file at that name
     if (!fd) {
       return fail(fd.error().message);
     }
@@ -527,7 +525,7 @@ private:
   Status queue_file(struct archive* a, const std::string& rel, const std::string& name, struct archive_entry* e,
                     const std::string& shown)
   {
-    auto parent = shared_dir_fd(split(rel));
+    auto parent = shared_dir_fd(components(rel));
     if (!parent) {
       return fail(parent.error().message);
     }

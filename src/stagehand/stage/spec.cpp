@@ -1,5 +1,6 @@
 // Stage spec grammar and submit-time checks.
 #include "stagehand/stage/spec.hpp"
+#include "stagehand/util/strings.hpp"
 
 #include "stagehand/stage/entry_path.hpp"
 #include "stagehand/util/fd.hpp"
@@ -119,14 +120,7 @@ Result<std::vector<StageSpec>> parse_stage_option(std::string_view value)
   if (value.empty() || value == "(null)") {
     return Error::invalid("--stage-data: needs SRC[:DEST][,SRC[:DEST]...]");
   }
-  std::size_t i = 0;
-  while (i <= value.size()) {
-    std::size_t j = value.find(',', i);
-    if (j == std::string_view::npos) {
-      j = value.size();
-    }
-    std::string_view item = value.substr(i, j - i);
-    i = j + 1;
+  for (std::string_view item : split(value, ',')) {
     if (item.empty()) {
       return Error::invalid("--stage-data: empty entry in \"" + std::string(value) + "\"");
     }
