@@ -8,7 +8,8 @@ out=${1:?usage: run.sh BUILD_DIR [SECONDS]}/fuzz
 seconds=${2:-30}
 mkdir -p "$out/corpus"
 clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -I"$root/src" "$root/src/stagehand/util/result.cpp" "$root/src/stagehand/ddp/hostlist.cpp" \
+  -I"$root/src" "$root/src/stagehand/util/result.cpp" "$root/src/stagehand/util/strings.cpp" \
+  "$root/src/stagehand/ddp/hostlist.cpp" \
   "$here/hostlist_fuzz.cpp" -o "$out/hostlist_fuzz"
 cp -r "$here/corpus/hostlist" "$out/corpus/"
 status=0
