@@ -10,22 +10,6 @@ namespace stagehand::plugin {
 
 namespace {
 
-std::optional<std::string> task_env(spank_t sp, const std::string& name)
-{
-  std::string buf(4096, '\0');
-  for (int attempt = 0; attempt < 4; ++attempt) {
-    spank_err_t rc = spank_getenv(sp, name.c_str(), buf.data(), static_cast<int>(buf.size()));
-    if (rc == ESPANK_SUCCESS) {
-      return std::string(buf.c_str());
-    }
-    if (rc != ESPANK_NOSPACE) {
-      return std::nullopt;
-    }
-    buf.resize(buf.size() * 16); // node lists of large jobs
-  }
-  return std::nullopt;
-}
-
 std::uint32_t gpus_on_node(spank_t sp)
 {
   if (auto g = task_env(sp, "SLURM_GPUS_ON_NODE")) {

@@ -49,6 +49,9 @@ int stepd_task_init(spank_t sp, int ac, char** av);
 int job_prolog(spank_t sp, int ac, char** av);
 int job_epilog(spank_t sp, int ac, char** av);
 
+// A variable of the task's environment, in slurmstepd (any length).
+std::optional<std::string> task_env(spank_t sp, const std::string& name);
+
 // task_init helper (ddp_env.cpp): exports the DDP environment of this task.
 int export_ddp_env(spank_t sp, const Config& config, ddp::Mode mode);
 

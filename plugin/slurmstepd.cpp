@@ -26,19 +26,34 @@ StepState& step_state()
 
 } // namespace
 
+std::optional<std::string> task_env(spank_t sp, const std::string& name)
+{
+  std::string buf(4096, '\0');
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    spank_err_t rc = spank_getenv(sp, name.c_str(), buf.data(), static_cast<int>(buf.size()));
+    if (rc == ESPANK_SUCCESS) {
+      return std::string(buf.c_str());
+    }
+    if (rc != ESPANK_NOSPACE) {
+      return std::nullopt;
+    }
+    buf.resize(buf.size() * 16); // node lists and stage specs of large jobs
+  }
+  return std::nullopt;
+}
+
 int stepd_init_post_opt(spank_t /*sp*/, int ac, char** av)
 {
   StepState& s = step_state();
-  auto config = load(ac, av);
+  auto args = parse_args(ac, av);
+  auto config = args ? load_config(args->config_path, OwnerCheck::require_root_owned) : Result<Config>(args.error());
   if (!config) {
     slurm_error("stagehand: %s", config.error().message.c_str());
     s.config_error = config.error().message;
     return 0; // only jobs that use stagehand fail, in task_init
   }
   s.config = std::move(*config);
-  if (auto args = parse_args(ac, av)) {
-    s.args = *args;
-  }
+  s.args = *args;
   return 0;
 }
 
@@ -52,19 +67,20 @@ int export_tmpdir(spank_t sp, const Config& config, std::string& path, std::stri
   }
   // slurmstepd sets SLURMD_NODENAME from its own config just before task_init; earlier in the
   // step the job environment holds whatever the user's environment held.
-  char node[256] = {};
+  auto node_env = task_env(sp, "SLURMD_NODENAME");
   std::uint32_t job_id = 0;
-  if (spank_getenv(sp, "SLURMD_NODENAME", node, sizeof node) != ESPANK_SUCCESS ||
-      spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS) {
+  if (!node_env || spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS) {
     slurm_error("stagehand: --tmpdir: cannot tell this node's name or the job id");
     return -1;
   }
+  const std::string node = *node_env;
+
   auto base = tmpdir::base_path(config, node);
   auto dir = base ? tmpdir::find_job_dir(*base, job_id, ::getuid()) : Result<std::string>(base.error());
   if (!dir) {
     slurm_error("stagehand: --tmpdir: no scratch directory on node %s: %s (the node's prolog did not make it; "
                 "see the slurmd log)",
-                node, dir.error().message.c_str());
+                node.c_str(), dir.error().message.c_str());
     return -1;
   }
   if (spank_setenv(sp, "SLURM_TMPDIR", dir->c_str(), 1) != ESPANK_SUCCESS ||

@@ -13,19 +13,6 @@
 
 namespace stagehand::plugin {
 
-namespace {
-
-std::optional<std::string> task_env(spank_t sp, const char* name)
-{
-  std::string buf(1 << 16, '\0');
-  if (spank_getenv(sp, name, buf.data(), static_cast<int>(buf.size())) != ESPANK_SUCCESS) {
-    return std::nullopt;
-  }
-  return std::string(buf.c_str());
-}
-
-} // namespace
-
 int stage_data(spank_t sp, const Config& config, const Args& args, const std::string& tmpdir, const std::string& node)
 {
   if (tmpdir.empty()) {

@@ -1,6 +1,7 @@
 // fd-based recursive removal (the fix pattern of CVE-2023-41914, systemd's rm_rf_children).
 #include "stagehand/fs/remove_tree.hpp"
 
+#include "stagehand/fs/dir_stream.hpp"
 #include "stagehand/fs/stat.hpp"
 #include "stagehand/util/fd.hpp"
 
@@ -23,15 +24,9 @@ constexpr std::size_t k_max_open_dirs = 64; // deeper subtrees are moved up inst
 // adding entries can cause.
 constexpr int k_max_passes = 1024;
 
-struct DirCloser
-{
-  void operator()(DIR* d) const { ::closedir(d); }
-};
-using DirPtr = std::unique_ptr<DIR, DirCloser>;
-
 struct Frame
 {
-  DirPtr dir;
+  DirStream dir;
   std::string name; // name of this directory inside the previous frame
 };
 
@@ -47,20 +42,13 @@ public:
   bool empty_once()
   {
     std::uint64_t before = m_stats.removed + m_moved;
-    // A new open file description: a dup() would share the offset left at EOF by the last pass.
-    int dup_fd = ::openat(m_top_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dup_fd < 0) {
-      record(Error::from_errno(m_top_path));
-      return false;
-    }
-    DIR* top = ::fdopendir(dup_fd);
+    DirStream top = open_dir_stream(m_top_fd); // each pass reads from the start
     if (!top) {
-      ::close(dup_fd);
       record(Error::from_errno(m_top_path));
       return false;
     }
     m_stack.clear();
-    m_stack.push_back(Frame{DirPtr(top), {}});
+    m_stack.push_back(Frame{std::move(top), {}});
     while (!m_stack.empty()) {
       step();
     }
@@ -161,13 +149,12 @@ private:
       move_to_top(dfd, name);
       return;
     }
-    DIR* d = ::fdopendir(child.get());
+    DirStream d = dir_stream(std::move(child));
     if (!d) {
       record(Error::from_errno("cannot read " + path_of(name)));
       return;
     }
-    child.release();
-    m_stack.push_back(Frame{DirPtr(d), name});
+    m_stack.push_back(Frame{std::move(d), name});
   }
 
   // Renames a deep subtree to the top directory so it is removed with few open fds.

@@ -1,6 +1,7 @@
 // File and tree copies: fd-relative, O_NOFOLLOW, copy_file_range first.
 #include "stagehand/stage/copy.hpp"
 
+#include "stagehand/fs/dir_stream.hpp"
 #include "stagehand/util/fd.hpp"
 
 #include <dirent.h>
@@ -68,14 +69,9 @@ Result<bool> copy_with(Method m, int in, int out, std::uint64_t& copied, std::ui
   }
 }
 
-struct DirCloser
-{
-  void operator()(DIR* d) const { ::closedir(d); }
-};
-
 struct Frame
 {
-  std::unique_ptr<DIR, DirCloser> src;
+  fs::DirStream src;
   UniqueFd dest;
   std::string shown;
   struct stat st; // the source directory's, for mode and mtime at the end
@@ -126,16 +122,12 @@ Status copy_tree(int src_dir_fd, int dest_dir_fd, std::uint64_t max_bytes, CopyS
   std::vector<Frame> stack;
   std::vector<std::pair<UniqueFd, struct stat>> dir_times;
   auto push = [&](int src_fd, UniqueFd dest, std::string path) -> Status {
-    int dup_fd = ::openat(src_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR* d = dup_fd >= 0 ? ::fdopendir(dup_fd) : nullptr;
+    fs::DirStream d = fs::open_dir_stream(src_fd);
     if (!d) {
-      if (dup_fd >= 0) {
-        ::close(dup_fd);
-      }
       return Error::from_errno(path);
     }
-    Frame f{std::unique_ptr<DIR, DirCloser>(d), std::move(dest), std::move(path), {}};
-    ::fstat(::dirfd(d), &f.st);
+    Frame f{std::move(d), std::move(dest), std::move(path), {}};
+    ::fstat(::dirfd(f.src.get()), &f.st);
     stack.push_back(std::move(f));
     return ok_status();
   };

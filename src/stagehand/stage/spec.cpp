@@ -2,6 +2,7 @@
 #include "stagehand/stage/spec.hpp"
 #include "stagehand/util/strings.hpp"
 
+#include "stagehand/fs/dir_stream.hpp"
 #include "stagehand/stage/entry_path.hpp"
 #include "stagehand/util/fd.hpp"
 
@@ -66,16 +67,15 @@ Result<std::uint64_t> tree_bytes(int dir_fd, const std::string& shown)
 {
   std::uint64_t total = 0;
   std::vector<std::pair<UniqueFd, std::string>> stack;
-  stack.emplace_back(UniqueFd(::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0)), shown);
+  stack.emplace_back(UniqueFd(::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)), shown);
   while (!stack.empty()) {
     auto [fd, path] = std::move(stack.back());
     stack.pop_back();
-    DIR* d = ::fdopendir(fd.get());
-    if (!d) {
+    fs::DirStream stream = fs::dir_stream(std::move(fd));
+    if (!stream) {
       return Error::from_errno(path);
     }
-    fd.release();
-    std::unique_ptr<DIR, int (*)(DIR*)> guard(d, ::closedir);
+    DIR* d = stream.get();
     while (struct dirent* e = ::readdir(d)) {
       std::string_view n = e->d_name;
       if (n == "." || n == "..") {

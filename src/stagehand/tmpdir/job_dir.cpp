@@ -1,6 +1,7 @@
 // Job directory lifecycle as root, fd-relative throughout.
 #include "stagehand/tmpdir/job_dir.hpp"
 
+#include "stagehand/fs/dir_stream.hpp"
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/util/fd.hpp"
 #include "stagehand/util/units.hpp"
@@ -148,18 +149,13 @@ Status mark_kept(int base_fd, std::uint32_t job_id, std::time_t until)
 GcResult remove_expired(int base_fd, std::time_t now, DryRun dry_run)
 {
   GcResult result;
-  int dup_fd = ::openat(base_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); // own offset, unlike dup()
-  DIR* d = dup_fd >= 0 ? ::fdopendir(dup_fd) : nullptr;
+  fs::DirStream d = fs::open_dir_stream(base_fd);
   if (!d) {
-    if (dup_fd >= 0) {
-      ::close(dup_fd);
-    }
     result.errors.push_back(Error::from_errno("cannot read the base directory"));
     return result;
   }
-  std::unique_ptr<DIR, int (*)(DIR*)> guard(d, ::closedir);
   std::vector<std::string> names;
-  while (struct dirent* e = ::readdir(d)) {
+  while (struct dirent* e = ::readdir(d.get())) {
     names.emplace_back(e->d_name);
   }
   for (const auto& name : names) {

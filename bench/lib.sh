@@ -1,0 +1,36 @@
+# Shared by the staging benchmarks (sourced): the 60,000-file test tree, timing, medians.
+
+declare -gA BENCH_TIMES=()
+
+# Writes 60 directories x 1,000 files of 2 KiB under DIR.
+bench_small_tree() {
+  python3 - "$1" <<'PY'
+import os, sys
+root = sys.argv[1]
+data = os.urandom(2048)
+for d in range(60):
+    os.makedirs(f"{root}/d{d:02d}")
+    for i in range(1000):
+        with open(f"{root}/d{d:02d}/f{i:04d}", "wb") as f:
+            f.write(data[i % 7:] + data[: i % 7])
+PY
+}
+
+# bench_time KEY COMMAND...: runs the command and records its wall time under KEY.
+bench_time() {
+  local key=$1 t0 t1
+  shift
+  t0=$(date +%s%N)
+  "$@"
+  t1=$(date +%s%N)
+  BENCH_TIMES[$key]+="$(((t1 - t0) / 1000)) "
+}
+
+# bench_median KEY: the median of KEY's times, in seconds.
+bench_median() {
+  printf '%s\n' ${BENCH_TIMES[$1]} | sort -n |
+    awk '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.3f", m / 1e6 }'
+}
+
+# bench_ratio A B: A / B with two decimals.
+bench_ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }

@@ -1,0 +1,25 @@
+// Directory streams (DIR*) over fds, owned like every other handle.
+#pragma once
+
+#include "stagehand/util/fd.hpp"
+
+#include <dirent.h>
+
+#include <memory>
+
+namespace stagehand::fs {
+
+struct DirCloser
+{
+  void operator()(DIR* d) const { ::closedir(d); }
+};
+using DirStream = std::unique_ptr<DIR, DirCloser>;
+
+// A stream that takes over `fd`; null (errno set, fd closed) on failure.
+DirStream dir_stream(UniqueFd fd);
+
+// A stream with its own file offset over the directory open at `dir_fd`, which stays open. (A
+// dup() would share the offset, so a second pass over the same fd would start at the end.)
+DirStream open_dir_stream(int dir_fd);
+
+} // namespace stagehand::fs
