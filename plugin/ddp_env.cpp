@@ -1,97 +1,158 @@
 // task_init: the task's PyTorch distributed environment, from slurmstepd's own view of the step.
 #include "plugin.hpp"
 
-#include "stagehand/ddp/hostlist.hpp"
+#include "stagehand/ddp/task_plan.hpp"
 
-#include <algorithm>
-#include <cstdlib>
+#include <netinet/in.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 namespace stagehand::plugin {
 
 namespace {
 
-std::uint32_t gpus_on_node(spank_t sp)
+// The spank item behind each step item (all uint32_t, but S_TASK_ID, an int); terminal,
+// torchrun and cpus_per_task are computed below.
+constexpr std::pair<ddp::StepItem, spank_item_t> k_items[] = {
+  {ddp::StepItem::job_id, S_JOB_ID},
+  {ddp::StepItem::step_id, S_JOB_STEPID},
+  {ddp::StepItem::restart_count, S_SLURM_RESTART_COUNT},
+  {ddp::StepItem::nnodes, S_JOB_NNODES},
+  {ddp::StepItem::node_id, S_JOB_NODEID},
+  {ddp::StepItem::ntasks, S_JOB_TOTAL_TASK_COUNT},
+  {ddp::StepItem::local_ntasks, S_JOB_LOCAL_TASK_COUNT},
+  {ddp::StepItem::global_task_id, S_TASK_GLOBAL_ID},
+  {ddp::StepItem::local_task_id, S_TASK_ID},
+};
+
+// The CPUs this task may run on: what Slurm gave it, or fewer where the task is bound to fewer.
+std::optional<std::uint32_t> task_cpus(spank_t sp)
 {
-  if (auto g = task_env(sp, "SLURM_GPUS_ON_NODE")) {
-    return static_cast<std::uint32_t>(std::strtoul(g->c_str(), nullptr, 10));
+  std::uint32_t per_task = 0;
+  if (spank_get_item(sp, S_STEP_CPUS_PER_TASK, &per_task) != ESPANK_SUCCESS || per_task == 0) {
+    return std::nullopt;
   }
-  if (auto cvd = task_env(sp, "CUDA_VISIBLE_DEVICES"); cvd && !cvd->empty()) {
-    return static_cast<std::uint32_t>(std::count(cvd->begin(), cvd->end(), ',') + 1);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) {
+    per_task = std::min(per_task, static_cast<std::uint32_t>(CPU_COUNT(&set)));
   }
-  return 0;
+  return per_task;
 }
 
-Result<ddp::StepLayout> step_layout(spank_t sp)
+// Whether the task runs torchrun: `torchrun ...` or `python -m torch.distributed.run ...`.
+bool runs_torchrun(spank_t sp)
 {
-  ddp::StepLayout s;
-  bool ok = spank_get_item(sp, S_JOB_ID, &s.job_id) == ESPANK_SUCCESS &&
-            spank_get_item(sp, S_JOB_STEPID, &s.step_id) == ESPANK_SUCCESS;
-  if (!ok) {
-    return Error::invalid("cannot read the job and step ids");
+  int argc = 0;
+  char** argv = nullptr;
+  if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS || argc < 1 || !argv) {
+    return false;
   }
-  if (spank_get_item(sp, S_SLURM_RESTART_COUNT, &s.restart_count) != ESPANK_SUCCESS) {
-    s.restart_count = 0;
+  std::string_view cmd = argv[0];
+  if (cmd.substr(cmd.rfind('/') + 1) == "torchrun") {
+    return true;
   }
-  // slurmstepd sets these in the task's environment right before task_init.
-  if (s.batch_step()) {
-    auto nodes = task_env(sp, "SLURM_JOB_NODELIST");
-    if (!nodes) {
-      return Error::invalid("SLURM_JOB_NODELIST is not set");
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string_view(argv[i]) == "-m" &&
+        (std::string_view(argv[i + 1]) == "torch.distributed.run" ||
+         std::string_view(argv[i + 1]) == "torch.distributed.launch")) {
+      return true;
     }
-    auto hosts = ddp::expand_hostlist(*nodes);
-    if (!hosts) {
-      return hosts.error();
+  }
+  return false;
+}
+
+// slurmstepd's view of the step: its spank items, and the task's environment.
+ddp::StepLookup spank_lookup(spank_t sp)
+{
+  auto item = [sp](ddp::StepItem wanted) -> std::optional<std::uint32_t> {
+    if (wanted == ddp::StepItem::terminal) {
+      return ::isatty(STDIN_FILENO) ? 1U : 0U; // slurmstepd gives task 0 of a --pty step the terminal
     }
-    s.node_list = *nodes;
-    s.nnodes = static_cast<std::uint32_t>(hosts->size());
-    return s;
+    if (wanted == ddp::StepItem::cpus_per_task) {
+      return task_cpus(sp);
+    }
+    if (wanted == ddp::StepItem::torchrun) {
+      return runs_torchrun(sp) ? 1U : 0U;
+    }
+    for (const auto& [step_item, spank_item] : k_items) {
+      if (step_item != wanted) {
+        continue;
+      }
+      if (spank_item == S_TASK_ID) {
+        int v = 0;
+        return spank_get_item(sp, spank_item, &v) == ESPANK_SUCCESS ? std::optional(static_cast<std::uint32_t>(v))
+                                                                    : std::nullopt;
+      }
+      std::uint32_t v = 0;
+      return spank_get_item(sp, spank_item, &v) == ESPANK_SUCCESS ? std::optional(v) : std::nullopt;
+    }
+    return std::nullopt;
+  };
+  return ddp::StepLookup{item, [sp](const std::string& name) { return task_env(sp, name); }};
+}
+
+// Whether this task can listen on `port` now, as PyTorch's TCPStore (or torchrun) will: on every
+// IPv4 address, with SO_REUSEADDR, so only a socket that holds the port counts.
+bool can_bind(int port)
+{
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return true; // cannot tell: let PyTorch report it
   }
-  auto nodes = task_env(sp, "SLURM_STEP_NODELIST");
-  if (!nodes) {
-    return Error::invalid("SLURM_STEP_NODELIST is not set");
-  }
-  s.node_list = *nodes;
-  int local_id = 0;
-  ok = spank_get_item(sp, S_JOB_NNODES, &s.nnodes) == ESPANK_SUCCESS &&
-       spank_get_item(sp, S_JOB_NODEID, &s.node_id) == ESPANK_SUCCESS &&
-       spank_get_item(sp, S_JOB_TOTAL_TASK_COUNT, &s.ntasks) == ESPANK_SUCCESS &&
-       spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &s.local_ntasks) == ESPANK_SUCCESS &&
-       spank_get_item(sp, S_TASK_GLOBAL_ID, &s.global_task_id) == ESPANK_SUCCESS &&
-       spank_get_item(sp, S_TASK_ID, &local_id) == ESPANK_SUCCESS;
-  if (!ok) {
-    return Error::invalid("cannot read the step's task layout");
-  }
-  s.local_task_id = static_cast<std::uint32_t>(local_id);
-  s.gpus_on_node = gpus_on_node(sp);
-  return s;
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool busy = ::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 && errno == EADDRINUSE;
+  ::close(fd);
+  return !busy;
 }
 
 } // namespace
 
-int export_ddp_env(spank_t sp, const Config& config, ddp::Mode mode)
+bool has_ddp_marker(spank_t sp)
 {
-  auto layout = step_layout(sp);
-  if (!layout) {
-    slurm_error("stagehand: --ddp-env: %s", layout.error().message.c_str());
+  char byte = 0; // a lookup without a copy: too small for any value, so NOSPACE means it is there
+  const spank_err_t rc = spank_getenv(sp, ddp::k_marker_env, &byte, 1);
+  return rc == ESPANK_SUCCESS || rc == ESPANK_NOSPACE;
+}
+
+int export_ddp_env(spank_t sp, const Config& config, std::optional<ddp::Mode> requested)
+{
+  auto plan = ddp::plan_task(config.ddp, spank_lookup(sp), requested);
+  if (!plan) {
+    // Every task of the step fails the same way: one line, from rank 0 (SLURM_PROCID, which
+    // slurmstepd sets for this task with the het offset).
+    if (task_env(sp, "SLURM_PROCID").value_or("0") == "0") {
+      const std::string& m = plan.error().message;
+      slurm_error("stagehand: %s%s", m.starts_with("--ddp-env") ? "" : "--ddp-env: ", m.c_str());
+    }
     return -1;
   }
-  if (layout->step_id == ddp::k_extern_step_id) {
-    return 0;
+  for (const auto& name : plan->unset) {
+    spank_unsetenv(sp, name.c_str());
   }
-  auto wanted = ddp::compute_environment(config.ddp, *layout, mode);
-  if (!wanted) {
-    slurm_error("stagehand: --ddp-env: %s", wanted.error().message.c_str());
-    return -1;
-  }
-  auto plan = ddp::plan_exports(*wanted, [&](const std::string& name) { return task_env(sp, name); });
-  for (const auto& var : plan.set) {
+  for (const auto& var : plan->set) {
     if (spank_setenv(sp, var.name.c_str(), var.value.c_str(), 1) != ESPANK_SUCCESS) {
       slurm_error("stagehand: --ddp-env: cannot set %s", var.name.c_str());
       return -1;
     }
   }
-  if (spank_setenv(sp, ddp::k_marker_env, plan.marker.c_str(), 1) != ESPANK_SUCCESS) {
-    slurm_error("stagehand: --ddp-env: cannot set %s", ddp::k_marker_env);
+  for (const auto& line : plan->warnings) {
+    slurm_spank_log("stagehand: warning: %s", line.c_str());
+  }
+  if (plan->check_port && !can_bind(plan->check_port->port)) {
+    if (!plan->check_port->fatal) {
+      slurm_spank_log("stagehand: warning: %s", plan->check_port->busy_message.c_str());
+      return 0;
+    }
+    slurm_error("stagehand: %s", plan->check_port->busy_message.c_str());
     return -1;
   }
   return 0;

@@ -3,6 +3,7 @@
 // node, so problems go to the slurmd log and the job learns of them in task_init.
 #include "plugin.hpp"
 
+#include "stagehand/ipc/job_hooks.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
 
 #include <cstdlib>
@@ -44,8 +45,8 @@ int run(spank_t sp, int ac, char** av, Phase phase)
     return 0;
   }
   auto done = phase == Phase::start
-                ? tmpdir::on_job_start(*config, job)
-                : tmpdir::on_job_end(*config, job, tmpdir::effective_request(*config, tmpdir_option_of_job()));
+                ? ipc::job_start(*config, job)
+                : ipc::job_end(*config, job, tmpdir::effective_request(*config, tmpdir_option_of_job()));
   if (!done) {
     slurm_error("stagehand: %s: job %u: %s", what, job.owner.job_id, done.error().message.c_str());
     return 0;

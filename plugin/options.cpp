@@ -71,6 +71,26 @@ Options& options()
   return o;
 }
 
+void recover_options_from_env(const std::function<std::optional<std::string>(const std::string&)>& env)
+{
+  const std::pair<int, const char*> options_env[] = {
+    {k_opt_tmpdir, "SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_tmpdir"},
+    {k_opt_ddp_env, "SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_ddp_env"},
+    {k_opt_stage_data, "SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_stage_data"},
+  };
+  for (const auto& [val, name] : options_env) {
+    const bool given = val == k_opt_tmpdir    ? options().tmpdir.has_value()
+                       : val == k_opt_ddp_env ? options().ddp_env.has_value()
+                                              : options().stage_data.has_value();
+    if (given) {
+      continue;
+    }
+    if (auto value = env(name)) {
+      on_option(val, value->c_str(), 1); // a bad value was refused by sbatch already
+    }
+  }
+}
+
 Result<Args> parse_args(int ac, char** av)
 {
   Args args;
@@ -79,15 +99,15 @@ Result<Args> parse_args(int ac, char** av)
     if (a.starts_with("helper=")) {
       args.helper_path = std::string(a.substr(7));
       if (args.helper_path.empty() || args.helper_path[0] != '/') {
-        return Error::invalid("plugstack.conf: helper= needs an absolute path, got \"" + args.helper_path + "\"");
+        return Error::config("plugstack.conf: helper= needs an absolute path, got \"" + args.helper_path + "\"");
       }
     } else if (a.starts_with("config=")) {
       args.config_path = std::string(a.substr(7));
       if (args.config_path.empty() || args.config_path[0] != '/') {
-        return Error::invalid("plugstack.conf: config= needs an absolute path, got \"" + args.config_path + "\"");
+        return Error::config("plugstack.conf: config= needs an absolute path, got \"" + args.config_path + "\"");
       }
     } else {
-      return Error::invalid("plugstack.conf: unknown argument \"" + std::string(a) +
+      return Error::config("plugstack.conf: unknown argument \"" + std::string(a) +
                             "\" (expected config=PATH or helper=PATH)");
     }
   }

@@ -3,6 +3,7 @@
 
 #include "stagehand/config/config.hpp"
 #include "stagehand/ddp/env.hpp"
+#include "stagehand/stage/request.hpp"
 #include "stagehand/tmpdir/option.hpp"
 
 // spank.h declares the slurm_spank_* callbacks and spank_options outside its own extern "C"
@@ -11,6 +12,7 @@ extern "C" {
 #include <slurm/spank.h>
 }
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -27,11 +29,21 @@ struct Options
 
 Options& options();
 
+// sbatch --export=NONE keeps only the job environment's SLURM* variables: the batch step then
+// misses the _SLURM_SPANK_OPTION_* variables that carry sbatch's options to it, but still has
+// SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_* (which every srun in the script reads as options).
+// Sets each option not given from those (slurmstepd, batch step).
+void recover_options_from_env(const std::function<std::optional<std::string>(const std::string&)>& env);
+
+// Where the stagehand CLI is installed, fixed at build time (helper_path.cpp: the packages link
+// their own copy of that one file, so a package built in any prefix runs /usr/bin/stagehand).
+extern const char* const k_default_helper_path;
+
 // The plugstack.conf arguments: config=PATH, helper=PATH (the stagehand CLI, for staging).
 struct Args
 {
   std::string config_path{k_default_config_path};
-  std::string helper_path{STAGEHAND_HELPER_PATH};
+  std::string helper_path{k_default_helper_path};
 };
 Result<Args> parse_args(int ac, char** av);
 
@@ -52,10 +64,18 @@ int job_epilog(spank_t sp, int ac, char** av);
 // A variable of the task's environment, in slurmstepd (any length).
 std::optional<std::string> task_env(spank_t sp, const std::string& name);
 
-// task_init helper (ddp_env.cpp): exports the DDP environment of this task.
-int export_ddp_env(spank_t sp, const Config& config, ddp::Mode mode);
+// task_init helpers (ddp_env.cpp): whether the task's environment holds stagehand's DDP values
+// from an enclosing step; exports the DDP environment of this task (`requested`: the step's own
+// --ddp-env, nullopt when it did not ask) and replaces or removes an enclosing step's values.
+bool has_ddp_marker(spank_t sp);
+int export_ddp_env(spank_t sp, const Config& config, std::optional<ddp::Mode> requested);
 
 // task_init helper (stage_data.cpp): stages the job's data into `tmpdir` on this node, once.
 int stage_data(spank_t sp, const Config& config, const Args& args, const std::string& tmpdir, const std::string& node);
+
+// helper_exec.cpp: runs `HELPER stage-run` for `request` as the calling task's user (stdin from
+// /dev/null, empty environment) and waits. 0 when it succeeded; otherwise -1, with one line
+// saying why unless the helper printed its own (exit status 1).
+int run_stage_helper(const std::string& helper_path, const stage::StageRequest& request);
 
 } // namespace stagehand::plugin

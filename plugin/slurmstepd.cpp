@@ -3,6 +3,7 @@
 // fails the job without draining the node.
 #include "plugin.hpp"
 
+#include "stagehand/ddp/step_layout.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
 
 #include <unistd.h>
@@ -42,9 +43,13 @@ std::optional<std::string> task_env(spank_t sp, const std::string& name)
   return std::nullopt;
 }
 
-int stepd_init_post_opt(spank_t /*sp*/, int ac, char** av)
+int stepd_init_post_opt(spank_t sp, int ac, char** av)
 {
   StepState& s = step_state();
+  std::uint32_t step_id = 0;
+  if (spank_get_item(sp, S_JOB_STEPID, &step_id) == ESPANK_SUCCESS && step_id == ddp::k_batch_step_id) {
+    recover_options_from_env([sp](const std::string& name) { return task_env(sp, name); });
+  }
   auto args = parse_args(ac, av);
   auto config = args ? load_config(args->config_path, OwnerCheck::require_root_owned) : Result<Config>(args.error());
   if (!config) {
@@ -113,7 +118,9 @@ int stepd_task_init(spank_t sp, int /*ac*/, char** /*av*/)
   if (options().stage_data && stage_data(sp, *s.config, s.args, tmpdir_path, node) != 0) {
     return -1;
   }
-  if (options().ddp_env && export_ddp_env(sp, *s.config, *options().ddp_env) != 0) {
+  // Without --ddp-env, only a task started from a task with stagehand's DDP values (an srun
+  // inside `srun --ddp-env bash`) has anything to do: those values belong to the enclosing step.
+  if ((options().ddp_env || has_ddp_marker(sp)) && export_ddp_env(sp, *s.config, options().ddp_env) != 0) {
     return -1;
   }
   return 0;

@@ -10,6 +10,14 @@ packages=(
   libgtest-dev googletest bats clang libclang-rt-14-dev
   python3 python3-torch libtorch-dev libgloo-dev
   procps util-linux passwd hostname
+  nlohmann-json3-dev python3-fusepy fuse libfuse2
+  # root-path tests: a btrfs subvolume inside a job directory (on a loop-mounted image)
+  btrfs-progs
+  # Slurm 25.11 built from ../shared/slurm for the second test run (scripts/ci/build-slurm.sh)
+  libmunge-dev libjson-c-dev libyaml-dev libhttp-parser-dev libjwt-dev liblz4-dev zlib1g-dev
+  libreadline-dev
+  # man pages, packages and their checks
+  scdoc man-db groff-base dpkg-dev lintian rpm systemd
 )
 
 missing=()

@@ -1,27 +1,45 @@
 #!/usr/bin/env bash
-# The test command: installs the Debian packages, builds from scratch in a fresh directory, runs
-# the unit tests (ctest) and the cluster tests (a real two-node Slurm). Run as root.
+# The test command (CI runs it through .ci/run), as root on Debian 12. Installs the packages,
+# then runs the phases in scripts/ci/ in order, stopping at the first failure, and always ends
+# with a summary (pass counts per Slurm release) and the total time:
+#
+#   1. Debian's Slurm 22.05: build from scratch (-Werror), unit tests, fuzzing, cluster suite
+#   2. Slurm 25.11.7 built from ../shared/slurm (once per machine, cached by the tarball's
+#      sha256 under /var/cache/stagehand-ci): build with -DSLURM_ROOT, unit tests, cluster suite
+#   3. packages: the .deb (lintian, systemd-analyze, man -l), installed and used by a two-node
+#      job, purged; the RPM from the source tarball
+#
+# A phase is a script in scripts/ci/ taking the build directory; add one with another ci_phase
+# line. Variables: STAGEHAND_BUILD_DIR (default build-test; Slurm 25.11's is the same with
+# -slurm25.11), STAGEHAND_CLUSTER_DIR, STAGEHAND_CLUSTER_PORT and STAGEHAND_TEST_USER (the test
+# cluster, see tests/cluster/cluster.sh), STAGEHAND_FUZZ_SECONDS, STAGEHAND_CI_CACHE.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${STAGEHAND_BUILD_DIR:-$root/build-test}
+ci=$root/scripts/ci
+source "$ci/lib.sh"
 
 [ "$(id -u)" -eq 0 ] || { echo "test.sh: run as root (security tests drop to a user; the cluster runs slurmd)" >&2; exit 1; }
-"$root/scripts/install-deps.sh"
-rm -rf "$build"
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTAGEHAND_WERROR=ON
-cmake --build "$build" -j"$(nproc)"
+build=${STAGEHAND_BUILD_DIR:-$root/build-test}
+build_current=$build-slurm25.11
+start=$SECONDS
+export STAGEHAND_CI_SUMMARY=$(mktemp "${TMPDIR:-/tmp}/stagehand-ci-summary.XXXXXX")
+trap 'ci_summary; printf "total: %dm%02ds\n" $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60)); rm -f "$STAGEHAND_CI_SUMMARY"' EXIT
 
-echo "== unit tests"
-unit_log=$(mktemp)
-(cd "$build" && ctest --output-on-failure -j"$(nproc)") | tee "$unit_log"
-if grep -q '\*\*\*Skipped\|Not Run' "$unit_log"; then
-  echo "test.sh: unit tests were skipped although running as root" >&2
-  exit 1
-fi
-rm -f "$unit_log"
+ci_phase "install packages" "$root/scripts/install-deps.sh"
 
-echo "== fuzzing (bounded)"
-"$root/tests/fuzz/run.sh" "$build" "${STAGEHAND_FUZZ_SECONDS:-30}"
+ci_phase "build (Debian's Slurm)" "$ci/build.sh" "$build"
+ci_phase "unit tests (Debian's Slurm)" "$ci/unit.sh" "$build"
+ci_phase "fuzzing" "$ci/fuzz.sh" "$build"
+ci_phase "cluster tests (Debian's Slurm)" "$ci/cluster.sh" "$build"
 
-echo "== cluster tests"
-"$root/tests/cluster/run.sh" "$build"
+slurm_prefix_file=$(mktemp)
+ci_phase "Slurm 25.11.7 (cached by sha256)" bash -c '"$1" >"$2"' _ "$ci/build-slurm.sh" "$slurm_prefix_file"
+slurm_prefix=$(cat "$slurm_prefix_file")
+rm -f "$slurm_prefix_file"
+ci_phase "build (Slurm 25.11)" "$ci/build.sh" "$build_current" -DSLURM_ROOT="$slurm_prefix"
+ci_phase "unit tests (Slurm 25.11)" "$ci/unit.sh" "$build_current"
+ci_phase "cluster tests (Slurm 25.11)" "$ci/cluster.sh" "$build_current"
+
+ci_phase "package: .deb" "$ci/package-deb.sh" "$build"
+ci_phase "package: install, job, purge" "$ci/package-install.sh" "$build"
+ci_phase "package: RPM" "$ci/package-rpm.sh" "$build"

@@ -1,25 +1,46 @@
 #!/usr/bin/env bash
 # A real local Slurm cluster for the tests: a private munged, slurmctld and two slurmd
-# (node1, node2) on localhost, with the built stagehand.so in plugstack.conf.
+# (node1, node2) on localhost, with stagehand.so in plugstack.conf.
 #
-#   cluster.sh start PLUGIN_SO   start everything, wait until both nodes are idle (the CLI, for
-#                                --stage-data, is taken from PLUGIN_SO's build tree: ../helper)
+#   cluster.sh start PLUGIN_SO   start everything with a copy of PLUGIN_SO, wait until both nodes
+#                                are idle (the CLI, for --stage-data, is taken from PLUGIN_SO's
+#                                build tree: ../helper/stagehand, passed as helper=)
+#   cluster.sh start --installed PLUGIN_SO
+#                                the same with an installed plugin used in place and no helper=,
+#                                so it runs the CLI it was built for (the package check)
 #   cluster.sh stop              stop everything this cluster started, remove its state
 #   cluster.sh env               print the variables a client needs (eval "$(cluster.sh env)")
+#   cluster.sh daemon-start NODE start stagehandd for NODE (the cluster starts one per node)
+#   cluster.sh daemon-stop NODE [SIGNAL]   stop it (default TERM; KILL leaves its socket file)
 #
 # Everything lives under STAGEHAND_CLUSTER_DIR (default /tmp/stagehand-cluster) and uses ports
-# STAGEHAND_CLUSTER_PORT .. +2 (default 46817), so it never collides with a site's cluster or
-# with another test cluster given other values. Run as root.
+# STAGEHAND_CLUSTER_PORT .. +2 (default 46817), and +10 .. +99 for the steps' reserved ports, so it
+# never collides with a site's cluster or with another test cluster given values 100 apart. STAGEHAND_SLURM_PREFIX picks the Slurm whose
+# daemons and clients run (default empty: Debian's, in /usr); `env` puts its bin/ first in PATH,
+# and the tests give that PATH to the test user too. munged is always the system's. Run as root.
 set -euo pipefail
 
 DIR=${STAGEHAND_CLUSTER_DIR:-/tmp/stagehand-cluster}
 PORT=${STAGEHAND_CLUSTER_PORT:-46817}
 TEST_USER=${STAGEHAND_TEST_USER:-stagehand-test}
+SERVICE_USER=${STAGEHAND_SERVICE_USER:-stagehand}
 NODES=(node1 node2)
 HOST=$(hostname -s)
 
 log() { echo "cluster: $*" >&2; }
 die() { echo "cluster: error: $*" >&2; exit 1; }
+
+# The Slurm to run: STAGEHAND_SLURM_PREFIX; for stop and env, when it is not set, the one the
+# running cluster was started with (recorded in $DIR/etc/slurm-prefix).
+use_slurm() {
+  SLURM_PREFIX=${1%/}
+  SLURM_BIN=${SLURM_PREFIX:-/usr}/bin
+  SLURM_SBIN=${SLURM_PREFIX:-/usr}/sbin
+}
+use_slurm "${STAGEHAND_SLURM_PREFIX:-}"
+if [ "${1:-}" != start ] && [ -z "${STAGEHAND_SLURM_PREFIX+set}" ] && [ -f "$DIR/etc/slurm-prefix" ]; then
+  use_slurm "$(cat "$DIR/etc/slurm-prefix")"
+fi
 
 print_env() {
   echo "export SLURM_CONF=$DIR/etc/slurm.conf"
@@ -27,11 +48,30 @@ print_env() {
   echo "export STAGEHAND_TEST_USER=$TEST_USER"
   echo "export STAGEHAND_TEST_CONFIG=$DIR/etc/stagehand.toml"
   echo "export STAGEHAND_SCRATCH=$DIR/scratch"
+  echo "export STAGEHAND_DAEMON_TOML=$DIR/etc/daemon.toml.part"
+  echo "export STAGEHAND_SLURM_PREFIX=$SLURM_PREFIX"
+  echo "export STAGEHAND_SLURM_BIN=$SLURM_BIN"
+  echo "export PATH=$SLURM_BIN:\$PATH"
+}
+
+# The clients must be the daemons' release: an older sbatch against a newer slurmctld fails with
+# "Insane message length".
+check_slurm() {
+  local f
+  for f in "$SLURM_SBIN/slurmctld" "$SLURM_SBIN/slurmd" "$SLURM_BIN/sbatch" "$SLURM_BIN/sinfo"; do
+    [ -x "$f" ] || die "no $f (STAGEHAND_SLURM_PREFIX=${SLURM_PREFIX:-(empty: /usr)})"
+  done
+  log "Slurm: $("$SLURM_SBIN/slurmctld" -V) from ${SLURM_PREFIX:-/usr}"
 }
 
 ensure_user() {
   if ! id "$TEST_USER" >/dev/null 2>&1; then
     useradd --create-home --shell /bin/bash "$TEST_USER"
+  fi
+  # stagehandd's unprivileged service user, which writes the cache (the packages make it with
+  # sysusers.d).
+  if ! id "$SERVICE_USER" >/dev/null 2>&1; then
+    useradd --system --no-create-home --shell /usr/sbin/nologin "$SERVICE_USER"
   fi
 }
 
@@ -43,26 +83,50 @@ ensure_hosts() {
   done
 }
 
+# plugstack.conf: a copy of a built plugin with the build tree's CLI, or an installed plugin in
+# place with its own default CLI.
+write_plugstack() {
+  local plugin=$1 mode=$2
+  if [ "$mode" = installed ]; then
+    ln -sf "$(command -v stagehandd || echo /usr/sbin/stagehandd)" "$DIR/lib/stagehandd"
+    echo "required $plugin config=$DIR/etc/stagehand.toml" >"$DIR/etc/plugstack.conf"
+  else
+    install -m 0755 "$plugin" "$DIR/lib/stagehand.so"
+    install -m 0755 "$(dirname "$plugin")/../helper/stagehand" "$DIR/lib/stagehand"
+    install -m 0755 "$(dirname "$plugin")/../helper/stagehandd" "$DIR/lib/stagehandd"
+    echo "required $DIR/lib/stagehand.so config=$DIR/etc/stagehand.toml helper=$DIR/lib/stagehand" >"$DIR/etc/plugstack.conf"
+  fi
+  chmod 0644 "$DIR/etc/plugstack.conf"
+}
+
 write_configs() {
-  local plugin=$1
-  mkdir -p "$DIR"/{etc,lib,log,ctld,munge,scratch,work} "$DIR"/spool/{node1,node2}
+  local plugin=$1 mode=$2
+  mkdir -p "$DIR"/{etc,lib,log,ctld,munge,scratch,work,run,state,cache} "$DIR"/spool/{node1,node2}
   chmod 0755 "$DIR" "$DIR"/{etc,lib,log,scratch}
   chmod 0700 "$DIR/munge" "$DIR/ctld"
-  install -m 0755 "$plugin" "$DIR/lib/stagehand.so"
-  install -m 0755 "$(dirname "$plugin")/../helper/stagehand" "$DIR/lib/stagehand"
   chown "$TEST_USER": "$DIR/work"
+  write_plugstack "$plugin" "$mode"
 
+  # The daemon's part of the config, kept apart so tests that rewrite [tmpdir] keep it.
+  cat >"$DIR/etc/daemon.toml.part" <<TOML
+[daemon]
+socket = "$DIR/run/%n.sock"
+state_dir = "$DIR/state/%n"
+cache_dir = "$DIR/cache/%n"
+cache_max_bytes = "2G"
+gc_interval = "3s"
+user = "$SERVICE_USER"
+metrics_file = "$DIR/log/metrics-%n.prom"
+TOML
   cat >"$DIR/etc/stagehand.toml" <<TOML
 # Test-cluster configuration (written by tests/cluster/cluster.sh).
 [tmpdir]
 base = "$DIR/scratch/%n"
 default = false
 keep_for = "1h"
+$(cat "$DIR/etc/daemon.toml.part")
 TOML
   chmod 0644 "$DIR/etc/stagehand.toml"
-
-  echo "required $DIR/lib/stagehand.so config=$DIR/etc/stagehand.toml helper=$DIR/lib/stagehand" >"$DIR/etc/plugstack.conf"
-  chmod 0644 "$DIR/etc/plugstack.conf"
 
   cat >"$DIR/etc/slurm.conf" <<CONF
 # Test cluster (written by tests/cluster/cluster.sh).
@@ -89,6 +153,12 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SwitchType=switch/none
 MpiDefault=none
+# Every step gets ports of its own (SLURM_STEP_RESV_PORTS): --ddp-env's MASTER_PORT then comes
+# from them. A range per cluster (inside this cluster's block of 100 ports), so that test
+# clusters running side by side never hand out the same port.
+MpiParams=ports=$((PORT + 10))-$((PORT + 99))
+# salloc without a command starts its shell in an interactive step on the first node.
+LaunchParameters=use_interactive_step
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
@@ -111,16 +181,50 @@ CONF
 start_munge() {
   dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none
   chmod 0400 "$DIR/munge/munge.key"
-  munged --force --key-file="$DIR/munge/munge.key" --socket="$DIR/munge/munge.socket" \
+  /usr/sbin/munged --force --key-file="$DIR/munge/munge.key" --socket="$DIR/munge/munge.socket" \
     --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/log/munged.log" \
     --seed-file="$DIR/munge/munged.seed"
   chmod 0755 "$DIR/munge"
 }
 
+start_controller() {
+  "$SLURM_SBIN/slurmctld" -f "$SLURM_CONF" -i
+}
+
+start_node() {
+  "$SLURM_SBIN/slurmd" -f "$SLURM_CONF" -N "$1"
+}
+
+daemon_start() {
+  local n=$1 i started
+  eval "$(print_env)"
+  started=$(grep -c "listening on" "$DIR/log/stagehandd-$n.log" 2>/dev/null || true)
+  # The daemon asks slurmctld (squeue) whether jobs still run: it gets this cluster's SLURM_CONF.
+  SLURM_CONF="$SLURM_CONF" setsid "$DIR/lib/stagehandd" --config "$DIR/etc/stagehand.toml" --node "$n" \
+    >>"$DIR/log/stagehandd-$n.log" 2>&1 </dev/null 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- &
+  echo $! >"$DIR/stagehandd-$n.pid"
+  for i in $(seq 1 100); do
+    [ "$(grep -c "listening on" "$DIR/log/stagehandd-$n.log" 2>/dev/null || true)" -gt "${started:-0}" ] && return 0
+    sleep 0.1
+  done
+  die "stagehandd for $n did not start (see $DIR/log/stagehandd-$n.log)"
+}
+
+daemon_stop() {
+  local n=$1 sig=${2:-TERM} f pid
+  f="$DIR/stagehandd-$n.pid"
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f")
+  kill -"$sig" "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$f"
+}
+
 wait_idle() {
   local i state
   for i in $(seq 1 120); do
-    state=$(sinfo -h -N -o '%N %T' 2>/dev/null | sort | tr '\n' ' ' || true)
+    state=$("$SLURM_BIN/sinfo" -h -N -o '%N %T' 2>/dev/null | sort | tr '\n' ' ' || true)
     if [ "$state" = "node1 idle node2 idle " ]; then
       log "both nodes idle after ~$((i / 2))s"
       return 0
@@ -133,23 +237,34 @@ wait_idle() {
 }
 
 cmd_start() {
-  local plugin=${1:?usage: cluster.sh start PLUGIN_SO}
+  local mode=copy
+  if [ "${1:-}" = --installed ]; then
+    mode=installed
+    shift
+  fi
+  local plugin=${1:?usage: cluster.sh start [--installed] PLUGIN_SO}
   [ "$(id -u)" -eq 0 ] || die "run as root"
   [ -f "$plugin" ] || die "no plugin at $plugin (build first)"
+  check_slurm
   if [ -f "$DIR/slurmctld.pid" ]; then
     log "stopping a previous cluster in $DIR"
     cmd_stop
   fi
   ensure_user
   ensure_hosts
-  write_configs "$plugin"
+  write_configs "$plugin" "$mode"
+  echo "$SLURM_PREFIX" >"$DIR/etc/slurm-prefix"
   eval "$(print_env)"
   start_munge
-  slurmctld -f "$SLURM_CONF" -i
+  start_controller
+  local n
   for n in "${NODES[@]}"; do
-    slurmd -f "$SLURM_CONF" -N "$n"
+    start_node "$n"
   done
   wait_idle || { cmd_stop; die "cluster did not start"; }
+  for n in "${NODES[@]}"; do
+    daemon_start "$n"
+  done
 }
 
 kill_pidfile() {
@@ -167,13 +282,13 @@ kill_pidfile() {
 cmd_stop() {
   eval "$(print_env)"
   if [ -f "$DIR/slurmctld.pid" ]; then
-    scancel --full --quiet --user="$TEST_USER" 2>/dev/null || true
+    "$SLURM_BIN/scancel" --full --quiet --user="$TEST_USER" 2>/dev/null || true
     for _ in $(seq 1 20); do
-      [ -z "$(squeue -h 2>/dev/null)" ] && break
+      [ -z "$("$SLURM_BIN/squeue" -h 2>/dev/null)" ] && break
       sleep 0.5
     done
   fi
-  for n in "${NODES[@]}"; do kill_pidfile "$DIR/slurmd-$n.pid"; done
+  for n in "${NODES[@]}"; do daemon_stop "$n"; kill_pidfile "$DIR/slurmd-$n.pid"; done
   # Steps left behind: only ours, recognised by the SLURM_CONF they inherited from our slurmd.
   local pid
   for pid in $(pgrep -f '^slurmstepd:' || true); do
@@ -184,12 +299,14 @@ cmd_stop() {
   pkill -9 -u "$TEST_USER" 2>/dev/null || true # tasks orphaned by killed steps (our own test user)
   kill_pidfile "$DIR/slurmctld.pid"
   kill_pidfile "$DIR/munge/munged.pid"
-  rm -rf "$DIR/ctld" "$DIR/spool" "$DIR/munge" "$DIR/log"
+  rm -rf "$DIR/ctld" "$DIR/spool" "$DIR/munge" "$DIR/log" "$DIR/run" "$DIR/state" "$DIR/cache" "$DIR/etc/slurm-prefix"
 }
 
 case "${1:-}" in
   start) shift; cmd_start "$@" ;;
   stop) cmd_stop ;;
   env) print_env ;;
-  *) echo "usage: cluster.sh start PLUGIN_SO | stop | env" >&2; exit 2 ;;
+  daemon-start) daemon_start "${2:?node}" ;;
+  daemon-stop) daemon_stop "${2:?node}" "${3:-TERM}" ;;
+  *) echo "usage: cluster.sh start [--installed] PLUGIN_SO | stop | env | daemon-start NODE | daemon-stop NODE [SIGNAL]" >&2; exit 2 ;;
 esac

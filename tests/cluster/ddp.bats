@@ -82,8 +82,8 @@ assert_all_ranks_agree() {
 @test "no TORCHELASTIC_* variable is ever set" {
   submit -N2 --ntasks-per-node=1 --wrap "'srun --ddp-env=auto env'"
   [ "$JOB_RC" -eq 0 ]
-  echo "$LAST_OUTPUT" | grep -q '^PET_RDZV_CONF=is_host=1$'
-  echo "$LAST_OUTPUT" | grep -q '^PET_RDZV_CONF=is_host=0$'
+  echo "$LAST_OUTPUT" | grep -q '^PET_RDZV_CONF=is_host=1,read_timeout=3600,join_timeout=3600$'
+  echo "$LAST_OUTPUT" | grep -q '^PET_RDZV_CONF=is_host=0,read_timeout=3600,join_timeout=3600$'
   ! echo "$LAST_OUTPUT" | grep -q '^TORCHELASTIC_'
 }
 

@@ -4,9 +4,12 @@
 WORK=$STAGEHAND_CLUSTER_DIR/work
 SCRATCH=$STAGEHAND_SCRATCH
 
-# Runs a shell command as the test user in the work directory.
+# Runs a shell command as the test user in the work directory, with the cluster's Slurm clients
+# first in PATH (STAGEHAND_SLURM_BIN, from cluster.sh env).
+# SHELL is set as a login would: salloc's interactive step runs `srun ... --pty $SHELL`.
 as_user() {
-  runuser -u "$STAGEHAND_TEST_USER" -- env SLURM_CONF="$SLURM_CONF" PATH=/usr/bin:/bin bash -c "cd '$WORK' && $1"
+  runuser -u "$STAGEHAND_TEST_USER" -- env SLURM_CONF="$SLURM_CONF" SHELL=/bin/bash PATH="${STAGEHAND_SLURM_BIN:-/usr/bin}:/usr/bin:/bin" \
+    bash -c "cd '$WORK' && $1"
 }
 
 # Writes a batch script (from stdin) into the work directory, readable by the test user.
@@ -38,10 +41,11 @@ wait_job_done() {
   return 1
 }
 
-# Fails when any node is drained, down or failing.
+# Fails when any node is drained, down or failing. ("planned": the backfill scheduler holds the
+# node for a pending job, as after a heterogeneous job whose components waited for their nodes.)
 assert_nodes_healthy() {
   local bad
-  bad=$(sinfo -h -N -o '%N %T' | grep -Ev ' (idle|allocated|mixed|completing)$' || true)
+  bad=$(sinfo -h -N -o '%N %T' | grep -Ev ' (idle|allocated|mixed|completing|planned)$' || true)
   if [ -n "$bad" ]; then
     echo "unhealthy nodes: $bad" >&2
     sinfo -N -o '%N %T %E' >&2
@@ -49,18 +53,44 @@ assert_nodes_healthy() {
   fi
 }
 
+# submit (sbatch --wait) of a --tmpdir job that fills its directory with 1,000 directories of 1,000
+# empty files and prints "made"; fails unless it did. Extra args go to sbatch.
+submit_million_files() {
+  submit "$@" --tmpdir --wrap "'cd \$SLURM_TMPDIR && python3 -c \"
+import os
+for d in range(1000):
+    os.mkdir(str(d))
+    for f in range(1000):
+        os.close(os.open(f\\\"{d}/{f}\\\", os.O_CREAT | os.O_WRONLY, 0o600))
+\" && echo made'"
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -qx made
+}
+
 job_dir() { echo "$SCRATCH/$1/job_$2"; }
 
 # Rewrites the test config with extra [tmpdir] lines and extra tables (the plugin reads it at
-# every step).
+# every step). TMPDIR_BASE and KEEP_FOR replace the base and keep_for.
 set_tmpdir_config() {
   cat >"$STAGEHAND_TEST_CONFIG" <<TOML
 [tmpdir]
-base = "$SCRATCH/%n"
-keep_for = "1h"
+base = "${TMPDIR_BASE:-$SCRATCH/%n}"
+keep_for = "${KEEP_FOR:-1h}"
 $1
 ${2:-}
+$(cat "$STAGEHAND_DAEMON_TOML")
 TOML
+}
+
+# Starts the stagehandd of any node whose daemon a test stopped or killed.
+ensure_daemons() {
+  local n pid
+  for n in node1 node2; do
+    pid=$(cat "$STAGEHAND_CLUSTER_DIR/stagehandd-$n.pid" 2>/dev/null || true)
+    if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then
+      "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-start "$n"
+    fi
+  done
 }
 
 teardown() {
@@ -71,5 +101,6 @@ teardown() {
     grep -h stagehand "$STAGEHAND_CLUSTER_DIR"/log/slurmd-*.log | sort | tail -n 20 || true
   fi
   set_tmpdir_config ""
+  ensure_daemons
   assert_nodes_healthy
 }

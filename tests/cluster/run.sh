@@ -1,11 +1,25 @@
 #!/usr/bin/env bash
 # Starts the local two-node cluster with the built plugin, runs the bats cluster tests, and
-# always stops the cluster. Fails when any test fails or is skipped. Usage: run.sh BUILD_DIR
+# always stops the cluster. Fails when any test fails or is skipped.
+# Usage: run.sh BUILD_DIR [FILE.bats ...]   (default: every .bats file here)
+# (STAGEHAND_SLURM_PREFIX: the Slurm to run, the one BUILD_DIR was configured against; see cluster.sh)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-build=$(cd "${1:?usage: run.sh BUILD_DIR}" && pwd)
+build=$(cd "${1:?usage: run.sh BUILD_DIR [FILE.bats ...]}" && pwd)
+shift
+files=("$@")
+[ ${#files[@]} -gt 0 ] || files=("$here"/*.bats)
 
 [ "$(id -u)" -eq 0 ] || { echo "cluster tests: must run as root (they start slurmd)" >&2; exit 1; }
+# Run the Slurm the build was configured against (cmake -DSLURM_ROOT), unless told otherwise.
+built_for=$(sed -n 's/^SLURM_ROOT:PATH=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
+[ "$built_for" = /usr ] && built_for=
+if [ -z "${STAGEHAND_SLURM_PREFIX+set}" ]; then
+  export STAGEHAND_SLURM_PREFIX=$built_for
+elif [ "${STAGEHAND_SLURM_PREFIX%/}" != "$built_for" ]; then
+  echo "cluster tests: $build is built against SLURM_ROOT='$built_for', STAGEHAND_SLURM_PREFIX='$STAGEHAND_SLURM_PREFIX'" >&2
+  exit 1
+fi
 "$here/cluster.sh" start "$build/plugin/stagehand.so"
 trap '"$here/cluster.sh" stop' EXIT
 eval "$("$here/cluster.sh" env)"
@@ -15,12 +29,12 @@ export STAGEHAND_BUILD_DIR=$build
 export STAGEHAND_SOURCE_DIR=$(cd "$here/../.." && pwd)
 log=$(mktemp)
 status=0
-bats --tap "$here"/*.bats | tee "$log" || status=$?
+bats --tap "${files[@]}" | tee "$log" || status=$?
 passed=$(grep -c '^ok ' "$log" || true)
 failed=$(grep -c '^not ok ' "$log" || true)
 skipped=$(grep -c '^ok .* # skip' "$log" || true)
 rm -f "$log"
-echo "cluster: $((passed - skipped)) passed, $failed failed, $skipped skipped"
+echo "cluster (Slurm $("$STAGEHAND_SLURM_BIN/sinfo" -V | cut -d' ' -f2)): $((passed - skipped)) passed, $failed failed, $skipped skipped"
 if [ "$skipped" -gt 0 ]; then
   echo "cluster tests: a skipped cluster test counts as a failure" >&2
   exit 1

@@ -46,7 +46,8 @@ srun -N2 --ntasks-per-node=1 bash -c '
   diff -r --no-dereference "$SLURM_SUBMIT_DIR/data/tree" data/tree && echo "unpacked ok on $SLURMD_NODENAME" >/dev/null
   diff -r --no-dereference "$SLURM_SUBMIT_DIR/data/tree" data/tree-from-tar && echo "tar ok on $SLURMD_NODENAME"
   cmp "$SLURM_SUBMIT_DIR/data/plain.bin" data/plain.bin && echo "file ok on $SLURMD_NODENAME"
-  test "$(stat -c %a data/tree/sub/deeper/numbers.txt)" = 750 && echo "mode ok on $SLURMD_NODENAME"'
+  # From the node cache files are read-only (0555 when executable); the tree keeps its shape.
+  test "$(stat -c %a data/tree/sub/deeper/numbers.txt)" = 555 && echo "mode ok on $SLURMD_NODENAME"'
 EOF2
   submit -N2 --stage-data=data/tree,data/tree.tar.gz:data/tree-from-tar,data/plain.bin check.sh
   [ "$JOB_RC" -eq 0 ]
@@ -134,6 +135,18 @@ EOF2
   out=$(cat "$WORK/out.$id"); echo "$out"
   echo "$out" | grep -q 'stagehand: --stage-data: .*vanishing.bin: no such file or directory'
   [ "$(scontrol show job "$id" -o | grep -o 'JobState=[A-Z]*')" = JobState=FAILED ]
+}
+
+@test "a staging helper killed by a signal fails the job with one line saying so; no drain" {
+  helper=$STAGEHAND_CLUSTER_DIR/lib/stagehand
+  cp -p "$helper" "$helper.real"
+  printf '#!/bin/sh\nkill -KILL $$\n' >"$helper"
+  submit -N1 --stage-data=data/plain.bin --wrap "'echo should-not-run'"
+  mv -f "$helper.real" "$helper"
+  [ "$JOB_RC" -ne 0 ]
+  [ "$(echo "$LAST_OUTPUT" | grep -c 'stagehand: --stage-data: the staging helper was killed by signal 9 (SIGKILL) on node node1$')" -eq 1 ]
+  ! echo "$LAST_OUTPUT" | grep -q should-not-run
+  [ ! -e "$(job_dir node1 "$JOB_ID")" ]
 }
 
 @test "an srun step adds its own --stage-data to a job that staged already; later steps reuse both" {

@@ -1,24 +1,44 @@
 #!/usr/bin/env bash
-# Builds the fuzz targets with clang (libFuzzer, ASan, UBSan) and runs each for a bounded time.
+# Builds the fuzz targets with clang (libFuzzer, ASan, UBSan) from CMake (STAGEHAND_FUZZ=ON) in
+# BUILD_DIR/fuzz and runs each for a bounded time on its seed corpus.
 # Usage: tests/fuzz/run.sh BUILD_DIR [SECONDS]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 out=${1:?usage: run.sh BUILD_DIR [SECONDS]}/fuzz
 seconds=${2:-30}
-mkdir -p "$out/corpus"
-clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -I"$root/src" "$root/src/stagehand/util/result.cpp" "$root/src/stagehand/util/strings.cpp" \
-  "$root/src/stagehand/ddp/hostlist.cpp" \
-  "$here/hostlist_fuzz.cpp" -o "$out/hostlist_fuzz"
-cp -r "$here/corpus/hostlist" "$out/corpus/"
+mkdir -p "$out"
+
+cmake -S "$root" -B "$out" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DSTAGEHAND_FUZZ=ON -DSTAGEHAND_SANITIZE=address,undefined -DSTAGEHAND_BUILD_TESTS=OFF \
+  -DSTAGEHAND_BUILD_EXAMPLES=OFF >"$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
+cmake --build "$out" --target fuzz_targets -j"$(nproc)"
+
+# libFuzzer flags from NAME_fuzz.options ([libfuzzer] key = value, as OSS-Fuzz writes them).
+options_of() {
+  local file=$here/$1_fuzz.options
+  [ -f "$file" ] || return 0
+  sed -n '/^\[libfuzzer\]/,/^\[/{s/^\([a-z_]*\) *= *\(.*\)$/-\1=\2/p}' "$file"
+}
+
 status=0
-"$out/hostlist_fuzz" -max_total_time="$seconds" -max_len=256 -print_final_stats=1 -artifact_prefix="$out/" \
-  "$out/corpus/hostlist" >"$out/hostlist.log" 2>&1 || status=$?
-grep -E '^Done|number_of_executed_units' "$out/hostlist.log" || true
-if [ "$status" -ne 0 ]; then
-  tail -n 40 "$out/hostlist.log"
-  echo "fuzz: hostlist found a failure (exit $status); the input is in $out/" >&2
-  exit 1
-fi
-echo "fuzz: hostlist ran ${seconds}s without a finding"
+while read -r name; do
+  [ -n "$name" ] || continue
+  corpus=$out/corpus/$name
+  rm -rf "$corpus" && mkdir -p "$corpus"
+  [ -d "$here/corpus/$name" ] && cp -r "$here/corpus/$name/." "$corpus/"
+  log=$out/$name.log
+  rc=0
+  # shellcheck disable=SC2046 # one flag per line
+  "$out/tests/fuzz/${name}_fuzz" -max_total_time="$seconds" $(options_of "$name") -print_final_stats=1 \
+    -artifact_prefix="$out/$name-" "$corpus" >"$log" 2>&1 || rc=$?
+  grep -E '^Done|number_of_executed_units' "$log" || true
+  if [ "$rc" -ne 0 ]; then
+    tail -n 40 "$log"
+    echo "fuzz: $name found a failure (exit $rc); the input is in $out/" >&2
+    status=1
+  else
+    echo "fuzz: $name ran ${seconds}s without a finding"
+  fi
+done <"$out/tests/fuzz/targets.txt"
+exit "$status"

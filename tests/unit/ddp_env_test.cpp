@@ -1,10 +1,11 @@
-// DDP environment: ports, layouts from recorded srun environments, modes, never-overwrite.
+// DDP environment: ports, layouts from recorded srun environments (through the plugin's builder),
+// modes, never-overwrite.
 #include "stagehand/ddp/env.hpp"
+#include "stagehand/ddp/step_layout.hpp"
+#include "step_env.hpp"
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
 #include <set>
 
 using namespace stagehand;
@@ -12,44 +13,12 @@ using namespace stagehand::ddp;
 
 namespace {
 
-using Env = std::map<std::string, std::string>;
+using test::Env;
+using test::as_map;
+using test::recorded_step;
 
-Env read_env(const std::filesystem::path& p)
-{
-  Env env;
-  std::ifstream f(p);
-  std::string line;
-  while (std::getline(f, line)) {
-    auto eq = line.find('=');
-    if (eq != std::string::npos) {
-      env[line.substr(0, eq)] = line.substr(eq + 1);
-    }
-  }
-  return env;
-}
-
-// All ranks of one recorded step ("n4-cyclic"), by rank.
-std::vector<Env> recorded_step(const std::string& name)
-{
-  std::vector<Env> ranks;
-  for (int r = 0;; ++r) {
-    auto p = std::filesystem::path(STAGEHAND_TEST_DATA) / "step_env" / (name + ".rank" + std::to_string(r) + ".env");
-    if (!std::filesystem::exists(p)) {
-      break;
-    }
-    ranks.push_back(read_env(p));
-  }
-  return ranks;
-}
-
-std::map<std::string, std::string> as_map(const std::vector<EnvVar>& vars)
-{
-  std::map<std::string, std::string> m;
-  for (const auto& v : vars) {
-    m[v.name] = v.value;
-  }
-  return m;
-}
+// A recorded task's layout, through the builder the plugin uses (over an environment lookup).
+Result<StepLayout> layout_of(const Env& env) { return build_step_layout(test::recorded_lookup(env)); }
 
 } // namespace
 
@@ -102,7 +71,7 @@ TEST(Layout, RecordedStepsGiveConsistentEnvironments)
     std::map<std::string, std::set<std::string>> local_ranks_by_node;
     std::set<std::string> ports;
     for (const auto& env : ranks) {
-      auto layout = layout_from_env(env);
+      auto layout = layout_of(env);
       ASSERT_TRUE(layout) << name << ": " << layout.error().message;
       auto vars = compute_environment(c, *layout, Mode::tasks);
       ASSERT_TRUE(vars);
@@ -135,17 +104,45 @@ TEST(Layout, CyclicRankOneIsOnTheSecondNode)
 {
   auto ranks = recorded_step("n4-cyclic");
   ASSERT_EQ(ranks.size(), 4U);
-  auto m = as_map(*compute_environment(DdpConfig{}, *layout_from_env(ranks[1]), Mode::tasks));
+  auto m = as_map(*compute_environment(DdpConfig{}, *layout_of(ranks[1]), Mode::tasks));
   EXPECT_EQ(m["NODE_RANK"], "1");
   EXPECT_EQ(m["LOCAL_RANK"], "0");
   EXPECT_EQ(m["LOCAL_WORLD_SIZE"], "1");
+}
+
+TEST(Layout, BuilderReadsGpusBatchStepAndRefusesAMissingItem)
+{
+  Env env = recorded_step("pernode")[0];
+  env["CUDA_VISIBLE_DEVICES"] = "0,1,2";
+  EXPECT_EQ(layout_of(env)->gpus_on_node, 3U);
+  env["SLURM_GPUS_ON_NODE"] = "8"; // Slurm's own count wins
+  EXPECT_EQ(layout_of(env)->gpus_on_node, 8U);
+
+  Env batch{{"SLURM_JOB_ID", "9"}, {"SLURM_STEP_ID", std::to_string(k_batch_step_id)},
+            {"SLURM_JOB_NODELIST", "gpu[07-08]"}};
+  auto b = layout_of(batch);
+  ASSERT_TRUE(b) << b.error().message;
+  EXPECT_TRUE(b->batch_step());
+  EXPECT_TRUE(b->job_level());
+  EXPECT_EQ(b->node_list, "gpu[07-08]");
+  EXPECT_EQ(b->nnodes, 2U);
+
+  Env broken = recorded_step("n3-block")[0];
+  broken.erase("SLURM_LOCALID");
+  auto r = layout_of(broken);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message, "cannot read the step's task layout (local task id)");
+  EXPECT_EQ(r.error().kind, ErrorKind::internal);
+  broken = recorded_step("n3-block")[0];
+  broken.erase("SLURM_STEP_NODELIST");
+  EXPECT_EQ(layout_of(broken).error().message, "SLURM_STEP_NODELIST is not set");
 }
 
 TEST(Modes, AutoAddsTorchrunSetOnlyWithOneTaskPerNode)
 {
   DdpConfig c;
   c.master_addr = "{host}-ib";
-  auto per_node = layout_from_env(recorded_step("pernode")[1]);
+  auto per_node = layout_of(recorded_step("pernode")[1]);
   ASSERT_TRUE(per_node);
   auto m = as_map(*compute_environment(c, *per_node, Mode::automatic));
   EXPECT_EQ(m["MASTER_ADDR"], "node1-ib");
@@ -154,32 +151,53 @@ TEST(Modes, AutoAddsTorchrunSetOnlyWithOneTaskPerNode)
   EXPECT_EQ(m["PET_NPROC_PER_NODE"], "1");
   EXPECT_EQ(m["PET_RDZV_BACKEND"], "c10d");
   EXPECT_EQ(m["PET_RDZV_ENDPOINT"], "node1-ib:" + m["MASTER_PORT"]);
-  EXPECT_EQ(m["PET_RDZV_CONF"], "is_host=0");
+  EXPECT_EQ(m["PET_RDZV_CONF"], "is_host=0,read_timeout=3600,join_timeout=3600");
+  EXPECT_EQ(m["PET_LOCAL_ADDR"], "node2-ib"); // this node's name through the template
   EXPECT_EQ(m["RANK"], "1");
-  auto rank0 = as_map(*compute_environment(c, *layout_from_env(recorded_step("pernode")[0]), Mode::automatic));
-  EXPECT_EQ(rank0["PET_RDZV_CONF"], "is_host=1");
+  auto rank0 = as_map(*compute_environment(c, *layout_of(recorded_step("pernode")[0]), Mode::automatic));
+  EXPECT_EQ(rank0["PET_RDZV_CONF"], "is_host=1,read_timeout=3600,join_timeout=3600");
+  EXPECT_EQ(rank0["PET_LOCAL_ADDR"], rank0["MASTER_ADDR"]);
 
-  auto block = layout_from_env(recorded_step("n3-block")[0]);
+  auto block = layout_of(recorded_step("n3-block")[0]);
   auto b = as_map(*compute_environment(c, *block, Mode::automatic));
   EXPECT_EQ(b.count("PET_NNODES"), 0U);
   EXPECT_EQ(b["WORLD_SIZE"], "3");
 
-  auto t = as_map(*compute_environment(c, *block, Mode::torchrun));
+  auto t = as_map(*compute_environment(c, *per_node, Mode::torchrun));
   EXPECT_EQ(t.count("RANK"), 0U);
   EXPECT_EQ(t.count("WORLD_SIZE"), 0U);
   EXPECT_EQ(t["PET_NNODES"], "2");
   for (const auto& [name, value] : t) {
     EXPECT_NE(name.rfind("TORCHELASTIC_", 0), 0U) << name;
   }
-  StepLayout gpus = *block;
+  StepLayout gpus = *per_node;
   gpus.gpus_on_node = 8;
   EXPECT_EQ(as_map(*compute_environment(c, gpus, Mode::torchrun))["PET_NPROC_PER_NODE"], "8");
+}
+
+// Item 15: several torchruns on one node would each start the node's workers and all of node 0's
+// would host the store ("Address already in use"): refused, whatever the node.
+TEST(Modes, TorchrunModeRefusesMoreThanOneTaskPerNode)
+{
+  for (const char* name : {"n3-block", "n4-cyclic", "n5-uneven"}) {
+    for (const auto& env : recorded_step(name)) {
+      auto layout = layout_of(env);
+      ASSERT_TRUE(layout);
+      auto r = compute_environment(DdpConfig{}, *layout, Mode::torchrun);
+      ASSERT_FALSE(r) << name << " rank " << env.at("SLURM_PROCID");
+      EXPECT_EQ(r.error().kind, ErrorKind::refused);
+      EXPECT_EQ(r.error().message, "--ddp-env=torchrun: this step has " + env.at("SLURM_STEP_NUM_TASKS") +
+                                     " tasks on 2 nodes; torchrun starts the workers itself, so start one "
+                                     "torchrun per node (srun --ntasks-per-node=1)");
+    }
+  }
 }
 
 TEST(Modes, BatchStepGetsJobLevelValuesAndNoRank)
 {
   StepLayout batch;
   batch.job_id = 9;
+  batch.kind = StepKind::job_level;
   batch.step_id = k_batch_step_id;
   batch.node_list = "gpu[07-08]";
   batch.nnodes = 2;
@@ -191,7 +209,7 @@ TEST(Modes, SiteDefaultsFollowTheComputedValues)
 {
   DdpConfig c;
   c.env = {{"NCCL_SOCKET_IFNAME", "ib0"}};
-  auto vars = *compute_environment(c, *layout_from_env(recorded_step("n3-block")[0]), Mode::tasks);
+  auto vars = *compute_environment(c, *layout_of(recorded_step("n3-block")[0]), Mode::tasks);
   EXPECT_EQ(vars.back(), (EnvVar{"NCCL_SOCKET_IFNAME", "ib0"}));
 }
 

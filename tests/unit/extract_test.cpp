@@ -207,7 +207,7 @@ TEST(ExtractHostile, LongNamesDeepNestingAndDirectoryReplacement)
   STAGEHAND_REQUIRE_ROOT();
   Hostile box;
   EXPECT_NE(box.attack("long-name.tar").find("name longer than 4096 bytes"), std::string::npos);
-  EXPECT_NE(box.attack("deep.tar").find("nested deeper than 256 levels"), std::string::npos);
+  EXPECT_NE(box.attack("deep.tar").find("nested deeper than 1024 levels"), std::string::npos);
   EXPECT_NE(box.attack("dir-then-file.tar").find("would replace a directory: refused"), std::string::npos);
 }
 
@@ -217,4 +217,35 @@ TEST(ExtractHostile, CorruptArchiveIsAnErrorNamingIt)
   Hostile box;
   auto msg = box.attack("truncated.tar.gz");
   EXPECT_EQ(msg.rfind("truncated.tar.gz: ", 0), 0U) << msg;
+}
+
+// Callers decide by kind: a hostile entry is refused, a bomb hits a limit, a damaged archive is
+// corrupt; the archive is named once, in front.
+TEST(ExtractHostile, ErrorsCarryTheirKind)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Hostile box;
+  auto kind_of = [&](const std::string& name, ExtractLimits limits = {}) {
+    auto r = box.extract(box.archives + "/" + name, limits);
+    box.expect_outside_untouched();
+    if (r) {
+      ADD_FAILURE() << name << " was unpacked";
+      return ErrorKind::internal;
+    }
+    const std::string& msg = r.error().message;
+    EXPECT_EQ(msg.rfind(name + ": ", 0), 0U) << msg;
+    EXPECT_EQ(msg.find(name, name.size()), std::string::npos) << "named twice: " << msg;
+    return r.error().kind;
+  };
+  EXPECT_EQ(kind_of("dotdot.tar"), ErrorKind::refused);
+  EXPECT_EQ(kind_of("symlink-then-write.tar"), ErrorKind::refused);
+  EXPECT_EQ(kind_of("hardlink-outside.tar"), ErrorKind::refused);
+  EXPECT_EQ(kind_of("dir-then-file.tar"), ErrorKind::refused);
+  ExtractLimits limits;
+  limits.max_entries = 1000;
+  EXPECT_EQ(kind_of("many-entries.tar", limits), ErrorKind::limit);
+  limits = {};
+  limits.max_bytes = 10 << 20;
+  EXPECT_EQ(kind_of("bomb.tar.gz", limits), ErrorKind::limit);
+  EXPECT_EQ(kind_of("truncated.tar.gz"), ErrorKind::corrupt);
 }

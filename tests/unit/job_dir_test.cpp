@@ -1,5 +1,6 @@
 // The job directory: created safely under a root-owned base, never adopting planted entries.
 #include "stagehand/fs/trusted_dir.hpp"
+#include "stagehand/gc/collect.hpp"
 #include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
 
@@ -129,17 +130,27 @@ TEST(JobDir, KeepMarkerAndExpiry)
   std::time_t now = std::time(nullptr);
   ASSERT_TRUE(mark_kept(b.fd.get(), 1234, now + 3600));
   ASSERT_TRUE(mark_kept(b.fd.get(), 77, now - 1));
-  auto dry = remove_expired(b.fd.get(), now, DryRun::yes);
-  ASSERT_EQ(dry.removed.size(), 1U);
-  EXPECT_EQ(dry.removed[0], "job_77");
+  // Evidence: slurmctld answered and neither job runs on this node.
+  gc::Evidence ended;
+  ended.running_here = std::set<std::uint32_t>{};
+  auto plan_at = [&](std::time_t t) { return gc::make_plan(*gc::snapshot_base(b.fd.get(), t), ended); };
+  auto dry = plan_at(now);
+  std::vector<std::string> dirs;
+  for (const auto& a : dry.remove) {
+    if (a.job_id != 0) {
+      dirs.push_back(a.name);
+    }
+  }
+  ASSERT_EQ(dirs.size(), 1U);
+  EXPECT_EQ(dirs[0], "job_77");
   EXPECT_TRUE(exists_nofollow(b.dir / "base/job_77"));
-  auto gc = remove_expired(b.fd.get(), now, DryRun::no);
-  EXPECT_TRUE(gc.errors.empty());
+  auto gc = gc::apply(b.fd.get(), dry, std::chrono::steady_clock::now() + std::chrono::minutes(5));
+  EXPECT_TRUE(gc.failures.empty());
   EXPECT_FALSE(exists_nofollow(b.dir / "base/job_77"));
   EXPECT_FALSE(exists_nofollow(b.dir / "base/.keep.job_77"));
   EXPECT_TRUE(exists_nofollow(b.job()));
   // An hour later the other one goes too.
-  remove_expired(b.fd.get(), now + 3601, DryRun::no);
+  gc::apply(b.fd.get(), plan_at(now + 3601), std::chrono::steady_clock::now() + std::chrono::minutes(5));
   EXPECT_FALSE(exists_nofollow(b.job()));
 }
 
@@ -154,8 +165,13 @@ TEST(Lifecycle, StartEndAndKeep)
   ASSERT_TRUE(started) << started.error().message;
   const std::string path = dir / "scratch/node7/job_1234";
   EXPECT_TRUE(exists_nofollow(path));
-  ASSERT_TRUE(on_job_end(config, job, Request::create));
-  EXPECT_FALSE(exists_nofollow(path));
+  auto ended = on_job_end(config, job, Request::create);
+  ASSERT_TRUE(ended);
+  EXPECT_FALSE(exists_nofollow(path)); // moved to the trash at once
+  ASSERT_TRUE(ended->trash);
+  EXPECT_TRUE(exists_nofollow(dir / ("scratch/node7/" + *ended->trash)));
+  remove_trash(config, "node7", *ended->trash, std::chrono::seconds(10));
+  EXPECT_FALSE(exists_nofollow(dir / ("scratch/node7/" + *ended->trash)));
 
   ASSERT_TRUE(on_job_start(config, job));
   auto kept = on_job_end(config, job, Request::keep);

@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <cstring>
+#include <cstdlib>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -237,4 +238,75 @@ TEST(RemoveTree, HardlinkToRootFileOnlyLosesTheLink)
   ASSERT_EQ(::link((t.victim + "/sentinel").c_str(), t.job("hard").c_str()), 0);
   ASSERT_TRUE(fs::remove_tree(t.base.get(), "job"));
   t.expect_victim_intact();
+}
+
+// A user's FUSE filesystem that never answers, mounted inside the tree: removal never asks it
+// anything (no stat, no open on the mount point), leaves it, and says so.
+TEST(RemoveTree, NeverAsksAHungFuseMountInside)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Tree t;
+  ::mkdir(t.job("fuse").c_str(), 0755);
+  write_file(t.job("plain"), "x");
+  HangingMount hang(t.job("fuse"));
+  ASSERT_TRUE(hang.mounted()) << "hangfs did not mount (needs /dev/fuse, python3-fusepy, libfuse2)";
+  auto said = run_with_watchdog(
+    [&] {
+      fs::RemoveStats stats;
+      auto st = fs::remove_tree(t.base.get(), "job", &stats);
+      return st ? std::string("removed") : std::to_string(stats.mounts_left) + " " + st.error().message;
+    },
+    std::chrono::seconds(60), [&] { hang.release(); });
+  ASSERT_TRUE(said) << "remove_tree hung on a FUSE mount inside the tree";
+  EXPECT_EQ(*said, "1 job/fuse is a mount point: left in place");
+  EXPECT_FALSE(exists_nofollow(t.job("plain")));
+  // A tree whose top is mounted over: left as well, and asked nothing.
+  ::mkdir((t.dir / "job2").c_str(), 0700);
+  HangingMount top(t.dir / "job2");
+  ASSERT_TRUE(top.mounted());
+  auto top_said = run_with_watchdog(
+    [&] {
+      auto st = fs::remove_tree(t.base.get(), "job2");
+      return st ? std::string("removed") : st.error().message;
+    },
+    std::chrono::seconds(60), [&] { top.release(); });
+  ASSERT_TRUE(top_said) << "remove_tree hung on a FUSE mount over the tree's top";
+  EXPECT_EQ(*top_said, "job2 is a mount point: left in place");
+}
+
+// A btrfs subvolume has its own st_dev but sits on the same mount: it is the job's and goes with
+// it (mount ids decide, not st_dev).
+TEST(RemoveTree, RemovesABtrfsSubvolumeTheJobMade)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir dir;
+  const std::string image = dir / "fs.img";
+  const std::string fs_root = dir / "fs";
+  ::mkdir(fs_root.c_str(), 0755);
+  ASSERT_EQ(std::system(("truncate -s 200M '" + image + "' && mkfs.btrfs -q '" + image + "' >/dev/null && mount -o loop '" +
+                         image + "' '" + fs_root + "'")
+                          .c_str()),
+            0)
+    << "cannot make a btrfs image (needs btrfs-progs and a loop device)";
+  struct Unmount
+  {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{fs_root};
+  ::mkdir((fs_root + "/job").c_str(), 0700);
+  ASSERT_EQ(std::system(("btrfs -q subvolume create '" + fs_root + "/job/sv' && mkdir -p '" + fs_root +
+                         "/job/sv/a/b' && echo x > '" + fs_root + "/job/sv/a/b/f' && chown -R 4242:4242 '" + fs_root +
+                         "/job'")
+                          .c_str()),
+            0);
+  struct stat job_st {}, sv_st {};
+  ASSERT_EQ(::stat((fs_root + "/job").c_str(), &job_st), 0);
+  ASSERT_EQ(::stat((fs_root + "/job/sv").c_str(), &sv_st), 0);
+  ASSERT_NE(job_st.st_dev, sv_st.st_dev); // what made an st_dev comparison leave it behind
+  UniqueFd base(::open(fs_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  fs::RemoveStats stats;
+  auto st = fs::remove_tree(base.get(), "job", &stats);
+  ASSERT_TRUE(st) << st.error().message;
+  EXPECT_EQ(stats.mounts_left, 0U);
+  EXPECT_FALSE(exists_nofollow(fs_root + "/job"));
 }

@@ -1,6 +1,7 @@
 // --stage-data: grammar, submit-time checks as the user, the copy engine, and cleanup on failure.
 #include "stagehand/stage/copy.hpp"
 #include "stagehand/stage/run.hpp"
+#include "stagehand/stage/request.hpp"
 #include "stagehand/stage/spec.hpp"
 #include "stagehand/util/fd.hpp"
 
@@ -208,4 +209,31 @@ TEST(StageAll, DiskFullFailsWithTheReasonAndLeavesNothing)
   EXPECT_EQ(sh("test -z \"$(ls -A '" + dir / "tmp" + "')\""), 0) << "partial data left behind";
   tmp.reset();
   ::umount((dir / "tmp").c_str());
+}
+
+// The source is named once, at the edge, whichever engine hit the limit.
+TEST(StageAll, ALimitNamesTheSourceOnce)
+{
+  TempDir dir;
+  sh("cd '" + dir.path() + "' && mkdir -p tmp data/tree && head -c 5000 /dev/zero > data/plain.bin && "
+     "cp data/plain.bin data/tree/f && tar cf data/pack.tar -C data tree");
+  StageLimits limits;
+  limits.max_bytes = 1000;
+  auto staged = [&](const std::string& option) -> Error {
+    auto sources = check_sources(*parse_stage_option(option), dir.path(), StageConfig{}, [](int) { return true; });
+    EXPECT_TRUE(sources) << sources.error().message;
+    UniqueFd tmp(::open((dir / "tmp").c_str(), O_RDONLY | O_DIRECTORY));
+    auto r = stage_all(*sources, tmp.get(), dir / "tmp", limits);
+    return r ? Error{} : r.error();
+  };
+  Error plain = staged("data/plain.bin");
+  EXPECT_EQ(plain.message, "--stage-data: data/plain.bin: more than 1000 bytes (limit)");
+  EXPECT_EQ(plain.kind, ErrorKind::limit);
+  Error tree = staged("data/tree");
+  EXPECT_EQ(tree.message, "--stage-data: data/tree: f: more than 1000 bytes (limit)");
+  EXPECT_EQ(tree.kind, ErrorKind::limit);
+  Error pack = staged("data/pack.tar");
+  EXPECT_EQ(pack.message, "--stage-data: data/pack.tar: unpacks to more than 1000 bytes (limit)");
+  EXPECT_EQ(pack.kind, ErrorKind::limit);
+  EXPECT_EQ(sh("test -z \"$(ls -A '" + dir / "tmp" + "')\""), 0) << "partial data left behind";
 }

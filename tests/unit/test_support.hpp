@@ -6,7 +6,10 @@
 
 #include <sys/types.h>
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace stagehand::test {
@@ -40,6 +43,40 @@ void stop_child(pid_t pid);
 void write_file(const std::string& path, const std::string& content);
 std::string read_file(const std::string& path);
 bool exists_nofollow(const std::string& path);
+
+// Runs `fn` in a forked child and returns what it returned. A child still running after `limit`
+// is a hang: `on_hang` runs (to unblock it), the child is killed, and the result is nullopt.
+std::optional<std::string> run_with_watchdog(const std::function<std::string()>& fn, std::chrono::seconds limit,
+                                             const std::function<void()>& on_hang = {});
+
+// tests/unit/data/hangfs.py mounted (as root, allow_other) at an existing directory: every lookup,
+// getattr, open and readdir on it hangs until the server dies, as on a user's broken FUSE mount.
+// The destructor kills the server and detaches the mount.
+class HangingMount
+{
+public:
+  explicit HangingMount(std::string mountpoint);
+  ~HangingMount();
+  HangingMount(const HangingMount&) = delete;
+  HangingMount& operator=(const HangingMount&) = delete;
+  bool mounted() const { return m_mounted; }
+  // Kills the server: whatever waits on the mount fails (ENOTCONN); the mount is detached.
+  void release();
+
+private:
+  std::string m_mountpoint;
+  std::string m_mount_id; // from /proc/self/mountinfo
+  pid_t m_pid = -1;
+  bool m_mounted = false;
+};
+
+// Whether `path` is a mount point (from /proc/self/mountinfo, which asks no filesystem anything).
+bool is_mount_point(const std::string& path);
+
+// Allocation failure injection: the `n`-th operator new of this thread from now on throws
+// std::bad_alloc (once); 0 disarms. Returns whether the last armed failure was used.
+void fail_nth_allocation(std::uint64_t n);
+bool allocation_failure_used();
 
 #define STAGEHAND_REQUIRE_ROOT()                                                                   \
   do {                                                                                             \

@@ -75,3 +75,45 @@ TEST(TrustedDir, RefusesRelativeAndDotDot)
   EXPECT_FALSE(fs::open_trusted_dir("relative", fs::CreateMissing::no));
   EXPECT_FALSE(fs::open_trusted_dir("/tmp/../etc", fs::CreateMissing::no));
 }
+
+// A parent others can write (without the sticky bit) lets them rename the base away and put their
+// own in its place: refused, naming the directory, and nothing is created under it.
+TEST(TrustedDir, RefusesAParentOthersCanWrite)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir dir;
+  ::mkdir((dir / "open").c_str(), 0777);
+  ::chmod((dir / "open").c_str(), 0777);
+  auto r = fs::open_trusted_dir(dir / "open/scratch/base", fs::CreateMissing::yes);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, ErrorKind::refused);
+  EXPECT_NE(r.error().message.find(dir / "open/scratch/base: refused: " + dir.path() + "/open is writable by others"),
+            std::string::npos)
+    << r.error().message;
+  EXPECT_FALSE(exists_nofollow(dir / "open/scratch"));
+  // Writable by a group other than root's: the same.
+  ::mkdir((dir / "group").c_str(), 0775);
+  ::chmod((dir / "group").c_str(), 0775);
+  ::chown((dir / "group").c_str(), 0, k_attacker_gid);
+  auto g = fs::open_trusted_dir(dir / "group/base", fs::CreateMissing::yes);
+  ASSERT_FALSE(g);
+  EXPECT_NE(g.error().message.find(dir.path() + "/group is writable by others"), std::string::npos) << g.error().message;
+  // Sticky (like /tmp): others cannot rename root's entries, so it may be a parent.
+  ::mkdir((dir / "sticky").c_str(), 01777);
+  ::chmod((dir / "sticky").c_str(), 01777);
+  auto s = fs::open_trusted_dir(dir / "sticky/base", fs::CreateMissing::yes);
+  EXPECT_TRUE(s) << s.error().message;
+}
+
+// The parent reached through a root-owned symlink is checked too.
+TEST(TrustedDir, ChecksTheParentsASymlinkLeadsTo)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir dir;
+  ::mkdir((dir / "open").c_str(), 0777);
+  ::chmod((dir / "open").c_str(), 0777);
+  ASSERT_EQ(::symlink((dir / "open").c_str(), (dir / "link").c_str()), 0);
+  auto r = fs::open_trusted_dir(dir / "link/base", fs::CreateMissing::yes);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find(dir.path() + "/open is writable by others"), std::string::npos) << r.error().message;
+}

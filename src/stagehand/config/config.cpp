@@ -1,6 +1,8 @@
 // Config parsing: every unknown key, wrong type and bad value is an error naming file, line, key.
 #include "stagehand/config/config.hpp"
 
+#include "stagehand/config/keys.hpp"
+#include "stagehand/fs/io.hpp"
 #include "stagehand/util/fd.hpp"
 #include "stagehand/util/units.hpp"
 
@@ -29,7 +31,7 @@ public:
       where += ":" + std::to_string(node.source().begin.line);
     }
     std::string name = table.empty() ? std::string(key) : "[" + std::string(table) + "] " + std::string(key);
-    return Error::invalid(where + ": " + name + ": " + reason);
+    return Error::config(where + ": " + name + ": " + reason);
   }
 
   template<typename T>
@@ -114,14 +116,24 @@ private:
 
 using KeyHandler = std::function<Status(const toml::node&)>;
 
-// Walks one table, dispatching each key to its handler; unknown keys are errors.
+// Walks one table, dispatching each key to its handler; keys not in k_config_keys are errors.
+// Handlers and k_config_keys must agree exactly (a bug otherwise, reported as one).
 Status walk_table(const Parser& p, const toml::table& tbl, std::string_view table_name,
                   const std::map<std::string, KeyHandler, std::less<>>& handlers)
 {
+  for (const auto& [key, handler] : handlers) {
+    if (!is_config_key(table_name, key)) {
+      return Error::internal("config: [" + std::string(table_name) + "] " + key + " is read but not in k_config_keys");
+    }
+  }
   for (auto&& [key, node] : tbl) {
+    if (!is_config_key(table_name, key.str())) {
+      return p.error_at(node, table_name, key.str(), "unknown key");
+    }
     auto it = handlers.find(key.str());
     if (it == handlers.end()) {
-      return p.error_at(node, table_name, key.str(), "unknown key");
+      return Error::internal("config: [" + std::string(table_name) + "] " + std::string(key.str()) +
+                             " is in k_config_keys but not read");
     }
     auto st = it->second(node);
     if (!st) {
@@ -200,6 +212,20 @@ Status parse_stage(const Parser& p, const toml::node& node, StageConfig& c)
                     {
                       {"max_bytes", assign([&](auto& n) { return p.size(n, t, "max_bytes"); }, c.max_bytes)},
                       {"allowed_roots", roots},
+                      {"broadcast",
+                       [&](const toml::node& n) -> Status {
+                         auto v = p.get<std::string>(n, t, "broadcast");
+                         if (!v) {
+                           return v.error();
+                         }
+                         if (*v != "auto" && *v != "never") {
+                           return p.error_at(n, t, "broadcast", "\"" + *v + "\" is not \"auto\" or \"never\"");
+                         }
+                         c.broadcast = *v == "auto" ? Broadcast::automatic : Broadcast::never;
+                         return ok_status();
+                       }},
+                      {"progress_interval",
+                       assign([&](auto& n) { return p.duration(n, t, "progress_interval"); }, c.progress_interval)},
                     });
 }
 
@@ -252,12 +278,18 @@ Status parse_ddp(const Parser& p, const toml::node& node, DdpConfig& c)
   if (!st) {
     return st;
   }
+  // Checks across keys point at the key's own line (the table's when the key is a default).
+  auto line_of = [&](std::string_view key) -> const toml::node& {
+    const toml::node* n = tbl->get(key);
+    return n ? *n : node;
+  };
   if (c.port_min > c.port_max) {
-    return p.error_at(node, t, "port_min", "port_min " + std::to_string(c.port_min) + " is above port_max " +
-                                            std::to_string(c.port_max));
+    return p.error_at(line_of("port_min"), t, "port_min", "port_min " + std::to_string(c.port_min) +
+                                                            " is above port_max " + std::to_string(c.port_max));
   }
   if (c.master_addr.find("{host}") == std::string::npos) {
-    return p.error_at(node, t, "master_addr", "template \"" + c.master_addr + "\" does not contain {host}");
+    return p.error_at(line_of("master_addr"), t, "master_addr",
+                      "template \"" + c.master_addr + "\" does not contain {host}");
   }
   return ok_status();
 }
@@ -277,6 +309,33 @@ Status parse_daemon(const Parser& p, const toml::node& node, DaemonConfig& c)
       {"cache_dir", assign([&](auto& n) { return p.absolute_path(n, t, "cache_dir"); }, c.cache_dir)},
       {"cache_max_bytes", assign([&](auto& n) { return p.size(n, t, "cache_max_bytes"); }, c.cache_max_bytes)},
       {"gc_interval", assign([&](auto& n) { return p.duration(n, t, "gc_interval"); }, c.gc_interval)},
+      {"user",
+       [&](const toml::node& n) -> Status {
+         auto v = p.get<std::string>(n, t, "user");
+         if (!v) {
+           return v.error();
+         }
+         if (v->empty() || v->size() > 32 || v->find_first_of("/:\n ") != std::string::npos || *v == "root") {
+           return p.error_at(n, t, "user", "\"" + *v + "\" is not a usable service user name (and never root)");
+         }
+         c.user = *v;
+         return ok_status();
+       }},
+      {"metrics_file",
+       [&](const toml::node& n) -> Status {
+         auto v = p.get<std::string>(n, t, "metrics_file");
+         if (!v) {
+           return v.error();
+         }
+         if (!v->empty()) {
+           auto path = p.absolute_path(n, t, "metrics_file");
+           if (!path) {
+             return path.error();
+           }
+         }
+         c.metrics_file = *v;
+         return ok_status();
+       }},
     });
 }
 
@@ -288,7 +347,7 @@ Result<Config> parse_config(std::string_view text, std::string_view source)
   try {
     root = toml::parse(text, source);
   } catch (const toml::parse_error& e) {
-    return Error::invalid(std::string(source) + ":" + std::to_string(e.source().begin.line) + ": " +
+    return Error::config(std::string(source) + ":" + std::to_string(e.source().begin.line) + ": " +
                           std::string(e.description()));
   }
   Parser p(source);
@@ -318,36 +377,25 @@ Result<Config> load_config(const std::string& path, OwnerCheck check)
     return Error::from_errno("config " + path);
   }
   if (!S_ISREG(st.st_mode)) {
-    return Error::invalid("config " + path + ": not a regular file");
+    return Error::config("config " + path + ": not a regular file");
   }
   if (check == OwnerCheck::require_root_owned) {
     if (st.st_uid != 0) {
-      return Error{EPERM, "config " + path + ": refused: owned by uid " + std::to_string(st.st_uid) +
+      return Error{ErrorKind::config, EPERM, "config " + path + ": refused: owned by uid " + std::to_string(st.st_uid) +
                             ", must be owned by root"};
     }
     if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-      return Error{EPERM, "config " + path + ": refused: writable by group or others (chmod go-w)"};
+      return Error{ErrorKind::config, EPERM, "config " + path + ": refused: writable by group or others (chmod go-w)"};
     }
   }
-  std::string text;
-  char buf[8192];
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) {
-        continue;
-      }
-      return Error::from_errno("config " + path);
+  auto text = fs::read_all(fd.get(), "config " + path, 1U << 20);
+  if (!text) {
+    if (text.error().kind == ErrorKind::limit) {
+      return Error::config("config " + path + ": larger than 1 MiB");
     }
-    if (n == 0) {
-      break;
-    }
-    text.append(buf, static_cast<std::size_t>(n));
-    if (text.size() > (1U << 20)) {
-      return Error::invalid("config " + path + ": larger than 1 MiB");
-    }
+    return text.error();
   }
-  return parse_config(text, path);
+  return parse_config(*text, path);
 }
 
 std::string expand_node(std::string_view pattern, std::string_view node)

@@ -22,10 +22,14 @@ struct TmpdirConfig
   std::chrono::seconds keep_for{24 * 3600};
 };
 
+enum class Broadcast { automatic, never };
+
 struct StageConfig
 {
   std::uint64_t max_bytes = 2ULL << 40;
   std::vector<std::string> allowed_roots;
+  Broadcast broadcast = Broadcast::automatic;          // "auto" | "never"
+  std::chrono::seconds progress_interval{30};          // 0: no progress lines
 };
 
 struct DdpConfig
@@ -43,6 +47,8 @@ struct DaemonConfig
   std::string cache_dir = "/local/stagehand-cache";
   std::uint64_t cache_max_bytes = 500ULL << 30;
   std::chrono::seconds gc_interval{300};
+  std::string user = "stagehand"; // unprivileged service user that writes the cache
+  std::string metrics_file;       // Prometheus text file; empty: none
 };
 
 struct Config

@@ -1,11 +1,12 @@
 // DDP environment: port, layout and the never-overwrite policy.
 #include "stagehand/ddp/env.hpp"
-#include "stagehand/util/strings.hpp"
 
 #include "stagehand/ddp/hostlist.hpp"
+#include "stagehand/util/hash.hpp"
+#include "stagehand/util/strings.hpp"
 #include "stagehand/util/units.hpp"
 
-#include <cstdio>
+#include <algorithm>
 #include <set>
 
 namespace stagehand::ddp {
@@ -20,21 +21,8 @@ std::uint64_t splitmix64(std::uint64_t x)
   return x ^ (x >> 31);
 }
 
-std::uint32_t fnv1a(std::string_view s)
-{
-  std::uint32_t h = 2166136261U;
-  for (unsigned char c : s) {
-    h = (h ^ c) * 16777619U;
-  }
-  return h;
-}
-
-std::string hex32(std::uint32_t v)
-{
-  char buf[9];
-  std::snprintf(buf, sizeof buf, "%08x", v);
-  return buf;
-}
+// The marker's record of one value: its FNV-1a hash.
+std::string value_hash(std::string_view value) { return to_hex(fnv1a<std::uint32_t>(value), 8); }
 
 } // namespace
 
@@ -50,7 +38,7 @@ Result<Mode> parse_mode(const char* arg)
   if (v == "torchrun") {
     return Mode::torchrun;
   }
-  return Error::invalid("--ddp-env: unknown value \"" + std::string(v) + "\" (expected auto, tasks or torchrun)");
+  return Error::refused("--ddp-env: unknown value \"" + std::string(v) + "\" (expected auto, tasks or torchrun)");
 }
 
 int master_port(const DdpConfig& config, std::uint32_t job_id, std::uint32_t step_id, std::uint32_t restart_count)
@@ -69,9 +57,35 @@ std::string master_addr(const DdpConfig& config, const std::string& first_host)
   return out;
 }
 
+namespace {
+
+// This node's name: SLURMD_NODENAME, else its entry in the step's node list.
+Result<std::string> this_host(const StepLayout& step)
+{
+  if (!step.host.empty()) {
+    return step.host;
+  }
+  auto hosts = expand_hostlist(step.node_list);
+  if (!hosts) {
+    return hosts.error();
+  }
+  if (step.node_id >= hosts->size()) {
+    return Error::internal("node index " + std::to_string(step.node_id) + " is not in " + step.node_list);
+  }
+  return (*hosts)[step.node_id];
+}
+
+std::string rdzv_conf(bool is_host)
+{
+  const std::string t = std::to_string(k_rdzv_timeout_s);
+  return std::string("is_host=") + (is_host ? "1" : "0") + ",read_timeout=" + t + ",join_timeout=" + t;
+}
+
+} // namespace
+
 Result<std::vector<EnvVar>> compute_environment(const DdpConfig& config, const StepLayout& step, Mode mode)
 {
-  auto first = first_host(step.node_list);
+  auto first = step.rank0_host.empty() ? first_host(step.node_list) : Result<std::string>(step.rank0_host);
   if (!first) {
     return first.error();
   }
@@ -79,12 +93,21 @@ Result<std::vector<EnvVar>> compute_environment(const DdpConfig& config, const S
   std::vector<EnvVar> env;
   auto add = [&](const char* name, std::string value) { env.push_back(EnvVar{name, std::move(value)}); };
 
-  if (step.batch_step()) {
+  if (step.job_level()) {
     add("MASTER_ADDR", addr);
     add("NNODES", std::to_string(step.nnodes));
   } else {
-    const std::string port = std::to_string(master_port(config, step.job_id, step.step_id, step.restart_count));
+    // Slurm puts at least one task on every node of a step: equal counts mean one per node.
     const bool one_per_node = step.ntasks == step.nnodes;
+    if (mode == Mode::torchrun && !one_per_node) {
+      return Error::refused("--ddp-env=torchrun: this step has " + std::to_string(step.ntasks) + " tasks on " +
+                            std::to_string(step.nnodes) + " node" + (step.nnodes == 1 ? "" : "s") +
+                            "; torchrun starts the workers itself, so start one torchrun per node "
+                            "(srun --ntasks-per-node=1)");
+    }
+    const int port_number = step.reserved_port.value_or(
+      master_port(config, step.job_id, step.step_id, step.restart_count));
+    const std::string port = std::to_string(port_number);
     const bool tasks = mode == Mode::tasks || mode == Mode::automatic;
     const bool torchrun = mode == Mode::torchrun || (mode == Mode::automatic && one_per_node);
     add("MASTER_ADDR", addr);
@@ -98,7 +121,13 @@ Result<std::vector<EnvVar>> compute_environment(const DdpConfig& config, const S
       add("LOCAL_WORLD_SIZE", std::to_string(step.local_ntasks));
     }
     if (torchrun) {
+      auto host = this_host(step);
+      if (!host) {
+        return host.error();
+      }
       add("PET_NNODES", std::to_string(step.nnodes));
+      // The same index as NODE_RANK, and node rank 0 is the host of the store (MASTER_ADDR). c10d
+      // ignores it and numbers the nodes in its own order (torchrun's GROUP_RANK).
       add("PET_NODE_RANK", std::to_string(step.node_id));
       add("PET_NPROC_PER_NODE", std::to_string(step.gpus_on_node > 0 ? step.gpus_on_node : 1));
       add("PET_RDZV_BACKEND", "c10d");
@@ -107,8 +136,10 @@ Result<std::vector<EnvVar>> compute_environment(const DdpConfig& config, const S
                            std::to_string(step.restart_count));
       add("PET_MASTER_ADDR", addr);
       add("PET_MASTER_PORT", port);
+      // This node's address on the same network as the store ("{host}-ib" for "{host}-ib").
+      add("PET_LOCAL_ADDR", master_addr(config, *host));
       // torchrun otherwise guesses the store host by comparing the endpoint with its hostname.
-      add("PET_RDZV_CONF", step.node_id == 0 ? "is_host=1" : "is_host=0");
+      add("PET_RDZV_CONF", rdzv_conf(step.node_id == 0));
     }
   }
   for (const auto& [name, value] : config.env) {
@@ -117,117 +148,63 @@ Result<std::vector<EnvVar>> compute_environment(const DdpConfig& config, const S
   return env;
 }
 
-Result<std::vector<std::uint32_t>> parse_tasks_per_node(std::string_view text)
+namespace {
+
+// The marker's entries: after "JOBID;" when there is one.
+std::string_view marker_entries(std::string_view marker)
 {
-  std::vector<std::uint32_t> out;
-  auto bad = [&] { return Error::invalid("bad tasks-per-node \"" + std::string(text) + "\""); };
-  if (text.empty()) {
-    return bad();
-  }
-  for (std::string_view item : split(text, ',')) {
-    std::uint32_t repeat = 1;
-    if (std::size_t paren = item.find("(x"); paren != std::string_view::npos) {
-      if (item.back() != ')') {
-        return bad();
-      }
-      auto r = parse_u32(item.substr(paren + 2, item.size() - paren - 3));
-      if (!r || *r == 0 || *r > k_max_hosts) {
-        return bad();
-      }
-      repeat = *r;
-      item = item.substr(0, paren);
-    }
-    auto count = parse_u32(item);
-    if (!count || out.size() + repeat > k_max_hosts) {
-      return bad();
-    }
-    out.insert(out.end(), repeat, *count);
-  }
-  if (out.empty()) {
-    return bad();
-  }
-  return out;
+  std::size_t semi = marker.find(';');
+  return semi == std::string_view::npos ? marker : marker.substr(semi + 1);
 }
 
-Result<StepLayout> layout_from_env(const std::map<std::string, std::string>& env)
+} // namespace
+
+std::optional<std::uint32_t> marker_job_id(std::string_view marker)
 {
-  auto get = [&](const char* name) -> std::optional<std::string> {
-    auto it = env.find(name);
-    return it == env.end() ? std::nullopt : std::optional(it->second);
-  };
-  auto num = [&](const char* name) -> Result<std::uint32_t> {
-    auto v = get(name);
-    auto n = v ? parse_u32(*v) : std::nullopt;
-    if (!n) {
-      return Error::invalid(std::string(name) + " is missing or not a number");
-    }
-    return *n;
-  };
-  StepLayout s;
-  auto job = num("SLURM_JOB_ID");
-  auto step = num("SLURM_STEP_ID");
-  auto node = num("SLURM_NODEID");
-  auto rank = num("SLURM_PROCID");
-  auto local = num("SLURM_LOCALID");
-  auto ntasks = num("SLURM_STEP_NUM_TASKS");
-  auto nodes = get("SLURM_STEP_NODELIST");
-  auto tpn_text = get("SLURM_STEP_TASKS_PER_NODE");
-  for (const auto* r : {&job, &step, &node, &rank, &local, &ntasks}) {
-    if (!*r) {
-      return r->error();
-    }
-  }
-  if (!nodes || !tpn_text) {
-    return Error::invalid("SLURM_STEP_NODELIST or SLURM_STEP_TASKS_PER_NODE is missing");
-  }
-  auto tpn = parse_tasks_per_node(*tpn_text);
-  if (!tpn) {
-    return tpn.error();
-  }
-  if (*node >= tpn->size()) {
-    return Error::invalid("SLURM_NODEID is beyond SLURM_STEP_TASKS_PER_NODE");
-  }
-  s.job_id = *job;
-  s.step_id = *step;
-  s.restart_count = get("SLURM_RESTART_COUNT") ? parse_u32(*get("SLURM_RESTART_COUNT")).value_or(0) : 0;
-  s.node_list = *nodes;
-  s.nnodes = static_cast<std::uint32_t>(tpn->size());
-  s.node_id = *node;
-  s.ntasks = *ntasks;
-  s.local_ntasks = (*tpn)[*node];
-  s.global_task_id = *rank;
-  s.local_task_id = *local;
-  return s;
+  std::size_t semi = marker.find(';');
+  return semi == std::string_view::npos ? std::nullopt : parse_u32(marker.substr(0, semi));
 }
 
-ExportPlan plan_exports(const std::vector<EnvVar>& wanted,
-                        const std::function<std::optional<std::string>(const std::string&)>& current)
+std::vector<std::string> stagehand_values(const EnvLookupFn& current)
 {
-  // Marker format: NAME:hash,NAME:hash (the hash of the value stagehand exported).
-  std::set<std::string> ours;
-  if (auto marker = current(k_marker_env)) {
-    std::string_view m = *marker;
-    while (!m.empty()) {
-      std::size_t comma = m.find(',');
-      std::string_view item = m.substr(0, comma);
-      std::size_t colon = item.find(':');
-      if (colon != std::string_view::npos) {
-        std::string name(item.substr(0, colon));
-        auto value = current(name);
-        if (value && hex32(fnv1a(*value)) == item.substr(colon + 1)) {
-          ours.insert(name);
-        }
-      }
-      m = comma == std::string_view::npos ? std::string_view() : m.substr(comma + 1);
+  std::vector<std::string> ours;
+  auto marker = current(k_marker_env);
+  if (!marker) {
+    return ours;
+  }
+  for (std::string_view item : split(marker_entries(*marker), ',')) {
+    std::size_t colon = item.find(':');
+    if (colon == std::string_view::npos) {
+      continue;
+    }
+    std::string name(item.substr(0, colon));
+    auto value = current(name);
+    if (value && value_hash(*value) == item.substr(colon + 1) &&
+        std::find(ours.begin(), ours.end(), name) == ours.end()) {
+      ours.push_back(std::move(name));
     }
   }
+  return ours;
+}
+
+ExportPlan plan_exports(const std::vector<EnvVar>& wanted, const EnvLookupFn& current)
+{
+  const std::vector<std::string> ours = stagehand_values(current);
+  auto is_ours = [&](const std::string& name) { return std::find(ours.begin(), ours.end(), name) != ours.end(); };
   ExportPlan plan;
+  std::set<std::string> wanted_names;
   for (const auto& var : wanted) {
-    if (current(var.name) && !ours.count(var.name)) {
+    wanted_names.insert(var.name);
+    if (current(var.name) && !is_ours(var.name)) {
       continue; // the user's value wins
     }
     plan.set.push_back(var);
-    plan.marker += (plan.marker.empty() ? "" : ",") + var.name + ":" + hex32(fnv1a(var.value));
+    append_joined(plan.marker, ",", var.name + ":" + value_hash(var.value));
+  }
+  for (const auto& name : ours) {
+    if (!wanted_names.count(name)) {
+      plan.unset.push_back(name);
+    }
   }
   return plan;
 }

@@ -3,11 +3,11 @@
 #pragma once
 
 #include "stagehand/config/config.hpp"
+#include "stagehand/ddp/step_layout.hpp"
 #include "stagehand/util/result.hpp"
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,25 +18,6 @@ enum class Mode { automatic, tasks, torchrun };
 
 // --ddp-env's argument: none/empty/"(null)" or "auto" is automatic; "tasks"; "torchrun".
 Result<Mode> parse_mode(const char* arg);
-
-inline constexpr std::uint32_t k_batch_step_id = 0xfffffffbU;  // SLURM_BATCH_SCRIPT
-inline constexpr std::uint32_t k_extern_step_id = 0xfffffffcU; // SLURM_EXTERN_CONT
-
-struct StepLayout
-{
-  std::uint32_t job_id = 0;
-  std::uint32_t step_id = 0;
-  std::uint32_t restart_count = 0;
-  std::string node_list;            // the step's node list (the job's, for the batch step)
-  std::uint32_t nnodes = 0;         // nodes in the step
-  std::uint32_t node_id = 0;        // this node's index in the step
-  std::uint32_t ntasks = 0;         // tasks in the step
-  std::uint32_t local_ntasks = 0;   // tasks of the step on this node
-  std::uint32_t global_task_id = 0; // this task's rank
-  std::uint32_t local_task_id = 0;  // this task's index on this node
-  std::uint32_t gpus_on_node = 0;   // 0 when unknown
-  bool batch_step() const { return step_id == k_batch_step_id; }
-};
 
 struct EnvVar
 {
@@ -52,29 +33,42 @@ int master_port(const DdpConfig& config, std::uint32_t job_id, std::uint32_t ste
 // Applies the master_addr template ("{host}-ib") to a host name.
 std::string master_addr(const DdpConfig& config, const std::string& first_host);
 
-// The variables for one task of the step (or, for the batch step, the job-level MASTER_ADDR and
-// NNODES only), followed by the [ddp.env] site defaults.
+// torchrun's rendezvous timeouts (PET_RDZV_CONF read_timeout and join_timeout), in seconds: long
+// enough for one node to finish staging its data while the others already wait (torch's
+// defaults are 60 s and 600 s).
+inline constexpr int k_rdzv_timeout_s = 3600;
+
+// The variables for one task of the step (or, for a job-level step, MASTER_ADDR and NNODES
+// only), followed by the [ddp.env] site defaults. MASTER_PORT is the step's reserved port when it
+// has one, else master_port(). torchrun mode on a step with more than one task on a node is
+// refused (every launcher would start its own workers and host the store).
 Result<std::vector<EnvVar>> compute_environment(const DdpConfig& config, const StepLayout& step, Mode mode);
 
-// "2(x3),1" -> {2, 2, 2, 1}: Slurm's SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE.
-Result<std::vector<std::uint32_t>> parse_tasks_per_node(std::string_view text);
-
-// A step's layout from a task's SLURM_* environment (as recorded from real srun runs).
-Result<StepLayout> layout_from_env(const std::map<std::string, std::string>& env);
-
-// The variable that records what stagehand exported, so that a step inside a batch script can
-// tell its own earlier values (which it may replace) from the user's (which it never touches).
+// The variable that records what stagehand exported, so that a later step (one inside a batch
+// script, or an srun inside a task) can tell its own earlier values (which it replaces or
+// removes) from the user's (which it never touches). Value: "JOBID;NAME:hash,NAME:hash", the hash
+// of each value stagehand exported.
 inline constexpr const char* k_marker_env = "STAGEHAND_DDP_SET";
+
+using EnvLookupFn = std::function<std::optional<std::string>(const std::string&)>;
+
+// The job id a marker was written for (nullopt for a marker without one).
+std::optional<std::uint32_t> marker_job_id(std::string_view marker);
+
+// The variables whose current value is still the one the marker says stagehand exported.
+std::vector<std::string> stagehand_values(const EnvLookupFn& current);
 
 struct ExportPlan
 {
-  std::vector<EnvVar> set; // to export
-  std::string marker;      // the new value of k_marker_env
+  std::vector<EnvVar> set;         // to export
+  std::vector<std::string> unset;  // stagehand's earlier values that this task does not want
+  std::string marker;              // the new marker's entries (NAME:hash,...), without the job id
 };
 
 // Decides what to export: a variable absent from the task's environment is set; one present is
-// replaced only if the marker says stagehand set it to exactly its current value.
-ExportPlan plan_exports(const std::vector<EnvVar>& wanted,
-                        const std::function<std::optional<std::string>(const std::string&)>& current);
+// replaced only if the marker says stagehand set it to exactly its current value; a variable
+// stagehand set earlier and not wanted now is removed (a tasks-mode step inside a torchrun-mode
+// one loses the PET_* values).
+ExportPlan plan_exports(const std::vector<EnvVar>& wanted, const EnvLookupFn& current);
 
 } // namespace stagehand::ddp

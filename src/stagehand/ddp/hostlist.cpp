@@ -1,5 +1,5 @@
-// Host list grammar: list := expr (',' expr)*; expr := (text | '[' ranges ']')+;
-// ranges := range (',' range)*; range := digits | digits '-' digits.
+// Host list grammar (Slurm 23.11 and later): list := expr (',' expr)*;
+// expr := (text | '[' ranges ']')+; ranges := range (',' range)*; range := digits | digits '-' digits.
 #include "stagehand/ddp/hostlist.hpp"
 #include "stagehand/util/strings.hpp"
 
@@ -27,7 +27,7 @@ struct Piece
 
 Error bad(std::string_view list, const std::string& why)
 {
-  return Error::invalid("bad host list \"" + std::string(list) + "\": " + why);
+  return Error::refused("bad host list \"" + std::string(list) + "\": " + why);
 }
 
 bool all_digits(std::string_view s)
@@ -185,13 +185,6 @@ Result<std::vector<Piece>> parse_expr(std::string_view list, std::string_view ex
       pieces.push_back(Piece{std::string(expr.substr(i, next - i)), {}, false});
       i = next;
     }
-  }
-  bool has_group = false;
-  for (const auto& p : pieces) {
-    has_group = has_group || p.is_group;
-  }
-  if (has_group && !pieces.back().is_group) {
-    return bad(list, "\"" + std::string(expr) + "\" has text after its last ']' (Slurm refuses that too)");
   }
   return pieces;
 }

@@ -22,9 +22,14 @@ Result<struct stat> stat_fd(int fd, const std::string& what);
 // The device and mount id of an open fd (statx STATX_MNT_ID when the kernel has it).
 Result<FileId> file_id(int fd, const std::string& what);
 
+// The mount ids decide when the kernel gives them: a btrfs subvolume has its own st_dev on the same
+// mount, and a bind mount of the same filesystem shares st_dev with what it covers.
 inline bool same_mount(const FileId& a, const FileId& b)
 {
-  return a.dev == b.dev && (a.mnt_id == 0 || b.mnt_id == 0 || a.mnt_id == b.mnt_id);
+  if (a.mnt_id != 0 && b.mnt_id != 0) {
+    return a.mnt_id == b.mnt_id;
+  }
+  return a.dev == b.dev;
 }
 
 } // namespace stagehand::fs

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <deque>
 #include <string_view>
 
@@ -26,12 +27,39 @@ void push_components(std::deque<std::string>& out, std::string_view path)
   out.insert(out.begin(), parts.begin(), parts.end());
 }
 
+// Whether someone other than root can rename or replace entries of this directory: writable by
+// others or by a group other than root's, without the sticky bit (which keeps root's entries root's,
+// as in /tmp).
+bool others_can_replace(const struct stat& st)
+{
+  if ((st.st_mode & S_ISVTX) != 0) {
+    return false;
+  }
+  return (st.st_mode & S_IWOTH) != 0 || ((st.st_mode & S_IWGRP) != 0 && st.st_gid != 0);
+}
+
+Status check_parent(int fd, const std::string& path, const std::string& walked)
+{
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return Error::from_errno(path + ": " + (walked.empty() ? "/" : walked));
+  }
+  if (others_can_replace(st)) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return Error{ErrorKind::refused, EPERM,
+                 path + ": refused: " + (walked.empty() ? "/" : walked) + " is writable by others (mode " + mode +
+                   ", no sticky bit), so a user could replace what is made below it"};
+  }
+  return ok_status();
+}
+
 } // namespace
 
 Result<UniqueFd> open_trusted_dir(const std::string& path, CreateMissing create)
 {
   if (path.empty() || path[0] != '/') {
-    return Error::invalid(path + ": not an absolute path");
+    return Error::refused(path + ": not an absolute path");
   }
   auto open_root = [] { return UniqueFd(::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC)); };
   UniqueFd cur = open_root();
@@ -42,6 +70,7 @@ Result<UniqueFd> open_trusted_dir(const std::string& path, CreateMissing create)
   push_components(todo, path);
   std::string walked;
   int symlinks = 0;
+  bool cur_checked = false; // whether `cur` may be a parent: nobody but root can replace entries
 
   while (!todo.empty()) {
     std::string comp = std::move(todo.front());
@@ -49,8 +78,14 @@ Result<UniqueFd> open_trusted_dir(const std::string& path, CreateMissing create)
     if (comp == ".") {
       continue;
     }
+    if (!cur_checked) {
+      if (auto ok = check_parent(cur.get(), path, walked); !ok) {
+        return ok.error();
+      }
+      cur_checked = true;
+    }
     if (comp == "..") {
-      return Error::invalid(path + ": \"..\" is not allowed in this path");
+      return Error::refused(path + ": \"..\" is not allowed in this path");
     }
     struct stat st {};
     if (::fstatat(cur.get(), comp.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
@@ -65,10 +100,10 @@ Result<UniqueFd> open_trusted_dir(const std::string& path, CreateMissing create)
     }
     if (S_ISLNK(st.st_mode)) {
       if (st.st_uid != 0) {
-        return Error{EPERM, path + ": refused: symlink " + walked + "/" + comp + " is not owned by root"};
+        return Error{ErrorKind::refused, EPERM, path + ": refused: symlink " + walked + "/" + comp + " is not owned by root"};
       }
       if (++symlinks > k_max_symlinks) {
-        return Error{ELOOP, path + ": too many symlinks"};
+        return Error{ErrorKind::refused, ELOOP, path + ": too many symlinks"};
       }
       char target[4096];
       ssize_t n = ::readlinkat(cur.get(), comp.c_str(), target, sizeof target - 1);
@@ -79,12 +114,13 @@ Result<UniqueFd> open_trusted_dir(const std::string& path, CreateMissing create)
       if (!t.empty() && t[0] == '/') {
         cur = open_root();
         walked.clear();
+        cur_checked = false;
       }
       push_components(todo, t);
       continue;
     }
     if (!S_ISDIR(st.st_mode)) {
-      return Error{ENOTDIR, path + ": " + walked + "/" + comp + " is not a directory"};
+      return Error{ErrorKind::refused, ENOTDIR, path + ": " + walked + "/" + comp + " is not a directory"};
     }
     UniqueFd next(::openat(cur.get(), comp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!next.valid()) {
@@ -95,11 +131,12 @@ Result<UniqueFd> open_trusted_dir(const std::string& path, CreateMissing create)
       return Error::from_errno(path + ": " + walked + "/" + comp);
     }
     if (st.st_uid != 0) {
-      return Error{EPERM, path + ": refused: " + walked + "/" + comp + " is owned by uid " +
+      return Error{ErrorKind::refused, EPERM, path + ": refused: " + walked + "/" + comp + " is owned by uid " +
                             std::to_string(st.st_uid) + ", not root"};
     }
     walked += "/" + comp;
     cur = std::move(next);
+    cur_checked = false;
   }
 
   struct stat st {};
@@ -107,10 +144,10 @@ Result<UniqueFd> open_trusted_dir(const std::string& path, CreateMissing create)
     return Error::from_errno(path);
   }
   if (st.st_uid != 0) {
-    return Error{EPERM, path + ": refused: not owned by root"};
+    return Error{ErrorKind::refused, EPERM, path + ": refused: not owned by root"};
   }
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return Error{EPERM, path + ": refused: writable by group or others"};
+    return Error{ErrorKind::refused, EPERM, path + ": refused: writable by group or others"};
   }
   return cur;
 }

@@ -1,7 +1,8 @@
 // File and tree copies: fd-relative, O_NOFOLLOW, copy_file_range first.
 #include "stagehand/stage/copy.hpp"
 
-#include "stagehand/fs/dir_stream.hpp"
+#include "stagehand/fs/walk.hpp"
+#include "stagehand/fs/io.hpp"
 #include "stagehand/util/fd.hpp"
 
 #include <dirent.h>
@@ -35,17 +36,14 @@ Result<bool> copy_with(Method m, int in, int out, std::uint64_t& copied, std::ui
       break;
     case Method::read_write: {
       buf.resize(1U << 20);
-      n = ::read(in, buf.data(), buf.size());
-      for (ssize_t done = 0; n > 0 && done < n;) {
-        ssize_t w = ::write(out, buf.data() + done, static_cast<std::size_t>(n - done));
-        if (w < 0) {
-          if (errno == EINTR) {
-            continue;
-          }
-          return Error::from_errno("write");
-        }
-        done += w;
+      auto got = fs::read_some(in, buf.data(), buf.size(), "");
+      if (!got) {
+        return got.error();
       }
+      if (auto st = fs::write_all(out, std::string_view(buf.data(), *got), ""); !st) {
+        return st.error();
+      }
+      n = static_cast<ssize_t>(*got);
       break;
     }
     }
@@ -53,29 +51,20 @@ Result<bool> copy_with(Method m, int in, int out, std::uint64_t& copied, std::ui
       if (errno == EINTR) {
         continue;
       }
-      if (copied == 0 && m != Method::read_write &&
-          (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
+      if (copied == 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
         return false;
       }
-      return Error::from_errno("copy");
+      return Error::from_errno("cannot copy");
     }
     if (n == 0) {
       return true;
     }
     copied += static_cast<std::uint64_t>(n);
     if (copied > limit) {
-      return Error{EFBIG, "more than " + std::to_string(limit) + " bytes (limit)"};
+      return Error::limit("more than " + std::to_string(limit) + " bytes (limit)");
     }
   }
 }
-
-struct Frame
-{
-  fs::DirStream src;
-  UniqueFd dest;
-  std::string shown;
-  struct stat st; // the source directory's, for mode and mtime at the end
-};
 
 void set_times(int fd, const struct stat& st)
 {
@@ -83,26 +72,19 @@ void set_times(int fd, const struct stat& st)
   ::futimens(fd, times);
 }
 
-} // namespace
-
-Status copy_file(int src_fd, int dest_dir_fd, const std::string& name, std::uint64_t max_bytes, CopyStats& stats,
-                 const std::string& shown)
+// Copies the data of `src_fd` into the new, empty file `out_fd`, then its mode and mtime.
+Status copy_contents(int src_fd, int out_fd, std::uint64_t max_bytes, CopyStats& stats)
 {
   struct stat st {};
   if (::fstat(src_fd, &st) != 0) {
-    return Error::from_errno(shown);
-  }
-  const mode_t mode = st.st_mode & 0777;
-  UniqueFd out(::openat(dest_dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode | S_IWUSR));
-  if (!out.valid()) {
-    return Error::from_errno("cannot create " + name);
+    return Error::from_errno("cannot stat");
   }
   const std::uint64_t room = max_bytes > stats.bytes ? max_bytes - stats.bytes : 0;
   std::uint64_t copied = 0;
   for (Method m : {Method::copy_file_range, Method::sendfile, Method::read_write}) {
-    auto done = copy_with(m, src_fd, out.get(), copied, room);
+    auto done = copy_with(m, src_fd, out_fd, copied, room);
     if (!done) {
-      return Error{done.error().code, shown + ": " + done.error().message};
+      return done.error();
     }
     if (*done) {
       break;
@@ -110,94 +92,144 @@ Status copy_file(int src_fd, int dest_dir_fd, const std::string& name, std::uint
   }
   stats.bytes += copied;
   ++stats.files;
-  if (::fchmod(out.get(), mode) != 0) {
-    return Error::from_errno("cannot set the mode of " + name);
+  if (::fchmod(out_fd, st.st_mode & 0777) != 0) {
+    return Error::from_errno("cannot set the mode of the copy");
   }
-  set_times(out.get(), st);
+  set_times(out_fd, st);
+  return ok_status();
+}
+
+// copy_file without naming the source: its caller does.
+Status copy_regular(int src_fd, int dest_dir_fd, const std::string& name, std::uint64_t max_bytes, CopyStats& stats)
+{
+  struct stat st {};
+  if (::fstat(src_fd, &st) != 0) {
+    return Error::from_errno("cannot stat");
+  }
+  UniqueFd out(::openat(dest_dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                        (st.st_mode & 0777) | S_IWUSR));
+  if (!out.valid()) {
+    return Error::from_errno("cannot create the copy");
+  }
+  return copy_contents(src_fd, out.get(), max_bytes, stats);
+}
+
+// A regular file of the tree, opened once without blocking or following: the type is decided on
+// the descriptor, so a FIFO or symlink swapped in after the walk listed it is never opened for real.
+Status copy_tree_file(const fs::WalkEntry& e, int dest_parent, std::uint64_t max_bytes, CopyStats& stats)
+{
+  UniqueFd in(::openat(e.parent_fd, e.name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  struct stat st {};
+  if (!in.valid() || ::fstat(in.get(), &st) != 0) {
+    return Error::from_errno(e.rel);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ++stats.skipped_special; // swapped for something else meanwhile: not a file to stage
+    return ok_status();
+  }
+  ::fcntl(in.get(), F_SETFL, ::fcntl(in.get(), F_GETFL) & ~O_NONBLOCK);
+  if (auto s = copy_regular(in.get(), dest_parent, e.name, max_bytes, stats); !s) {
+    return s.error().with_context(e.rel);
+  }
+  return ok_status();
+}
+
+Status copy_tree_symlink(const fs::WalkEntry& e, int dest_parent, CopyStats& stats)
+{
+  std::string target(static_cast<std::size_t>(e.st.st_size > 0 ? e.st.st_size : 4096) + 1, '\0');
+  ssize_t n = ::readlinkat(e.parent_fd, e.name.c_str(), target.data(), target.size());
+  if (n < 0) {
+    return Error::from_errno(e.rel);
+  }
+  target.resize(static_cast<std::size_t>(n));
+  if (::symlinkat(target.c_str(), dest_parent, e.name.c_str()) != 0) {
+    return Error::from_errno("cannot create " + e.rel);
+  }
+  ++stats.symlinks;
+  return ok_status();
+}
+
+// copy_tree without naming the source: errors name paths below its root. The source is walked
+// with fs::walk_tree and each destination directory is opened from the destination's root when
+// its entries come (they come together), so the descriptors stay bounded whatever the shape.
+Status copy_tree_below(int src_dir_fd, int dest_dir_fd, std::uint64_t max_bytes, CopyStats& stats)
+{
+  struct stat root_st {};
+  if (::fstat(src_dir_fd, &root_st) != 0) {
+    return Error::from_errno("cannot read the directory");
+  }
+  std::vector<std::pair<std::string, struct stat>> dirs{{"", root_st}}; // in walk (pre-)order
+  std::string open_rel;
+  UniqueFd dest_parent(::fcntl(dest_dir_fd, F_DUPFD_CLOEXEC, 0));
+  auto walked = fs::walk_tree(src_dir_fd, [&](const fs::WalkEntry& e) -> Result<fs::WalkControl> {
+    const std::size_t slash = e.rel.rfind('/');
+    const std::string parent_rel = slash == std::string::npos ? std::string() : e.rel.substr(0, slash);
+    if (parent_rel != open_rel || !dest_parent.valid()) {
+      auto fd = fs::open_beneath(dest_dir_fd, parent_rel, O_RDONLY | O_DIRECTORY);
+      if (!fd) {
+        return fd.error().with_context("cannot open the copy of");
+      }
+      dest_parent = std::move(*fd);
+      open_rel = parent_rel;
+    }
+    Status st = ok_status();
+    if (S_ISDIR(e.st.st_mode)) {
+      if (::mkdirat(dest_parent.get(), e.name.c_str(), 0700) != 0) {
+        return Error::from_errno("cannot create " + e.rel);
+      }
+      ++stats.dirs;
+      dirs.emplace_back(e.rel, e.st);
+    } else if (S_ISREG(e.st.st_mode)) {
+      st = copy_tree_file(e, dest_parent.get(), max_bytes, stats);
+    } else if (S_ISLNK(e.st.st_mode)) {
+      st = copy_tree_symlink(e, dest_parent.get(), stats);
+    } else {
+      ++stats.skipped_special;
+    }
+    if (!st) {
+      return st.error();
+    }
+    return fs::WalkControl::go_on;
+  });
+  if (!walked) {
+    return walked;
+  }
+  dest_parent.reset();
+  // Directory modes and times last, deepest first (reverse pre-order puts every directory after
+  // all of its descendants): adding entries changed the mtimes.
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    auto fd = fs::open_beneath(dest_dir_fd, it->first, O_RDONLY | O_DIRECTORY);
+    if (fd) {
+      ::fchmod(fd->get(), (it->second.st_mode & 0777) | S_IRWXU);
+      set_times(fd->get(), it->second);
+    }
+  }
+  return ok_status();
+}
+
+} // namespace
+
+Status copy_file(int src_fd, int dest_dir_fd, const std::string& name, std::uint64_t max_bytes, CopyStats& stats,
+                 const std::string& shown)
+{
+  if (auto st = copy_regular(src_fd, dest_dir_fd, name, max_bytes, stats); !st) {
+    return st.error().with_context(shown);
+  }
+  return ok_status();
+}
+
+Status copy_into(int src_fd, int out_fd, std::uint64_t max_bytes, CopyStats& stats, const std::string& shown)
+{
+  if (auto st = copy_contents(src_fd, out_fd, max_bytes, stats); !st) {
+    return st.error().with_context(shown);
+  }
   return ok_status();
 }
 
 Status copy_tree(int src_dir_fd, int dest_dir_fd, std::uint64_t max_bytes, CopyStats& stats, const std::string& shown)
 {
-  std::vector<Frame> stack;
-  std::vector<std::pair<UniqueFd, struct stat>> dir_times;
-  auto push = [&](int src_fd, UniqueFd dest, std::string path) -> Status {
-    fs::DirStream d = fs::open_dir_stream(src_fd);
-    if (!d) {
-      return Error::from_errno(path);
-    }
-    Frame f{std::move(d), std::move(dest), std::move(path), {}};
-    ::fstat(::dirfd(f.src.get()), &f.st);
-    stack.push_back(std::move(f));
-    return ok_status();
-  };
-  UniqueFd top(::fcntl(dest_dir_fd, F_DUPFD_CLOEXEC, 0));
-  if (auto st = push(src_dir_fd, std::move(top), shown); !st) {
-    return st;
-  }
-  while (!stack.empty()) {
-    Frame& f = stack.back();
-    errno = 0;
-    struct dirent* e = ::readdir(f.src.get());
-    if (!e) {
-      if (errno != 0) {
-        return Error::from_errno(f.shown);
-      }
-      dir_times.emplace_back(std::move(f.dest), f.st);
-      stack.pop_back();
-      continue;
-    }
-    std::string name = e->d_name;
-    if (name == "." || name == "..") {
-      continue;
-    }
-    const int sfd = ::dirfd(f.src.get());
-    const int dfd = f.dest.get();
-    const std::string path = f.shown + "/" + name;
-    struct stat st {};
-    if (::fstatat(sfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-      return Error::from_errno(path);
-    }
-    if (S_ISDIR(st.st_mode)) {
-      if (::mkdirat(dfd, name.c_str(), 0700) != 0) {
-        return Error::from_errno("cannot create " + path);
-      }
-      UniqueFd sub_src(::openat(sfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      UniqueFd sub_dest(::openat(dfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (!sub_src.valid() || !sub_dest.valid()) {
-        return Error::from_errno(path);
-      }
-      ++stats.dirs;
-      if (auto s = push(sub_src.get(), std::move(sub_dest), path); !s) {
-        return s;
-      }
-    } else if (S_ISREG(st.st_mode)) {
-      UniqueFd in(::openat(sfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY));
-      if (!in.valid()) {
-        return Error::from_errno(path);
-      }
-      if (auto s = copy_file(in.get(), dfd, name, max_bytes, stats, path); !s) {
-        return s;
-      }
-    } else if (S_ISLNK(st.st_mode)) {
-      std::string target(static_cast<std::size_t>(st.st_size > 0 ? st.st_size : 4096) + 1, '\0');
-      ssize_t n = ::readlinkat(sfd, name.c_str(), target.data(), target.size());
-      if (n < 0) {
-        return Error::from_errno(path);
-      }
-      target.resize(static_cast<std::size_t>(n));
-      if (::symlinkat(target.c_str(), dfd, name.c_str()) != 0) {
-        return Error::from_errno("cannot create " + path);
-      }
-      ++stats.symlinks;
-    } else {
-      ++stats.skipped_special;
-    }
-  }
-  // Directory modes and times last, deepest first (they were recorded in post-order).
-  for (auto& [fd, st] : dir_times) {
-    ::fchmod(fd.get(), (st.st_mode & 0777) | S_IRWXU);
-    set_times(fd.get(), st);
+  if (auto st = copy_tree_below(src_dir_fd, dest_dir_fd, max_bytes, stats); !st) {
+    return st.error().with_context(shown);
   }
   return ok_status();
 }

@@ -20,12 +20,18 @@ struct CopyStats
 // Copies the regular file open at `src_fd` to a new file `name` in `dest_dir_fd` (O_EXCL,
 // O_NOFOLLOW): copy_file_range, falling back to sendfile and read/write; mode without
 // setuid/setgid/sticky; mtime kept. `max_bytes` bounds the bytes written (file may grow).
+// `shown` names the source once, in front of every error.
 Status copy_file(int src_fd, int dest_dir_fd, const std::string& name, std::uint64_t max_bytes, CopyStats& stats,
                  const std::string& shown);
 
+// As copy_file, into `out_fd`: a new, empty file the caller created (O_EXCL) and so may remove.
+Status copy_into(int src_fd, int out_fd, std::uint64_t max_bytes, CopyStats& stats, const std::string& shown);
+
 // Copies the directory open at `src_dir_fd` into the existing directory `dest_dir_fd`: files,
 // directories and symlinks (as links, never followed); devices, FIFOs and sockets are skipped.
-// Walks with fds and an explicit stack.
+// Walks with fs::walk_tree (bounded descriptors: a 500-deep chain and 25,000 directories work
+// under `ulimit -n 256`; a directory with another filesystem mounted on it is an error, never
+// entered). Errors read "SHOWN: PATH BELOW IT: reason".
 Status copy_tree(int src_dir_fd, int dest_dir_fd, std::uint64_t max_bytes, CopyStats& stats, const std::string& shown);
 
 } // namespace stagehand::stage

@@ -7,7 +7,7 @@ namespace stagehand::stage {
 Result<std::vector<std::string>> split_entry_path(std::string_view name)
 {
   auto refuse = [&](const char* why) {
-    return Error::invalid("archive entry \"" + std::string(name.substr(0, 200)) + (name.size() > 200 ? "..." : "") +
+    return Error::refused("archive entry \"" + std::string(name.substr(0, 200)) + (name.size() > 200 ? "..." : "") +
                           "\": " + why);
   };
   if (name.empty()) {
@@ -32,7 +32,7 @@ Result<std::vector<std::string>> split_entry_path(std::string_view name)
     }
   }
   if (parts.size() > k_max_entry_depth) {
-    return refuse("nested deeper than 256 levels");
+    return refuse(("nested deeper than " + std::to_string(k_max_entry_depth) + " levels").c_str());
   }
   return parts;
 }

@@ -10,7 +10,9 @@
 namespace stagehand::stage {
 
 inline constexpr std::size_t k_max_entry_path = 4096;
-inline constexpr std::size_t k_max_entry_depth = 256;
+// Deep enough for any real dataset (a directory staged through the daemon travels as a tar stream:
+// a 500-deep chain must pass), shallow enough to stop nesting bombs.
+inline constexpr std::size_t k_max_entry_depth = 1024;
 
 // Splits an entry name into components. Leading "./" and repeated or trailing '/' are dropped;
 // an absolute name, a ".." component, an empty result, a NUL byte, or a name beyond the length

@@ -4,7 +4,9 @@
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/stage/copy.hpp"
 #include "stagehand/stage/extract.hpp"
+#include "stagehand/stage/source.hpp"
 #include "stagehand/util/fd.hpp"
+#include "stagehand/util/units.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -17,21 +19,49 @@ namespace stagehand::stage {
 
 namespace {
 
-std::string human_bytes(std::uint64_t b)
+// What this run created: (parent fd, name, inode), in creation order. Only these are removed on
+// failure, and only while the name still holds that very inode: never what the job made.
+struct MadeEntry
 {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
+  UniqueFd parent;
+  std::string name;
+  ino_t ino = 0;
+};
+using Made = std::vector<MadeEntry>;
+
+void remember(Made& made, int parent, const std::string& name, int made_fd)
+{
+  struct stat st {};
+  if (::fstat(made_fd, &st) != 0) {
+    return;
   }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
-  return buf;
+  try {
+    made.push_back(MadeEntry{UniqueFd(::fcntl(parent, F_DUPFD_CLOEXEC, 0)), name, st.st_ino});
+  } catch (...) { // out of memory: what cannot be recorded goes at once
+    try {
+      (void)fs::remove_tree(parent, name);
+    } catch (...) {
+    }
+    throw;
+  }
 }
 
-using Made = std::vector<std::pair<UniqueFd, std::string>>; // (parent fd, name), in creation order
+void undo(Made& made)
+{
+  for (auto it = made.rbegin(); it != made.rend(); ++it) {
+    struct stat st {};
+    if (::fstatat(it->parent.get(), it->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_ino == it->ino) {
+      (void)fs::remove_tree(it->parent.get(), it->name);
+    }
+  }
+  made.clear();
+}
+
+Error exists_already(const std::string& dest)
+{
+  return Error::refused("$SLURM_TMPDIR/" + dest + " already exists: refused (staging never replaces what the job made)",
+                        EEXIST);
+}
 
 // Opens (creating 0755 as needed) the parent directories of `dest` below `root_fd`, O_NOFOLLOW;
 // the directories it creates are appended to `made`.
@@ -46,108 +76,155 @@ Result<UniqueFd> open_parent(int root_fd, const std::string& dest, std::string& 
       return cur;
     }
     std::string comp = dest.substr(i, j - i);
-    if (::mkdirat(cur.get(), comp.c_str(), 0755) == 0) {
-      made.emplace_back(UniqueFd(::fcntl(cur.get(), F_DUPFD_CLOEXEC, 0)), comp);
-    } else if (errno != EEXIST) {
+    const bool created = ::mkdirat(cur.get(), comp.c_str(), 0755) == 0;
+    if (!created && errno != EEXIST) {
       return Error::from_errno("cannot create " + dest.substr(0, j));
     }
     UniqueFd next(::openat(cur.get(), comp.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!next.valid()) {
       return Error::from_errno(dest.substr(0, j));
     }
+    if (created) {
+      remember(made, cur.get(), comp, next.get());
+    }
     cur = std::move(next);
     i = j + 1;
   }
 }
 
+struct Staged
+{
+  const char* how = "copied";
+  std::uint64_t files = 0;
+  std::uint64_t bytes = 0;
+};
+
+// One source into place; errors are the reason alone (the caller names the source).
+Result<Staged> stage_one(const CheckedSource& src, int tmpdir_fd, const StageLimits& limits, std::uint64_t room,
+                         Made& made)
+{
+  std::string name;
+  auto parent = open_parent(tmpdir_fd, src.dest, name, made);
+  if (!parent) {
+    return parent.error();
+  }
+  // The one way every path opens a source: no FIFO can hang us, allowed_roots holds for what is
+  // really open.
+  auto in = open_source(src.path, src.is_dir ? SourceKind::dir : SourceKind::file, limits.allowed_roots);
+  if (!in) {
+    return in.error().code == ENOENT ? Error::refused("vanished since submission", ENOENT) : in.error();
+  }
+  Staged out;
+  // The content decides, here too: a file is unpacked only if it really is an archive.
+  bool unpack = false;
+  if (!src.is_dir && src.unpack) {
+    auto kind = probe_archive(in->fd.get());
+    unpack = kind && *kind == ArchiveKind::archive;
+  }
+  if (!src.is_dir && !unpack) {
+    UniqueFd file(::openat(parent->get(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!file.valid()) {
+      return errno == EEXIST ? exists_already(src.dest) : Error::from_errno("cannot create $SLURM_TMPDIR/" + src.dest);
+    }
+    remember(made, parent->get(), name, file.get());
+    CopyStats stats;
+    if (auto st = copy_into(in->fd.get(), file.get(), room, stats, src.shown); !st) {
+      return st.error();
+    }
+    out.files = 1;
+    out.bytes = stats.bytes;
+    return out;
+  }
+  if (::mkdirat(parent->get(), name.c_str(), 0700) != 0) {
+    return errno == EEXIST ? exists_already(src.dest) : Error::from_errno("cannot create $SLURM_TMPDIR/" + src.dest);
+  }
+  UniqueFd dest(::openat(parent->get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dest.valid()) {
+    return Error::from_errno("$SLURM_TMPDIR/" + src.dest);
+  }
+  remember(made, parent->get(), name, dest.get());
+  if (src.is_dir) {
+    CopyStats stats;
+    if (auto st = copy_tree(in->fd.get(), dest.get(), room, stats, src.shown); !st) {
+      return st.error();
+    }
+    out.files = stats.files;
+    out.bytes = stats.bytes;
+  } else {
+    ExtractLimits el;
+    el.max_bytes = room;
+    el.writer_threads = limits.writer_threads;
+    auto stats = extract_archive(in->fd.get(), dest.get(), el, src.shown);
+    if (!stats) {
+      return stats.error();
+    }
+    out.files = stats->files + stats->hardlinks;
+    out.bytes = stats->bytes;
+    out.how = "unpacked";
+  }
+  ::fchmod(dest.get(), 0755);
+  return out;
+}
+
+Result<std::vector<std::string>> stage_sources(const std::vector<CheckedSource>& sources, int tmpdir_fd,
+                                               const std::string& tmpdir_path, const StageLimits& limits, Made& made,
+                                               const CheckedSource*& current)
+{
+  std::vector<std::string> lines;
+  std::uint64_t total = 0;
+  for (const auto& src : sources) {
+    current = &src;
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::uint64_t room = limits.max_bytes > total ? limits.max_bytes - total : 0;
+    auto staged = stage_one(src, tmpdir_fd, limits, room, made);
+    if (!staged) {
+      return staged.error();
+    }
+    total += staged->bytes;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    lines.push_back(summary_line(staged->how, src.shown, tmpdir_path, src.dest, staged->files, staged->bytes, secs,
+                                 "no cache"));
+  }
+  return lines;
+}
+
 } // namespace
+
+std::string summary_line(const std::string& how, const std::string& shown, const std::string& tmpdir_path,
+                         const std::string& dest, std::uint64_t files, std::uint64_t bytes, double seconds,
+                         const std::string& cache, const std::string& note)
+{
+  char line[256];
+  std::snprintf(line, sizeof line, ": %llu files, %s in %.2f s", static_cast<unsigned long long>(files),
+                human_bytes(bytes).c_str(), seconds);
+  return how + " " + shown + " -> " + tmpdir_path + "/" + dest + line + (note.empty() ? "" : ", " + note) + " (" +
+         cache + ")";
+}
 
 Result<std::vector<std::string>> stage_all(const std::vector<CheckedSource>& sources, int tmpdir_fd,
                                            const std::string& tmpdir_path, const StageLimits& limits)
 {
-  std::vector<std::string> lines;
-  Made made; // every directory and destination this run created, in creation order
-  std::uint64_t total = 0;
-  auto undo = [&] {
-    for (auto it = made.rbegin(); it != made.rend(); ++it) {
-      (void)fs::remove_tree(it->first.get(), it->second);
+  Made made;
+  const CheckedSource* current = nullptr;
+  // The source's name once, then the option's: "--stage-data: SRC: reason".
+  auto fail = [&](const Error& e) {
+    try {
+      undo(made);
+    } catch (...) { // out of memory again: what is left goes with the job's directory
     }
+    return current ? e.with_context(current->shown).with_context("--stage-data") : e.with_context("--stage-data");
   };
-  for (const auto& src : sources) {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto fail = [&](const std::string& why) {
-      undo();
-      return Error::invalid("--stage-data: " + src.shown + ": " + why);
-    };
-    std::string name;
-    auto parent = open_parent(tmpdir_fd, src.dest, name, made);
-    if (!parent) {
-      return fail(parent.error().message);
+  try {
+    auto lines = stage_sources(sources, tmpdir_fd, tmpdir_path, limits, made, current);
+    if (!lines) {
+      return fail(lines.error());
     }
-    UniqueFd in(::open(src.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | (src.is_dir ? O_DIRECTORY : 0)));
-    if (!in.valid()) {
-      return fail(errno == ENOENT ? "vanished since submission" : Error::from_errno(src.path).message);
-    }
-    const std::uint64_t room = limits.max_bytes > total ? limits.max_bytes - total : 0;
-    std::uint64_t files = 0;
-    std::uint64_t bytes = 0;
-    const char* how = "copied";
-    // The content decides, here too: a file is unpacked only if it really is an archive.
-    bool unpack = false;
-    if (!src.is_dir && src.unpack) {
-      auto kind = probe_archive(in.get());
-      unpack = kind && *kind == ArchiveKind::archive;
-    }
-    if (src.is_dir || unpack) {
-      if (::mkdirat(parent->get(), name.c_str(), 0700) != 0) {
-        return fail(Error::from_errno("cannot create $SLURM_TMPDIR/" + src.dest).message);
-      }
-      made.emplace_back(UniqueFd(::fcntl(parent->get(), F_DUPFD_CLOEXEC, 0)), name);
-      UniqueFd dest(::openat(parent->get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (!dest.valid()) {
-        return fail(Error::from_errno("$SLURM_TMPDIR/" + src.dest).message);
-      }
-      if (src.is_dir) {
-        CopyStats stats;
-        if (auto st = copy_tree(in.get(), dest.get(), room, stats, src.shown); !st) {
-          return fail(st.error().message);
-        }
-        files = stats.files;
-        bytes = stats.bytes;
-        ::fchmod(dest.get(), 0755);
-      } else {
-        ExtractLimits el;
-        el.max_bytes = room;
-        el.writer_threads = limits.writer_threads;
-        auto stats = extract_archive(in.get(), dest.get(), el, src.shown);
-        if (!stats) {
-          // extract_archive's message starts with the source already.
-          undo();
-          return Error::invalid("--stage-data: " + stats.error().message);
-        }
-        files = stats->files + stats->hardlinks;
-        bytes = stats->bytes;
-        how = "unpacked";
-        ::fchmod(dest.get(), 0755);
-      }
-    } else {
-      CopyStats stats;
-      made.emplace_back(UniqueFd(::fcntl(parent->get(), F_DUPFD_CLOEXEC, 0)), name);
-      if (auto st = copy_file(in.get(), parent->get(), name, room, stats, src.shown); !st) {
-        return fail(st.error().message);
-      }
-      files = 1;
-      bytes = stats.bytes;
-    }
-    total += bytes;
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    char line[512];
-    std::snprintf(line, sizeof line, "%s %s -> %s/%s: %llu files, %s in %.2f s (no cache)", how, src.shown.c_str(),
-                  tmpdir_path.c_str(), src.dest.c_str(), static_cast<unsigned long long>(files),
-                  human_bytes(bytes).c_str(), secs);
-    lines.emplace_back(line);
+    return lines;
+  } catch (const std::bad_alloc&) {
+    return fail(Error{ErrorKind::limit, ENOMEM, "out of memory on this node"});
+  } catch (const std::exception& e) {
+    return fail(Error::internal(std::string("internal error: ") + e.what()));
   }
-  return lines;
 }
 
 } // namespace stagehand::stage

@@ -57,8 +57,4 @@ Result<std::vector<CheckedSource>> check_sources(const std::vector<StageSpec>& s
 // Canonical specs ("ABS_SRC:DEST[:copy]", comma-separated) that the node side re-checks.
 std::string canonical_option(const std::vector<CheckedSource>& sources);
 
-// The name of the marker that says these specs were staged on this node ("done-<hash>"): a step
-// that adds its own --stage-data stages once too, a step that inherits the job's does not.
-std::string done_marker(std::string_view specs);
-
 } // namespace stagehand::stage

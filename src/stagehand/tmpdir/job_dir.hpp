@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <ctime>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,25 +28,24 @@ enum class CreateOutcome { created, replaced_stale };
 // Creates base/job_<id>, 0700, owned by the job user, atomically: it is made under a temporary
 // name, fchown'ed and fchmod'ed through its fd, then renamed into place with RENAME_NOREPLACE, so
 // the name never refers to a half-made directory. Whatever was at the name before is stale or
-// planted: it is moved aside and removed, never adopted. `base_fd` must come from open_trusted_dir.
+// planted: it is moved into the trash
+// (removed later by GC, off the critical path), never adopted. `base_fd` must come from open_trusted_dir.
 Result<CreateOutcome> create_job_dir(int base_fd, const JobOwner& owner);
 
 // Removes base/job_<id> and its keep marker, if present (fd-based, no symlinks, no mounts).
 Status remove_job_dir(int base_fd, std::uint32_t job_id);
 
-// Records that base/job_<id> is kept until `until` (a root-owned marker file in the base).
+// Records that base/job_<id> is kept until `until`: a root-owned marker file in the base that names
+// the directory's inode, so it belongs to this instance of the directory and to no later one.
 Status mark_kept(int base_fd, std::uint32_t job_id, std::time_t until);
 
-enum class DryRun { no, yes };
+// The name of the keep marker of a job.
+std::string keep_marker_name(std::uint32_t job_id);
 
-struct GcResult
-{
-  std::vector<std::string> removed; // names removed (or that would be, with DryRun::yes)
-  std::vector<Error> errors;
-};
-
-// Removes kept directories whose time is up, and leftovers of interrupted creates/removals.
-GcResult remove_expired(int base_fd, std::time_t now, DryRun dry_run);
+// Job end: renames base/job_<id> to a fresh ".trash.job_<id>.<unique>" name in one O(1) rename and
+// returns that name (nullopt when there is no directory). Whatever the job left, the epilog is done
+// with it at once; the trash is removed in the background (the daemon) or within a budget.
+Result<std::optional<std::string>> move_to_trash(int base_fd, std::uint32_t job_id);
 
 // As the job user in a task: the job's directory path if it exists, is a real directory (not a
 // symlink) and is owned by `uid`.

@@ -1,6 +1,7 @@
 // Job-start, step-start and job-end actions on the scratch directory.
 #include "stagehand/tmpdir/lifecycle.hpp"
 
+#include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/fs/trusted_dir.hpp"
 
 #include <ctime>
@@ -12,18 +13,6 @@ namespace {
 std::string describe(const std::string& base, const JobContext& job)
 {
   return base + "/" + job_dir_name(job.owner.job_id);
-}
-
-std::string gc_summary(const GcResult& gc)
-{
-  std::string s;
-  if (!gc.removed.empty()) {
-    s += "; removed " + std::to_string(gc.removed.size()) + " expired entr" + (gc.removed.size() == 1 ? "y" : "ies");
-  }
-  if (!gc.errors.empty()) {
-    s += "; gc error: " + gc.errors.front().message;
-  }
-  return s;
 }
 
 } // namespace
@@ -55,16 +44,15 @@ Result<std::string> on_job_start(const Config& config, const JobContext& job)
   if (!base_fd) {
     return base_fd.error();
   }
-  auto gc = remove_expired(base_fd->get(), std::time(nullptr), DryRun::no);
   auto created = create_job_dir(base_fd->get(), job.owner);
   if (!created) {
     return created.error();
   }
-  std::string what = *created == CreateOutcome::replaced_stale ? "created (replacing a stale entry) " : "created ";
-  return what + describe(*base, job) + gc_summary(gc);
+  std::string what = *created == CreateOutcome::replaced_stale ? "created (a stale entry moved to the trash) " : "created ";
+  return what + describe(*base, job);
 }
 
-Result<std::string> on_job_end(const Config& config, const JobContext& job, Request request)
+Result<JobEnd> on_job_end(const Config& config, const JobContext& job, Request request)
 {
   auto base = base_path(config, job.node);
   if (!base) {
@@ -73,7 +61,7 @@ Result<std::string> on_job_end(const Config& config, const JobContext& job, Requ
   auto base_fd = fs::open_trusted_dir(*base, fs::CreateMissing::no);
   if (!base_fd) {
     if (base_fd.error().code == ENOENT) {
-      return std::string("no base directory, nothing to remove");
+      return JobEnd{"no base directory, nothing to remove", std::nullopt, 0};
     }
     return base_fd.error();
   }
@@ -83,14 +71,37 @@ Result<std::string> on_job_end(const Config& config, const JobContext& job, Requ
     if (!st) {
       return st.error();
     }
-    return "kept " + describe(*base, job) + " for " + std::to_string(config.tmpdir.keep_for.count()) + "s";
+    return JobEnd{"kept " + describe(*base, job) + " for " + std::to_string(config.tmpdir.keep_for.count()) + "s",
+                  std::nullopt, static_cast<std::int64_t>(until)};
   }
-  auto st = remove_job_dir(base_fd->get(), job.owner.job_id);
-  auto gc = remove_expired(base_fd->get(), std::time(nullptr), DryRun::no);
+  auto trash = move_to_trash(base_fd->get(), job.owner.job_id);
+  if (!trash) {
+    return trash.error();
+  }
+  if (!*trash) {
+    return JobEnd{"no directory " + describe(*base, job), std::nullopt, 0};
+  }
+  return JobEnd{"moved " + describe(*base, job) + " to the trash", *trash, 0};
+}
+
+std::string remove_trash(const Config& config, const std::string& node, const std::string& trash,
+                         std::chrono::milliseconds budget)
+{
+  auto base = base_path(config, node);
+  if (!base) {
+    return base.error().message;
+  }
+  auto base_fd = fs::open_trusted_dir(*base, fs::CreateMissing::no);
+  if (!base_fd) {
+    return base_fd.error().message;
+  }
+  fs::RemoveStats stats;
+  auto st = fs::remove_tree_until(base_fd->get(), trash, std::chrono::steady_clock::now() + budget, &stats);
   if (!st) {
-    return st.error();
+    return "removed " + std::to_string(stats.removed) + " entries of " + *base + "/" + trash + ", " +
+           st.error().message;
   }
-  return "removed " + describe(*base, job) + gc_summary(gc);
+  return "removed " + *base + "/" + trash + " (" + std::to_string(stats.removed) + " entries)";
 }
 
 } // namespace stagehand::tmpdir

@@ -6,6 +6,8 @@
 #include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/tmpdir/option.hpp"
 
+#include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -28,12 +30,26 @@ inline constexpr const char* k_job_script_option_env = "SPANK__SLURM_SPANK_OPTIO
 Request effective_request(const Config& config, std::optional<Request> option);
 
 // Job start on a node (as root): makes a fresh directory for the job, replacing anything stale at
-// its name, and removes kept directories whose time is up. The directory is made for every job,
-// so that any step may ask for it with `srun --tmpdir`; only jobs that ask see SLURM_TMPDIR.
-// Returns a sentence for the log.
+// its name. The directory is made for every job, so that any step may ask for it with `srun
+// --tmpdir`; only jobs that ask see SLURM_TMPDIR. Other jobs' leftovers are never removed here
+// (that is garbage collection's work, off the critical path). Returns a sentence for the log.
 Result<std::string> on_job_start(const Config& config, const JobContext& job);
 
-// Job end on a node (as root): removes the directory, or marks it kept for keep_for.
-Result<std::string> on_job_end(const Config& config, const JobContext& job, Request request);
+struct JobEnd
+{
+  std::string summary;              // a sentence for the log
+  std::optional<std::string> trash; // the directory's name in the trash, still to be removed
+  std::int64_t keep_until = 0;      // when kept
+};
+
+// Job end on a node (as root): renames the directory into the trash at once (O(1), whatever the
+// job left in it), or marks it kept for keep_for. The caller hands the trash to the daemon or
+// removes it with remove_trash().
+Result<JobEnd> on_job_end(const Config& config, const JobContext& job, Request request);
+
+// Removes a trash entry of the node's base directory, stopping at `budget`: what is left stays in
+// the trash for the daemon or `stagehand gc`. Returns a sentence for the log.
+std::string remove_trash(const Config& config, const std::string& node, const std::string& trash,
+                         std::chrono::milliseconds budget);
 
 } // namespace stagehand::tmpdir

@@ -14,7 +14,7 @@ Result<Request> parse_option(const char* arg)
   if (v == "keep") {
     return Request::keep;
   }
-  return Error::invalid("--tmpdir: unknown value \"" + std::string(v) + "\" (expected no value, or --tmpdir=keep)");
+  return Error::refused("--tmpdir: unknown value \"" + std::string(v) + "\" (expected no value, or --tmpdir=keep)");
 }
 
 } // namespace stagehand::tmpdir

@@ -18,4 +18,21 @@ std::vector<std::string_view> split(std::string_view text, char sep)
   }
 }
 
+std::string join(const std::vector<std::string>& parts, std::string_view sep)
+{
+  std::string out;
+  for (const auto& p : parts) {
+    append_joined(out, sep, p);
+  }
+  return out;
+}
+
+void append_joined(std::string& out, std::string_view sep, std::string_view piece)
+{
+  if (!out.empty()) {
+    out += sep;
+  }
+  out += piece;
+}
+
 } // namespace stagehand

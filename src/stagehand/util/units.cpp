@@ -1,6 +1,8 @@
 // Size and duration parsing with overflow checks.
 #include "stagehand/util/units.hpp"
 
+#include <cstdio>
+
 #include <charconv>
 #include <limits>
 #include <string>
@@ -28,10 +30,10 @@ Result<NumberAndSuffix> split_number(std::string_view text, std::string_view wha
   const auto* last = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(first, last, out.number);
   if (ec == std::errc::result_out_of_range) {
-    return Error::invalid(std::string(what) + " \"" + std::string(text) + "\" is too large");
+    return Error::refused(std::string(what) + " \"" + std::string(text) + "\" is too large");
   }
   if (ec != std::errc() || ptr == first) {
-    return Error::invalid("bad " + std::string(what) + " \"" + std::string(text) + "\"");
+    return Error::refused("bad " + std::string(what) + " \"" + std::string(text) + "\"");
   }
   out.suffix = std::string_view(ptr, static_cast<std::size_t>(last - ptr));
   return out;
@@ -41,7 +43,7 @@ Result<std::uint64_t> scale(std::uint64_t number, std::uint64_t factor, std::str
                             std::string_view what)
 {
   if (factor != 0 && number > std::numeric_limits<std::uint64_t>::max() / factor) {
-    return Error::invalid(std::string(what) + " \"" + std::string(text) + "\" is too large");
+    return Error::refused(std::string(what) + " \"" + std::string(text) + "\" is too large");
   }
   return number * factor;
 }
@@ -75,7 +77,7 @@ Result<std::uint64_t> parse_size(std::string_view text)
     }
   }
   if (factor == 0) {
-    return Error::invalid("bad size \"" + std::string(text) +
+    return Error::refused("bad size \"" + std::string(text) +
                           "\" (expected a number with an optional K, M, G or T suffix)");
   }
   return scale(parts->number, factor, text, "size");
@@ -98,7 +100,7 @@ Result<std::chrono::seconds> parse_duration(std::string_view text)
     factor = 86400;
   }
   if (factor == 0) {
-    return Error::invalid("bad duration \"" + std::string(text) +
+    return Error::refused("bad duration \"" + std::string(text) +
                           "\" (expected a number with an optional s, m, h or d suffix)");
   }
   auto secs = scale(parts->number, factor, text, "duration");
@@ -106,7 +108,7 @@ Result<std::chrono::seconds> parse_duration(std::string_view text)
     return secs.error();
   }
   if (*secs > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max() / 1000)) {
-    return Error::invalid("duration \"" + std::string(text) + "\" is too large");
+    return Error::refused("duration \"" + std::string(text) + "\" is too large");
   }
   return std::chrono::seconds(static_cast<std::int64_t>(*secs));
 }
@@ -119,6 +121,20 @@ std::optional<std::uint32_t> parse_u32(std::string_view text)
     return std::nullopt;
   }
   return v;
+}
+
+std::string human_bytes(std::uint64_t b)
+{
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
 }
 
 } // namespace stagehand

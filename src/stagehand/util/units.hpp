@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace stagehand {
@@ -15,6 +16,9 @@ Result<std::uint64_t> parse_size(std::string_view text);
 
 // Seconds, with an optional s/m/h/d suffix; a bare number is seconds.
 Result<std::chrono::seconds> parse_duration(std::string_view text);
+
+// "117.2 MiB": bytes for people (powers of 1024, one decimal; "0 B" .. "1023 B" without one).
+std::string human_bytes(std::uint64_t bytes);
 
 // A whole decimal uint32 ("42"); nothing else accepted (no sign, space or suffix).
 std::optional<std::uint32_t> parse_u32(std::string_view text);

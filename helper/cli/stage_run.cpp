@@ -1,0 +1,258 @@
+// stage-run: check the specs again (as the user), then stage exactly once per node per job. Tasks
+// on the node serialise on a lock in $SLURM_TMPDIR/.stagehand; the first stages, the others (and
+// later steps) find its result there. With a node daemon, it stages through the daemon's cache;
+// when the daemon cannot (not running, crashed, no cache), it stages in this process.
+#include "stage_run.hpp"
+
+#include "stagehand/fs/io.hpp"
+#include "stagehand/fs/remove_tree.hpp"
+#include "stagehand/fs/walk.hpp"
+#include "stagehand/ipc/client.hpp"
+#include "stagehand/stage/extract.hpp"
+#include "stagehand/stage/request.hpp"
+#include "stagehand/stage/run.hpp"
+#include "stagehand/stage/spec.hpp"
+#include "stagehand/util/fd.hpp"
+#include "stagehand/util/units.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+namespace stagehand::cli {
+
+namespace {
+
+void write_marker(int dir_fd, const std::string& name, const std::string& text)
+{
+  UniqueFd fd(::openat(dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (fd.valid()) {
+    (void)fs::write_all(fd.get(), text, name); // best effort: the job's output has the line already
+  }
+}
+
+// One progress line: source, percent, bytes done of total, rate, time left.
+void print_progress(const std::string& node, const proto::Progress& p)
+{
+  const double rate = p.seconds > 0 ? static_cast<double>(p.done_bytes) / p.seconds : 0;
+  if (p.total_bytes > 0 && p.done_bytes > 0) {
+    const double pct = 100.0 * static_cast<double>(p.done_bytes) / static_cast<double>(p.total_bytes);
+    const double left = rate > 0 ? static_cast<double>(p.total_bytes - std::min(p.total_bytes, p.done_bytes)) / rate : 0;
+    std::printf("stagehand: %s: staging %s: %.0f%%, %s of %s, %s/s, %.0f s left\n", node.c_str(), p.source.c_str(), pct,
+                human_bytes(p.done_bytes).c_str(), human_bytes(p.total_bytes).c_str(), human_bytes(static_cast<std::uint64_t>(rate)).c_str(),
+                left);
+  } else {
+    std::printf("stagehand: %s: staging %s: %.0f s so far\n", node.c_str(), p.source.c_str(), p.seconds);
+  }
+  std::fflush(stdout);
+}
+
+// The outermost component of `dest` that does not exist yet ("data/x.bin" when the job made
+// "data"): what staging may create, and so all that a failed attempt may remove.
+std::string outermost_missing(int root_fd, const std::string& dest)
+{
+  for (std::size_t j = dest.find('/');; j = dest.find('/', j + 1)) {
+    const std::string prefix = dest.substr(0, j);
+    struct stat st {};
+    if (::fstatat(root_fd, prefix.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      return prefix;
+    }
+    if (j == std::string::npos) {
+      return "";
+    }
+  }
+}
+
+enum class DaemonOutcome { staged, failed, unavailable };
+
+// Stages through the daemon. `unavailable` means: stage in-process instead (a line said why).
+DaemonOutcome stage_via_daemon(const stage::StageRequest& a, const std::vector<stage::CheckedSource>& sources,
+                               int root_fd, std::string& failure)
+{
+  std::vector<std::string> missing_before;
+  for (const auto& s : sources) {
+    if (auto m = outermost_missing(root_fd, s.dest); !m.empty()) {
+      missing_before.push_back(std::move(m));
+    }
+  }
+  proto::Stage req;
+  req.job_id = a.job_id;
+  req.max_bytes = a.max_bytes;
+  for (const auto& s : sources) {
+    req.sources.push_back(proto::SourceSpec{s.shown, s.path, s.dest,
+                                            s.is_dir ? proto::SourceKind::dir : proto::SourceKind::file,
+                                            s.mode == stage::Unpack::never ? proto::Unpack::never : proto::Unpack::if_archive});
+  }
+  ipc::CallOptions options;
+  options.connect_deadline = std::chrono::milliseconds(2000);
+  options.idle_deadline = std::chrono::milliseconds(60000); // the daemon sends a frame every few seconds
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::chrono::seconds interval(a.progress_interval);
+  auto next_progress = t0 + interval;
+  auto reply = ipc::call(a.socket, req, options, [&](const proto::Progress& p) {
+    if (interval.count() > 0 && std::chrono::steady_clock::now() >= next_progress) {
+      print_progress(a.node, p);
+      next_progress = std::chrono::steady_clock::now() + interval;
+    }
+  });
+  std::string why;
+  if (!reply) {
+    why = reply.error().message;
+  } else if (reply->error) {
+    const auto kind = reply->error->kind;
+    if (kind == ErrorKind::refused || kind == ErrorKind::limit || kind == ErrorKind::corrupt) {
+      failure = reply->error->message; // the job's own problem: staging in-process would fail the same way
+      return DaemonOutcome::failed;
+    }
+    why = reply->error->message;
+  } else if (auto staged = proto::parse_stage_reply(reply->result_json); !staged) {
+    why = staged.error().message;
+  } else {
+    for (const auto& s : staged->staged) {
+      std::printf("stagehand: %s: %s\n", a.node.c_str(),
+                  stage::summary_line(s.how, s.shown, a.tmpdir, s.dest, s.files, s.bytes, s.seconds,
+                                      proto::outcome_name(s.cache), s.note)
+                    .c_str());
+    }
+    std::fflush(stdout);
+    return DaemonOutcome::staged;
+  }
+  // Whatever a daemon that died midway left must go before staging here: only paths that did not
+  // exist before it was asked, never a directory the job made.
+  for (const auto& made : missing_before) {
+    const auto slash = made.rfind('/');
+    auto parent = fs::open_beneath(root_fd, slash == std::string::npos ? "" : made.substr(0, slash), O_RDONLY | O_DIRECTORY);
+    if (parent) {
+      (void)fs::remove_tree(parent->get(), slash == std::string::npos ? made : made.substr(slash + 1));
+    }
+  }
+  std::printf("stagehand: %s: the node daemon could not stage (%s); staging without the cache\n", a.node.c_str(),
+              why.c_str());
+  std::fflush(stdout);
+  return DaemonOutcome::unavailable;
+}
+
+int stage_run_checked(const std::vector<std::string>& args)
+{
+  auto request = stage::parse_request_args(args);
+  if (!request) {
+    std::fprintf(stderr, "stagehand: stage-run: %s\n%s\n", request.error().message.c_str(), stage::k_stage_run_usage);
+    return 2;
+  }
+  const stage::StageRequest& a = *request;
+  StageConfig config;
+  config.max_bytes = a.max_bytes;
+  config.allowed_roots = a.allowed_roots;
+  std::string base = a.base;
+  if (base.empty()) {
+    char cwd[4096];
+    base = ::getcwd(cwd, sizeof cwd) ? cwd : "/";
+  }
+
+  UniqueFd root(::open(a.tmpdir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!root.valid()) {
+    std::fprintf(stderr, "stagehand: --stage-data: no scratch directory %s on node %s\n", a.tmpdir.c_str(),
+                 a.node.c_str());
+    return 1;
+  }
+  if (::mkdirat(root.get(), stage::k_state_dir, 0700) != 0 && errno != EEXIST) {
+    std::perror("stagehand: --stage-data: .stagehand");
+    return 1;
+  }
+  UniqueFd state(::openat(root.get(), stage::k_state_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  UniqueFd lock(state.valid() ? ::openat(state.get(), stage::k_lock_name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600)
+                              : -1);
+  if (!lock.valid() || ::flock(lock.get(), LOCK_EX) != 0) {
+    std::perror("stagehand: --stage-data: lock");
+    return 1;
+  }
+  // Another task of this job on this node got here first: reuse its result.
+  const std::string done = stage::done_marker(a.specs);
+  const std::string failed_name = stage::failed_marker(a.specs);
+  if (::faccessat(state.get(), done.c_str(), F_OK, 0) == 0) {
+    return 0;
+  }
+  if (UniqueFd failed(::openat(state.get(), failed_name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)); failed.valid()) {
+    auto line = fs::read_all(failed.get(), failed_name);
+    std::fprintf(stderr, "%s", line ? line->c_str() : "stagehand: --stage-data: staging failed earlier on this node\n");
+    return 1;
+  }
+
+  auto fail = [&](const std::string& message) {
+    std::string line = "stagehand: " + message + " (node " + a.node + ")\n";
+    std::fputs(line.c_str(), stderr);
+    write_marker(state.get(), failed_name, line);
+    return 1;
+  };
+  auto specs = stage::parse_stage_option(a.specs);
+  if (!specs) {
+    return fail(specs.error().message);
+  }
+  auto is_archive = [](int fd) {
+    auto kind = stage::probe_archive(fd);
+    return kind && *kind == stage::ArchiveKind::archive;
+  };
+  const bool daemon = !a.socket.empty() && a.job_id != 0;
+  // With a daemon the content decides there (as the service user); without one, here.
+  auto sources = stage::check_sources(*specs, base, config, daemon ? stage::ArchiveProbe() : is_archive);
+  if (!sources) {
+    return fail(sources.error().message);
+  }
+  for (const auto& s : *sources) {
+    struct stat st {};
+    if (::fstatat(root.get(), s.dest.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      return fail("--stage-data: " + s.shown + ": $SLURM_TMPDIR/" + s.dest +
+                  " already exists: refused (staging never replaces what the job made)");
+    }
+  }
+  if (daemon) {
+    std::string failure;
+    switch (stage_via_daemon(a, *sources, root.get(), failure)) {
+    case DaemonOutcome::staged:
+      write_marker(state.get(), done, "");
+      return 0;
+    case DaemonOutcome::failed:
+      return fail(failure);
+    case DaemonOutcome::unavailable:
+      sources = stage::check_sources(*specs, base, config, is_archive); // decide unpacking by content here
+      if (!sources) {
+        return fail(sources.error().message);
+      }
+      break;
+    }
+  }
+  stage::StageLimits limits;
+  limits.max_bytes = config.max_bytes;
+  limits.allowed_roots = config.allowed_roots;
+  auto lines = stage::stage_all(*sources, root.get(), a.tmpdir, limits);
+  if (!lines) {
+    return fail(lines.error().message);
+  }
+  for (const auto& line : *lines) {
+    std::printf("stagehand: %s: %s\n", a.node.c_str(), line.c_str());
+  }
+  std::fflush(stdout);
+  write_marker(state.get(), done, "");
+  return 0;
+}
+
+} // namespace
+
+int stage_run(const std::vector<std::string>& args)
+{
+  // No exception ends the helper: one line, and slurmstepd fails the task cleanly.
+  try {
+    return stage_run_checked(args);
+  } catch (const std::bad_alloc&) {
+    std::fputs("stagehand: --stage-data: out of memory on this node\n", stderr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "stagehand: --stage-data: internal error: %s\n", e.what());
+  }
+  return 1;
+}
+
+} // namespace stagehand::cli

@@ -1,0 +1,126 @@
+// stagehandd's state and request handling: one object owns the registry, the cache index and the
+// counters; handlers (one file each) and the GC thread go through it. Decisions come from the pure
+// library rooms (proto, registry, cache, gc); this is where they meet the node.
+#pragma once
+
+#include "peer.hpp"
+
+#include "stagehand/cache/store.hpp"
+#include "stagehand/config/config.hpp"
+#include "stagehand/gc/collect.hpp"
+#include "stagehand/ipc/child.hpp"
+#include "stagehand/proto/messages.hpp"
+#include "stagehand/registry/registry.hpp"
+#include "stagehand/util/fd.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+
+namespace stagehand::daemon {
+
+struct Counters
+{
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+  std::uint64_t evictions = 0;
+  std::uint64_t staged_bytes = 0;
+  double staged_seconds = 0;
+  std::uint64_t gc_runs = 0;
+  std::map<std::string, std::uint64_t> gc_removed; // by reason
+  std::uint64_t trash_entries = 0;                 // at the last look
+};
+
+// One fill in progress; requests for the same key wait for it (single flight).
+struct FillWait
+{
+  bool done = false;
+  bool published = false;
+  std::condition_variable cv;
+  bool measured = false;                             // file sources: the leader reports bytes read
+  std::uint64_t progress = 0;                        // bytes the fill has read, as far as known
+  std::chrono::steady_clock::time_point progressed;  // when `progress` last moved
+};
+
+class Daemon
+{
+public:
+  Daemon(Config config, std::string config_path, std::string node);
+  ~Daemon();
+
+  // Opens the state directory, loads the registry, opens the cache (a cache that cannot be opened
+  // leaves the daemon running without one: staging then happens in the job).
+  Status start();
+  // Re-reads the configuration (SIGHUP). The socket path cannot change without a restart.
+  Status reload();
+  void start_gc_thread();
+  void stop();
+  // Persists the registry now (at shutdown, when workers may still run).
+  void save_state();
+
+  std::string socket_path() const;
+  void handle(const proto::Request& request, const Peer& peer, Responder& out);
+
+  // Runs one garbage collection now (also what `stagehand gc` asks for).
+  proto::GcReply collect(bool dry_run);
+
+  struct Staging
+  {
+    uid_t uid = 0;
+    proto::Progress progress;
+  };
+
+private:
+  friend class StageRun;
+
+  void on_register(const proto::RegisterJob& r, const Peer& peer, Responder& out);
+  void on_end_job(const proto::EndJob& r, const Peer& peer, Responder& out);
+  void on_stage(const proto::Stage& r, const Peer& peer, Responder& out);
+  void on_status(const Peer& peer, Responder& out);
+  void on_cache_list(const Peer& peer, Responder& out);
+  void on_cache_evict(const proto::CacheEvict& r, const Peer& peer, Responder& out);
+
+  // The job a stage request is for, if `peer` may stage for it (adopting a job whose prolog ran
+  // while the daemon was down, when its directory is owned by the peer).
+  Result<registry::JobRecord> job_for(std::uint32_t job_id, const Peer& peer);
+  Result<UniqueFd> open_base() const;
+  void save_registry_locked();
+  void evict_to_fit_locked(std::uint64_t max_bytes);
+  void write_metrics();
+  void gc_loop();
+  void kick_gc();
+
+  // Fixed at start
+  std::string m_config_path;
+  std::string m_node;
+  std::string m_base_path; // [tmpdir] base with %n, fixed at start (a change needs a restart)
+  std::atomic<bool> m_ctld_unreachable{false};
+
+  std::mutex m_mutex; // guards everything below
+  Config m_config;
+  UniqueFd m_state_dir;
+  std::shared_ptr<cache::Store> m_store; // replaced on reload; users hold their own reference
+  std::optional<ipc::Credentials> m_service;
+  registry::Registry m_registry;
+  Counters m_counters;
+  std::map<std::string, std::shared_ptr<FillWait>> m_fills; // by key
+  std::set<std::string> m_fill_dirs;                         // tmp/ names in use
+  std::map<std::string, int> m_pins;                         // keys being materialised
+  std::map<std::uint64_t, Staging> m_stagings; // running stagings, for status
+  std::uint64_t m_next_staging = 0;
+  gc::ReportOnce m_gc_reported; // failures GC has logged already
+
+  std::thread m_gc_thread;
+  std::condition_variable m_gc_cv;
+  bool m_gc_kicked = false;
+  bool m_stopping = false;
+};
+
+} // namespace stagehand::daemon

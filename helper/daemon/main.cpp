@@ -1,0 +1,132 @@
+// stagehandd: the node daemon. Always in the foreground (systemd Type=notify), logs to stderr.
+#include "daemon.hpp"
+#include "server.hpp"
+#include "sd_notify.hpp"
+
+#include "stagehand/config/config.hpp"
+#include "stagehand/tmpdir/job_dir.hpp"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+using namespace stagehand;
+
+namespace {
+
+constexpr const char* k_usage = "usage: stagehandd [--config FILE] [--node NAME] [--debug]\n"
+                                "  --config FILE  the stagehand.toml (default /etc/slurm/stagehand.toml)\n"
+                                "  --node NAME    this node's Slurm name, for %n (default: the short host name)\n";
+
+std::string short_hostname()
+{
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) {
+    return "";
+  }
+  std::string h = host;
+  return h.substr(0, h.find('.'));
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+  auto logger = spdlog::stderr_color_mt("stagehandd");
+  logger->set_pattern("%^%l%$: %v"); // the journal adds time and unit
+  spdlog::set_default_logger(logger);
+  std::string config_path{k_default_config_path};
+  std::string node;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--config" && i + 1 < argc) {
+      config_path = argv[++i];
+    } else if (a == "--node" && i + 1 < argc) {
+      node = argv[++i];
+    } else if (a == "--debug") {
+      spdlog::set_level(spdlog::level::debug);
+    } else if (a == "--help" || a == "-h") {
+      std::fputs(k_usage, stdout);
+      return 0;
+    } else {
+      std::fputs(k_usage, stderr);
+      return 2;
+    }
+  }
+  if (::geteuid() != 0) {
+    spdlog::error("must run as root (it manages job directories and drops to job users for their data)");
+    return 1;
+  }
+  if (node.empty()) {
+    node = short_hostname();
+  }
+  if (auto ok = tmpdir::check_node_name(node); !ok) {
+    spdlog::error("--node: {}", ok.error().message);
+    return 2;
+  }
+  auto config = load_config(config_path, OwnerCheck::require_root_owned);
+  if (!config) {
+    spdlog::error("{}", config.error().message);
+    return 1;
+  }
+  // Signals arrive on a descriptor, read by the server loop; children start with them unblocked.
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGHUP);
+  ::pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  UniqueFd sigfd(::signalfd(-1, &mask, SFD_CLOEXEC));
+  struct rlimit files {};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < 8192) {
+    files.rlim_cur = std::min<rlim_t>(8192, files.rlim_max);
+    ::setrlimit(RLIMIT_NOFILE, &files);
+  }
+
+  daemon::Daemon d(std::move(*config), config_path, node);
+  if (auto st = d.start(); !st) {
+    spdlog::error("{}", st.error().message);
+    return 1;
+  }
+  auto listen = daemon::listen_socket(d.socket_path());
+  if (!listen) {
+    spdlog::error("{}", listen.error().message);
+    return 1;
+  }
+  d.start_gc_thread(); // the first collection runs now: trash left while we were down goes first
+  ::getrlimit(RLIMIT_NOFILE, &files);
+  daemon::Server server(d, std::move(*listen), daemon::limits_within(files.rlim_cur));
+  spdlog::info("listening on {}", d.socket_path());
+  daemon::sd_notify("READY=1\nSTATUS=serving on " + d.socket_path());
+  server.run(sigfd.get(), [&] {
+    daemon::sd_notify("RELOADING=1");
+    if (auto st = d.reload(); !st) {
+      spdlog::error("reload: {} (keeping the previous configuration)", st.error().message);
+    }
+    daemon::sd_notify("READY=1");
+  });
+  daemon::sd_notify("STOPPING=1");
+  ::unlink(d.socket_path().c_str());
+  // Requests in progress get a moment to finish; a staging cut short falls back in the job.
+  for (int i = 0; i < 100 && server.in_flight() > 0; ++i) {
+    ::usleep(100000);
+  }
+  if (server.in_flight() > 0) {
+    // Workers still run: save the state and leave without running destructors under them.
+    d.save_state();
+    spdlog::info("stopped ({} requests cut short)", server.in_flight());
+    spdlog::default_logger()->flush();
+    ::_exit(0);
+  }
+  d.stop();
+  spdlog::info("stopped");
+  return 0;
+}

@@ -1,0 +1,61 @@
+// Metrics text.
+#include "metrics.hpp"
+
+#include "stagehand/fs/atomic_file.hpp"
+#include "stagehand/util/fd.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace stagehand::daemon {
+
+std::string render_metrics(const MetricsSnapshot& m)
+{
+  std::string out;
+  const std::string node = "node=\"" + m.node + "\"";
+  auto metric = [&](const char* name, const char* type, const char* help, const std::string& labels, double value) {
+    char line[512];
+    std::snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n%s{%s} %.17g\n", name, help, name, type, name,
+                  labels.c_str(), value);
+    out += line;
+  };
+  const auto& c = m.counters;
+  metric("stagehand_cache_bytes", "gauge", "Bytes the node cache occupies on disk.", node, double(m.cache_bytes));
+  metric("stagehand_cache_max_bytes", "gauge", "[daemon] cache_max_bytes.", node, double(m.cache_max_bytes));
+  metric("stagehand_cache_entries", "gauge", "Entries in the node cache.", node, double(m.cache_entries));
+  metric("stagehand_cache_hits_total", "counter", "Stagings served from the cache.", node, double(c.hits));
+  metric("stagehand_cache_misses_total", "counter", "Stagings that filled the cache.", node, double(c.misses));
+  metric("stagehand_cache_evictions_total", "counter", "Cache entries evicted.", node, double(c.evictions));
+  metric("stagehand_staged_bytes_total", "counter", "Bytes staged into job directories.", node,
+         double(c.staged_bytes));
+  metric("stagehand_staged_seconds_total", "counter", "Seconds spent staging.", node, c.staged_seconds);
+  metric("stagehand_gc_runs_total", "counter", "Garbage collections run.", node, double(c.gc_runs));
+  out += "# HELP stagehand_gc_removed_total Entries garbage collection removed, by reason.\n"
+         "# TYPE stagehand_gc_removed_total counter\n";
+  for (const char* reason : {"trash", "expired", "orphan", "stale_marker", "leftover"}) {
+    auto it = c.gc_removed.find(reason);
+    char line[256];
+    std::snprintf(line, sizeof line, "stagehand_gc_removed_total{%s,reason=\"%s\"} %llu\n", node.c_str(), reason,
+                  static_cast<unsigned long long>(it == c.gc_removed.end() ? 0 : it->second));
+    out += line;
+  }
+  metric("stagehand_trash_backlog_entries", "gauge", "Job directories in the trash, not yet removed.", node,
+         double(c.trash_entries));
+  metric("stagehand_running_jobs", "gauge", "Jobs the daemon knows to run on the node.", node, double(m.running_jobs));
+  return out;
+}
+
+Status write_metrics_file(const std::string& path, const MetricsSnapshot& m)
+{
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == 0 ? "/" : path.substr(0, slash);
+  UniqueFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dfd.valid()) {
+    return Error::from_errno(dir);
+  }
+  return fs::write_file_atomic(dfd.get(), path.substr(slash + 1), render_metrics(m), 0644, fs::Durability::none);
+}
+
+} // namespace stagehand::daemon

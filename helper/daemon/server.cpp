@@ -1,0 +1,274 @@
+// epoll loop over the listening socket, the signal fd and the connections still reading.
+#include "server.hpp"
+
+#include "stagehand/fs/trusted_dir.hpp"
+#include "stagehand/proto/frame.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <thread>
+
+namespace stagehand::daemon {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Conn
+{
+  UniqueFd fd;
+  Peer peer;
+  proto::FrameReader reader{proto::k_max_request_bytes};
+  Clock::time_point deadline;
+};
+
+Peer peer_of(int fd)
+{
+  Peer p;
+  struct ucred cred {};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+    p.pid = cred.pid;
+    p.uid = cred.uid;
+    p.gid = cred.gid;
+  } else {
+    p.uid = static_cast<uid_t>(-1); // unknown: treated as nobody
+    p.gid = static_cast<gid_t>(-1);
+  }
+  std::vector<gid_t> groups(256);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len) == 0) {
+      groups.resize(len / sizeof(gid_t));
+      p.groups = std::move(groups);
+      break;
+    }
+    if (errno != ERANGE) {
+      break;
+    }
+    groups.resize(len / sizeof(gid_t) + 1); // the kernel said how many there are
+  }
+  return p;
+}
+
+// Best effort, never blocking: a final word to a client we are about to drop.
+void refuse_now(int fd, const Error& e)
+{
+  const std::string frame = proto::encode_frame(proto::serialize_error(e));
+  (void)!::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+} // namespace
+
+Result<UniqueFd> listen_socket(const std::string& path)
+{
+  struct sockaddr_un addr {};
+  if (path.size() >= sizeof addr.sun_path || path.empty() || path.front() != '/') {
+    return Error::config("[daemon] socket: \"" + path + "\" is not a usable socket path");
+  }
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == 0 ? "/" : path.substr(0, slash);
+  const std::string name = path.substr(slash + 1);
+  auto dir_fd = fs::open_trusted_dir(dir, fs::CreateMissing::yes);
+  if (!dir_fd) {
+    return dir_fd.error().with_context("[daemon] socket directory");
+  }
+  struct stat st {};
+  if (::fstatat(dir_fd->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return Error::config(path + " exists and is not a socket: refused");
+    }
+    ::unlinkat(dir_fd->get(), name.c_str(), 0); // stale: a daemon that died left it
+  }
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) {
+    return Error::from_errno("socket");
+  }
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const mode_t old = ::umask(0111); // 0666: every local user may connect; requests are checked
+  int rc = ::bind(fd.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof addr);
+  ::umask(old);
+  if (rc != 0) {
+    return Error::from_errno("cannot bind " + path);
+  }
+  if (::fchmodat(dir_fd->get(), name.c_str(), 0666, 0) != 0) {
+    return Error::from_errno("cannot set the mode of " + path);
+  }
+  if (::listen(fd.get(), 256) != 0) {
+    return Error::from_errno("cannot listen on " + path);
+  }
+  return fd;
+}
+
+std::size_t Server::in_flight_of(uid_t uid)
+{
+  std::lock_guard lock(m_uid_mutex);
+  auto it = m_in_flight_by_uid.find(uid);
+  return it == m_in_flight_by_uid.end() ? 0 : it->second;
+}
+
+ServerLimits limits_within(std::uint64_t open_files)
+{
+  constexpr std::uint64_t k_own = 64;          // the daemon's own: state, cache, logs, GC
+  constexpr std::uint64_t k_per_request = 24;  // a staging request at its busiest
+  const std::uint64_t budget = open_files > 2 * k_own ? open_files - k_own : k_own;
+  ServerLimits limits;
+  limits.max_in_flight = std::clamp<std::uint64_t>(budget / 2 / k_per_request, 2, limits.max_in_flight);
+  limits.max_connections = std::clamp<std::uint64_t>(budget / 2, 8, limits.max_connections);
+  limits.max_per_uid = std::min<std::size_t>(limits.max_per_uid, limits.max_connections / 2);
+  return limits;
+}
+
+Server::Server(Daemon& daemon, UniqueFd listen_fd, ServerLimits limits)
+  : m_daemon(daemon), m_listen(std::move(listen_fd)), m_limits(limits)
+{
+}
+
+void Server::run(int signal_fd, const std::function<void()>& on_reload)
+{
+  UniqueFd ep(::epoll_create1(EPOLL_CLOEXEC));
+  auto watch = [&](int fd) {
+    struct epoll_event ev {};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    ::epoll_ctl(ep.get(), EPOLL_CTL_ADD, fd, &ev);
+  };
+  watch(m_listen.get());
+  watch(signal_fd);
+  std::map<int, Conn> conns;
+  std::map<uid_t, std::size_t> per_uid;
+  auto drop = [&](std::map<int, Conn>::iterator it) {
+    ::epoll_ctl(ep.get(), EPOLL_CTL_DEL, it->first, nullptr);
+    if (--per_uid[it->second.peer.uid] == 0) {
+      per_uid.erase(it->second.peer.uid);
+    }
+    return conns.erase(it);
+  };
+  for (;;) {
+    struct epoll_event events[64];
+    int n = ::epoll_wait(ep.get(), events, 64, 250);
+    if (n < 0 && errno != EINTR) {
+      spdlog::error("epoll: {}", std::strerror(errno));
+      return;
+    }
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == signal_fd) {
+        struct signalfd_siginfo si {};
+        if (::read(signal_fd, &si, sizeof si) == sizeof si) {
+          if (si.ssi_signo == SIGHUP) {
+            on_reload();
+          } else {
+            spdlog::info("SIG{}: stopping", ::sigabbrev_np(static_cast<int>(si.ssi_signo)));
+            return;
+          }
+        }
+        continue;
+      }
+      if (fd == m_listen.get()) {
+        for (;;) {
+          UniqueFd c(::accept4(m_listen.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+          if (!c.valid()) {
+            break;
+          }
+          Peer peer = peer_of(c.get());
+          if (conns.size() >= m_limits.max_connections ||
+              (!peer.root() && per_uid[peer.uid] >= m_limits.max_per_uid)) {
+            refuse_now(c.get(), Error::limit("too many connections; try again later"));
+            continue;
+          }
+          ++per_uid[peer.uid];
+          const int cfd = c.get();
+          watch(cfd);
+          conns.emplace(cfd, Conn{std::move(c), std::move(peer), proto::FrameReader(proto::k_max_request_bytes),
+                                  Clock::now() + m_limits.request_deadline});
+        }
+        continue;
+      }
+      auto it = conns.find(fd);
+      if (it == conns.end()) {
+        continue;
+      }
+      char buf[16384];
+      ssize_t got = ::recv(fd, buf, sizeof buf, 0);
+      if (got < 0 && (errno == EAGAIN || errno == EINTR)) {
+        continue;
+      }
+      if (got <= 0) {
+        drop(it); // closed before a whole request
+        continue;
+      }
+      if (auto st = it->second.reader.feed(buf, static_cast<std::size_t>(got)); !st) {
+        refuse_now(fd, st.error());
+        drop(it);
+        continue;
+      }
+      auto payload = it->second.reader.next();
+      if (!payload) {
+        continue;
+      }
+      const uid_t uid = it->second.peer.uid;
+      const bool root = it->second.peer.root();
+      if (!root && (m_in_flight.load() >= m_limits.max_in_flight || in_flight_of(uid) >= m_limits.max_in_flight_per_uid)) {
+        refuse_now(fd, Error::limit("the daemon is busy; try again later"));
+        drop(it);
+        continue;
+      }
+      // Hand the connection to a worker: it owns the fd from here on. Root (the prolog and epilog,
+      // an admin) is never refused for being busy.
+      Conn conn = std::move(it->second);
+      drop(it);
+      ++m_in_flight;
+      {
+        std::lock_guard lock(m_uid_mutex);
+        ++m_in_flight_by_uid[uid];
+      }
+      std::thread([this, conn = std::move(conn), payload = std::move(*payload)]() mutable {
+        Responder out(conn.fd.get());
+        try {
+          auto request = proto::parse_request(payload);
+          if (!request) {
+            out.error(request.error());
+          } else {
+            m_daemon.handle(*request, conn.peer, out);
+          }
+        } catch (const std::exception& e) {
+          spdlog::error("internal error: {}", e.what());
+          out.error(Error::internal(std::string("internal error: ") + e.what()));
+        }
+        {
+          std::lock_guard lock(m_uid_mutex);
+          if (--m_in_flight_by_uid[conn.peer.uid] == 0) {
+            m_in_flight_by_uid.erase(conn.peer.uid);
+          }
+        }
+        --m_in_flight;
+      }).detach();
+    }
+    // Connections that did not send a whole request in time.
+    const auto now = Clock::now();
+    for (auto it = conns.begin(); it != conns.end();) {
+      if (it->second.deadline <= now) {
+        refuse_now(it->first, Error::limit("no complete request within the deadline"));
+        it = drop(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+} // namespace stagehand::daemon

@@ -1,0 +1,58 @@
+// The daemon's socket: accepts local connections, reads one length-prefixed request from each
+// within a deadline, and hands it to a worker thread. Bounded everywhere: request size, connections
+// (in all and per user), requests in flight. Random bytes, truncated or huge requests and idle
+// connections get an error or a close and never stall anyone else.
+#pragma once
+
+#include "daemon.hpp"
+
+#include "stagehand/util/fd.hpp"
+#include "stagehand/util/result.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace stagehand::daemon {
+
+struct ServerLimits
+{
+  std::size_t max_connections = 1024;     // open connections waiting for their request
+  std::size_t max_per_uid = 64;           // of which one non-root user may hold
+  std::size_t max_in_flight = 64;         // requests being handled at once (root is never refused)
+  std::size_t max_in_flight_per_uid = 16; // of which one non-root user may have
+  std::chrono::milliseconds request_deadline{5000}; // from accept to a complete request
+};
+
+// Limits that fit in `open_files` descriptors (the daemon may run under `ulimit -n 256`): each
+// connection holds one, each request in flight a dozen or so (job directory, source, child
+// sockets, pipes), and the daemon keeps some for itself (state, cache, logs).
+ServerLimits limits_within(std::uint64_t open_files);
+
+// Creates the socket at `path`: its directory must resolve through root-owned directories and not
+// be writable by others (created 0755 if missing); a stale socket file is replaced; the socket is
+// connectable by every local user (0666).
+Result<UniqueFd> listen_socket(const std::string& path);
+
+class Server
+{
+public:
+  Server(Daemon& daemon, UniqueFd listen_fd, ServerLimits limits = {});
+  // Serves until a SIGTERM/SIGINT arrives on `signal_fd`; SIGHUP calls `on_reload`.
+  void run(int signal_fd, const std::function<void()>& on_reload);
+  std::size_t in_flight() const { return m_in_flight.load(); }
+
+private:
+  std::size_t in_flight_of(uid_t uid);
+
+  Daemon& m_daemon;
+  UniqueFd m_listen;
+  ServerLimits m_limits;
+  std::atomic<std::size_t> m_in_flight{0};
+  std::mutex m_uid_mutex;
+  std::map<uid_t, std::size_t> m_in_flight_by_uid;
+};
+
+} // namespace stagehand::daemon

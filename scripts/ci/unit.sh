@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# CI phase: the unit tests (ctest) of a build; none may be skipped (CI runs as root).
+#   unit.sh BUILD_DIR
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+build=${1:?usage: unit.sh BUILD_DIR}
+label="Slurm $(sed -n 's/^STAGEHAND_SLURM_VERSION:INTERNAL=//p' "$build/CMakeCache.txt")"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+(cd "$build" && ctest --output-on-failure -j"$(nproc)") | tee "$log"
+if grep -q '\*\*\*Skipped\|Not Run' "$log"; then
+  ci_die "unit tests were skipped although running as root"
+fi
+line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -n1)
+total=$(echo "$line" | sed -E 's/.*out of ([0-9]+).*/\1/')
+hostlist=$(cd "$build" && tests/unit/stagehand_unit_tests --gtest_filter='HostlistVsSlurm.TenThousand*' | grep '^hostlist:' || true)
+ci_result "unit ($label): $total passed, 0 failed, 0 skipped"
+[ -z "$hostlist" ] || ci_result "  $hostlist"

@@ -1,0 +1,115 @@
+// Filling a cache entry as the service user.
+#include "stagehand/cache/fill.hpp"
+
+#include "stagehand/cache/store.hpp"
+#include "stagehand/fs/walk.hpp"
+#include "stagehand/stage/copy.hpp"
+#include "stagehand/stage/extract.hpp"
+#include "stagehand/util/fd.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace stagehand::cache {
+
+namespace {
+
+// Files become 0444 (0555 when any execute bit was set): the cache's files belong to the service
+// user, so a job user reads them through the "other" bits, and nobody can write them. (Inside a
+// job's 0700 directory only the job user reaches them.) Directories keep their modes: a job gets
+// its own directories, made from these modes.
+mode_t read_only_mode(mode_t mode) { return (mode & 0111) != 0 ? 0555 : 0444; }
+
+Status make_read_only(int fill_dir_fd)
+{
+  struct stat st {};
+  if (::fstatat(fill_dir_fd, k_data_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return Error::from_errno("cache fill");
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    if (::fchmodat(fill_dir_fd, k_data_name, read_only_mode(st.st_mode), 0) != 0) {
+      return Error::from_errno("cache fill");
+    }
+    return ok_status();
+  }
+  UniqueFd data(::openat(fill_dir_fd, k_data_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!data.valid()) {
+    return Error::from_errno("cache fill");
+  }
+  auto walked = fs::walk_tree(data.get(), [](const fs::WalkEntry& e) -> Result<fs::WalkControl> {
+    if (S_ISREG(e.st.st_mode) && (e.st.st_mode & 07777) != read_only_mode(e.st.st_mode)) {
+      if (::fchmodat(e.parent_fd, e.name.c_str(), read_only_mode(e.st.st_mode), 0) != 0) {
+        return Error::from_errno("cache fill: " + e.rel);
+      }
+    }
+    return fs::WalkControl::go_on;
+  });
+  return walked;
+}
+
+Result<FillResult> unpack_into(int archive_fd, int fill_dir_fd, std::uint64_t max_bytes, const std::string& shown)
+{
+  if (::mkdirat(fill_dir_fd, k_data_name, 0700) != 0) {
+    return Error::from_errno("cache fill");
+  }
+  UniqueFd dest(::openat(fill_dir_fd, k_data_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dest.valid()) {
+    return Error::from_errno("cache fill");
+  }
+  stage::ExtractLimits limits;
+  limits.max_bytes = max_bytes;
+  auto stats = stage::extract_archive(archive_fd, dest.get(), limits, shown);
+  if (!stats) {
+    return stats.error();
+  }
+  return FillResult{"unpacked", stats->files + stats->hardlinks, stats->bytes};
+}
+
+} // namespace
+
+Result<FillResult> fill_from_file(int src_fd, int fill_dir_fd, UnpackMode unpack, std::uint64_t max_bytes,
+                                  const std::string& shown)
+{
+  if (::lseek(src_fd, 0, SEEK_SET) != 0) {
+    return Error::from_errno(shown + ": cannot rewind");
+  }
+  FillResult result;
+  bool archive = false;
+  if (unpack == UnpackMode::if_archive) {
+    auto kind = stage::probe_archive(src_fd);
+    archive = kind && *kind == stage::ArchiveKind::archive;
+  }
+  if (archive) {
+    auto r = unpack_into(src_fd, fill_dir_fd, max_bytes, shown);
+    if (!r) {
+      return r.error();
+    }
+    result = *r;
+  } else {
+    stage::CopyStats stats;
+    if (auto st = stage::copy_file(src_fd, fill_dir_fd, k_data_name, max_bytes, stats, shown); !st) {
+      return st.error();
+    }
+    result = FillResult{"copied", 1, stats.bytes};
+  }
+  if (auto st = make_read_only(fill_dir_fd); !st) {
+    return st.error();
+  }
+  return result;
+}
+
+Result<FillResult> fill_from_stream(int stream_fd, int fill_dir_fd, std::uint64_t max_bytes, const std::string& shown)
+{
+  auto r = unpack_into(stream_fd, fill_dir_fd, max_bytes, shown);
+  if (!r) {
+    return r;
+  }
+  r->how = "copied";
+  if (auto st = make_read_only(fill_dir_fd); !st) {
+    return st.error();
+  }
+  return r;
+}
+
+} // namespace stagehand::cache

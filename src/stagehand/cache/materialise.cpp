@@ -1,0 +1,314 @@
+// Hard-link (or clone, or copy) a cache entry into a job directory, as root, fd-relative.
+#include "stagehand/cache/materialise.hpp"
+
+#include "stagehand/fs/io.hpp"
+#include "stagehand/fs/remove_tree.hpp"
+#include "stagehand/fs/walk.hpp"
+#include "stagehand/stage/entry_path.hpp"
+#include "stagehand/util/fd.hpp"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <vector>
+
+namespace stagehand::cache {
+
+namespace {
+
+struct Made
+{
+  std::string parent_rel; // below the job directory
+  std::string name;
+  ino_t ino = 0;          // what was made: rollback removes nothing else
+};
+
+// The inode at `name` in `dir`, opened without following or crossing into a mount (a job's FUSE
+// mount there is never asked anything); 0 when there is nothing (or nothing of ours).
+ino_t ino_at(int dir, const std::string& name)
+{
+  auto fd = fs::open_beneath(dir, name, O_PATH);
+  struct stat st {};
+  return fd && ::fstat(fd->get(), &st) == 0 ? st.st_ino : 0;
+}
+
+std::string parent_of(const std::string& rel) { return rel.find('/') == std::string::npos ? "" : rel.substr(0, rel.rfind('/')); }
+std::string base_of(const std::string& rel) { return rel.substr(rel.rfind('/') + 1); }
+std::string join(const std::string& a, const std::string& b) { return a.empty() ? b : a + "/" + b; }
+
+// Opens what root just created at `name` in `parent_fd`, never through a symlink, and checks it is
+// still root's and of `type`: the job can rename its own entries over the name at any moment, and
+// root must then change the owner or mode of nothing but what it made (never by path).
+Result<UniqueFd> open_own(int parent_fd, const std::string& name, mode_t type, const std::string& shown)
+{
+  const int flags = type == S_IFDIR ? O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC : O_PATH | O_NOFOLLOW | O_CLOEXEC;
+  UniqueFd fd(::openat(parent_fd, name.c_str(), flags));
+  struct stat st {};
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
+    return Error::from_errno("cannot open " + shown);
+  }
+  if ((st.st_mode & S_IFMT) != type || st.st_uid != 0) {
+    return Error::refused("$SLURM_TMPDIR/" + shown + " was replaced while it was being made: refused");
+  }
+  return fd;
+}
+
+// Gives what `fd` refers to (a directory, a file, or an O_PATH symlink) to the job user.
+Status give_to(int fd, const JobUser& user, const std::string& shown)
+{
+  if (::fchownat(fd, "", user.uid, user.gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
+    return Error::from_errno("cannot prepare " + shown);
+  }
+  return ok_status();
+}
+
+// Gives the directory `name` root just made in `parent_fd` to the user, with `mode`.
+Status prepare_user_dir(int parent_fd, const std::string& name, mode_t mode, const JobUser& user, const std::string& shown)
+{
+  auto fd = open_own(parent_fd, name, S_IFDIR, shown);
+  if (!fd) {
+    return fd.error();
+  }
+  if (::fchmod(fd->get(), (mode & 0777) | S_IRWXU) != 0) {
+    return Error::from_errno("cannot prepare " + shown);
+  }
+  return give_to(fd->get(), user, shown);
+}
+
+// Creates directory `name` in `parent_fd` owned by the user.
+Status make_user_dir(int parent_fd, const std::string& name, mode_t mode, const JobUser& user, const std::string& shown)
+{
+  if (::mkdirat(parent_fd, name.c_str(), 0700) != 0) {
+    return Error::from_errno("cannot create " + shown);
+  }
+  return prepare_user_dir(parent_fd, name, mode, user, shown);
+}
+
+// The bytes of `in` into `out`: a reflink when the filesystem can, else a copy.
+Status copy_data(int in, int out, const std::string& shown)
+{
+  if (::ioctl(out, FICLONE, in) == 0) {
+    return ok_status();
+  }
+  for (;;) {
+    ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, 1U << 24, 0);
+    if (n == 0) {
+      return ok_status();
+    }
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      break; // not supported here: read and write
+    }
+  }
+  char buf[1 << 16];
+  for (;;) {
+    auto got = fs::read_some(in, buf, sizeof buf, shown);
+    if (!got) {
+      return got.error();
+    }
+    if (*got == 0) {
+      return ok_status();
+    }
+    if (auto st = fs::write_all(out, std::string_view(buf, *got), shown); !st) {
+      return st;
+    }
+  }
+}
+
+// One file: a hard link, else a reflink or a copy that belongs to the user (made and given by fd).
+Status place_file(int src_dir, const std::string& name, int dest_dir, const std::string& dest_name,
+                  const JobUser& user, const std::string& shown, Materialised& out)
+{
+  if (::linkat(src_dir, name.c_str(), dest_dir, dest_name.c_str(), 0) == 0) {
+    ++out.linked;
+    return ok_status();
+  }
+  if (errno != EXDEV && errno != EPERM && errno != EMLINK) {
+    return Error::from_errno("cannot link " + shown);
+  }
+  UniqueFd in(::openat(src_dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY));
+  struct stat st {};
+  if (!in.valid() || ::fstat(in.get(), &st) != 0) {
+    return Error::from_errno(shown);
+  }
+  UniqueFd out_fd(::openat(dest_dir, dest_name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!out_fd.valid()) {
+    return Error::from_errno("cannot create " + shown);
+  }
+  if (auto st2 = copy_data(in.get(), out_fd.get(), shown); !st2) {
+    return st2;
+  }
+  if (::fchmod(out_fd.get(), st.st_mode & 0777) != 0) {
+    return Error::from_errno("cannot prepare " + shown);
+  }
+  struct timespec times[2] = {{0, UTIME_OMIT}, st.st_mtim};
+  ::futimens(out_fd.get(), times);
+  return give_to(out_fd.get(), user, shown);
+}
+
+class Materialiser
+{
+public:
+  Materialiser(int job_fd, const JobUser& user) : m_job(job_fd), m_user(user) {}
+
+  Result<Materialised> run(int src_parent, const std::string& src_name, const std::string& dest_rel)
+  {
+    auto parent = make_parents(parent_of(dest_rel));
+    if (!parent) {
+      return fail(parent.error());
+    }
+    const std::string name = base_of(dest_rel);
+    struct stat st {};
+    if (::fstatat(src_parent, src_name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      return fail(Error::from_errno("cache entry data"));
+    }
+    // Exists, or is something no open may enter (a mount point): the job's, refused either way.
+    if (auto there = fs::open_beneath(parent->get(), name, O_PATH); there || there.error().code != ENOENT) {
+      return fail(Error::refused("$SLURM_TMPDIR/" + dest_rel + " already exists: refused (staging never replaces "
+                                 "what the job made)",
+                                 EEXIST));
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      // Linked or created exclusively: a name the job takes meanwhile fails here and stays the job's.
+      if (auto s = place_file(src_parent, src_name, parent->get(), name, m_user, dest_rel, m_out); !s) {
+        return fail(s.error());
+      }
+      m_made.push_back({parent_of(dest_rel), name, ino_at(parent->get(), name)});
+      ++m_out.files;
+      m_out.bytes += static_cast<std::uint64_t>(st.st_size);
+      m_out.created_top = m_made.front().parent_rel.empty() ? m_made.front().name
+                                                             : m_made.front().parent_rel + "/" + m_made.front().name;
+      return m_out;
+    }
+    if (::mkdirat(parent->get(), name.c_str(), 0700) != 0) {
+      return fail(Error::from_errno("cannot create $SLURM_TMPDIR/" + dest_rel));
+    }
+    m_made.push_back({parent_of(dest_rel), name, ino_at(parent->get(), name)});
+    if (auto s = prepare_user_dir(parent->get(), name, st.st_mode, m_user, dest_rel); !s) {
+      return fail(s.error());
+    }
+    UniqueFd src_top(::openat(src_parent, src_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!src_top.valid()) {
+      return fail(Error::from_errno("cache entry data"));
+    }
+    std::string cur_rel = "\x01"; // the directory `cur` holds, relative to dest_rel
+    UniqueFd cur;
+    auto walked = fs::walk_tree(src_top.get(), [&](const fs::WalkEntry& e) -> Result<fs::WalkControl> {
+      const std::string rel_parent = parent_of(e.rel);
+      if (rel_parent != cur_rel) {
+        auto fd = fs::open_beneath(m_job, join(dest_rel, rel_parent), O_RDONLY | O_DIRECTORY);
+        if (!fd) {
+          return fd.error();
+        }
+        cur = std::move(*fd);
+        cur_rel = rel_parent;
+      }
+      const std::string shown = dest_rel + "/" + e.rel;
+      if (S_ISDIR(e.st.st_mode)) {
+        if (auto s = make_user_dir(cur.get(), e.name, e.st.st_mode, m_user, shown); !s) {
+          return s.error();
+        }
+      } else if (S_ISREG(e.st.st_mode)) {
+        if (auto s = place_file(e.parent_fd, e.name, cur.get(), e.name, m_user, shown, m_out); !s) {
+          return s.error();
+        }
+        ++m_out.files;
+        m_out.bytes += static_cast<std::uint64_t>(e.st.st_size);
+      } else if (S_ISLNK(e.st.st_mode)) {
+        std::string target(static_cast<std::size_t>(e.st.st_size) + 1, '\0');
+        ssize_t n = ::readlinkat(e.parent_fd, e.name.c_str(), target.data(), target.size());
+        if (n < 0) {
+          return Error::from_errno(shown);
+        }
+        target.resize(static_cast<std::size_t>(n));
+        if (::symlinkat(target.c_str(), cur.get(), e.name.c_str()) != 0) {
+          return Error::from_errno("cannot create " + shown);
+        }
+        auto link = open_own(cur.get(), e.name, S_IFLNK, shown);
+        if (!link) {
+          return link.error();
+        }
+        if (auto s = give_to(link->get(), m_user, shown); !s) {
+          return s.error();
+        }
+      }
+      return fs::WalkControl::go_on;
+    });
+    if (!walked) {
+      return fail(walked.error());
+    }
+    m_out.created_top = m_made.front().parent_rel.empty() ? m_made.front().name
+                                                           : m_made.front().parent_rel + "/" + m_made.front().name;
+    return m_out;
+  }
+
+private:
+  // Opens (creating, owned by the user) each missing directory of `rel` below the job directory.
+  Result<UniqueFd> make_parents(const std::string& rel)
+  {
+    std::string walked;
+    auto cur = fs::open_beneath(m_job, "", O_RDONLY | O_DIRECTORY);
+    if (!cur) {
+      return cur.error();
+    }
+    std::size_t i = 0;
+    while (i < rel.size()) {
+      std::size_t j = rel.find('/', i);
+      std::string comp = rel.substr(i, j == std::string::npos ? std::string::npos : j - i);
+      i = j == std::string::npos ? rel.size() : j + 1;
+      std::string next = join(walked, comp);
+      if (::mkdirat(cur->get(), comp.c_str(), 0700) == 0) {
+        m_made.push_back({walked, comp, ino_at(cur->get(), comp)});
+        if (auto given = prepare_user_dir(cur->get(), comp, 0755, m_user, next); !given) {
+          return given.error();
+        }
+      } else if (errno != EEXIST) {
+        return Error::from_errno("cannot create $SLURM_TMPDIR/" + next);
+      }
+      auto fd = fs::open_beneath(m_job, next, O_RDONLY | O_DIRECTORY);
+      if (!fd) {
+        return fd.error().with_context("$SLURM_TMPDIR/" + next);
+      }
+      cur = std::move(fd);
+      walked = next;
+    }
+    return cur;
+  }
+
+  Error fail(Error e)
+  {
+    for (auto it = m_made.rbegin(); it != m_made.rend(); ++it) {
+      auto parent = fs::open_beneath(m_job, it->parent_rel, O_RDONLY | O_DIRECTORY);
+      if (parent && it->ino != 0 && ino_at(parent->get(), it->name) == it->ino) {
+        (void)fs::remove_tree(parent->get(), it->name);
+      }
+    }
+    m_made.clear();
+    return e;
+  }
+
+  int m_job;
+  JobUser m_user;
+  Materialised m_out;
+  std::vector<Made> m_made;
+};
+
+} // namespace
+
+Result<Materialised> materialise(int src_parent_fd, const std::string& src_name, int job_fd,
+                                 const std::string& dest_rel, const JobUser& user)
+{
+  auto parts = stage::split_entry_path(dest_rel);
+  if (dest_rel.empty() || dest_rel.front() == '/' || !parts || parts->empty()) {
+    return Error::refused("destination \"" + dest_rel + "\" must be relative");
+  }
+  Materialiser m(job_fd, user);
+  return m.run(src_parent_fd, src_name, dest_rel);
+}
+
+} // namespace stagehand::cache

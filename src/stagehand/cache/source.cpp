@@ -1,0 +1,140 @@
+// Opening sources and streaming directories, as the job user.
+#include "stagehand/cache/source.hpp"
+
+#include "stagehand/fs/walk.hpp"
+#include "stagehand/stage/source.hpp"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace stagehand::cache {
+
+namespace {
+
+struct WriterCloser
+{
+  void operator()(struct archive* a) const { archive_write_free(a); }
+};
+struct EntryCloser
+{
+  void operator()(struct archive_entry* e) const { archive_entry_free(e); }
+};
+
+bool same_file(const struct stat& a, const struct stat& b)
+{
+  return a.st_ino == b.st_ino && a.st_dev == b.st_dev && a.st_size == b.st_size &&
+         a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec &&
+         a.st_ctim.tv_sec == b.st_ctim.tv_sec && a.st_ctim.tv_nsec == b.st_ctim.tv_nsec;
+}
+
+} // namespace
+
+Result<UniqueFd> open_source(const std::string& path, const std::string& shown, SourceShape expected,
+                             const std::vector<std::string>& allowed_roots)
+{
+  auto opened = stage::open_source(path, expected == SourceShape::dir ? stage::SourceKind::dir : stage::SourceKind::file,
+                                   allowed_roots);
+  if (!opened) {
+    if (opened.error().code == ENOENT) {
+      return Error::refused(shown + ": vanished since submission", ENOENT);
+    }
+    return opened.error().with_context(shown);
+  }
+  return std::move(opened->fd);
+}
+
+Result<StreamResult> stream_tree(int dir_fd, int out_fd, const std::string& canonical_path, const std::string& shown)
+{
+  std::unique_ptr<struct archive, WriterCloser> a(archive_write_new());
+  if (!a || archive_write_set_format_pax_restricted(a.get()) != ARCHIVE_OK ||
+      archive_write_set_bytes_in_last_block(a.get(), 1) != ARCHIVE_OK ||
+      archive_write_open_fd(a.get(), out_fd) != ARCHIVE_OK) {
+    return Error::internal("cannot start a tar stream");
+  }
+  struct stat root {};
+  if (::fstat(dir_fd, &root) != 0) {
+    return Error::from_errno(shown);
+  }
+  KeyBuilder key(canonical_path, SourceShape::dir, UnpackMode::never);
+  key.add("", root);
+  StreamResult result;
+  std::vector<char> buf(1U << 20);
+  auto wrote = fs::walk_tree(dir_fd, [&](const fs::WalkEntry& e) -> Result<fs::WalkControl> {
+    key.add(e.rel, e.st);
+    std::unique_ptr<struct archive_entry, EntryCloser> entry(archive_entry_new());
+    archive_entry_set_pathname(entry.get(), e.rel.c_str());
+    archive_entry_set_perm(entry.get(), e.st.st_mode & 07777);
+    archive_entry_set_mtime(entry.get(), e.st.st_mtim.tv_sec, e.st.st_mtim.tv_nsec);
+    if (S_ISDIR(e.st.st_mode)) {
+      archive_entry_set_filetype(entry.get(), AE_IFDIR);
+    } else if (S_ISLNK(e.st.st_mode)) {
+      std::string target(static_cast<std::size_t>(e.st.st_size) + 1, '\0');
+      ssize_t n = ::readlinkat(e.parent_fd, e.name.c_str(), target.data(), target.size());
+      if (n < 0) {
+        return Error::refused(shown + "/" + e.rel + ": " + std::strerror(errno), errno);
+      }
+      target.resize(static_cast<std::size_t>(n));
+      archive_entry_set_filetype(entry.get(), AE_IFLNK);
+      archive_entry_set_symlink(entry.get(), target.c_str());
+    } else if (S_ISREG(e.st.st_mode)) {
+      UniqueFd in(::openat(e.parent_fd, e.name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+      if (!in.valid()) {
+        return Error::refused(shown + "/" + e.rel + ": " + std::strerror(errno), errno);
+      }
+      struct stat now {};
+      if (::fstat(in.get(), &now) != 0 || !same_file(now, e.st)) {
+        result.changed = true;
+      }
+      archive_entry_set_filetype(entry.get(), AE_IFREG);
+      archive_entry_set_size(entry.get(), e.st.st_size);
+      if (archive_write_header(a.get(), entry.get()) != ARCHIVE_OK) {
+        return Error::io(shown + ": the stream to the cache broke: " + archive_error_string(a.get()), EPIPE);
+      }
+      std::int64_t left = e.st.st_size;
+      while (left > 0) {
+        ssize_t n = ::read(in.get(), buf.data(), static_cast<std::size_t>(std::min<std::int64_t>(left, buf.size())));
+        if (n < 0 && errno == EINTR) {
+          continue;
+        }
+        if (n < 0) {
+          return Error::refused(shown + "/" + e.rel + ": " + std::strerror(errno), errno);
+        }
+        if (n == 0) {
+          result.changed = true; // shrank: libarchive pads the entry
+          break;
+        }
+        if (archive_write_data(a.get(), buf.data(), static_cast<std::size_t>(n)) < 0) {
+          return Error::io(shown + ": the stream to the cache broke", EPIPE);
+        }
+        left -= n;
+      }
+      if (::fstat(in.get(), &now) != 0 || !same_file(now, e.st)) {
+        result.changed = true;
+      }
+      return fs::WalkControl::go_on;
+    } else {
+      return fs::WalkControl::go_on; // devices, FIFOs, sockets are not staged
+    }
+    if (archive_write_header(a.get(), entry.get()) != ARCHIVE_OK) {
+      return Error::io(shown + ": the stream to the cache broke: " + archive_error_string(a.get()), EPIPE);
+    }
+    return fs::WalkControl::go_on;
+  });
+  if (!wrote) {
+    return wrote.error();
+  }
+  if (archive_write_close(a.get()) != ARCHIVE_OK) {
+    return Error::io(shown + ": the stream to the cache broke", EPIPE);
+  }
+  result.identity = SourceIdentity{key.key(), key.files(), key.bytes()};
+  return result;
+}
+
+} // namespace stagehand::cache

@@ -1,0 +1,311 @@
+// Cache directory layout, manifests, publish/evict/sweep.
+#include "stagehand/cache/store.hpp"
+
+#include "stagehand/fs/atomic_file.hpp"
+#include "stagehand/fs/dir_stream.hpp"
+#include "stagehand/fs/remove_tree.hpp"
+#include "stagehand/fs/trusted_dir.hpp"
+#include "stagehand/fs/walk.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <ctime>
+#include <random>
+
+namespace stagehand::cache {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* k_manifest = "manifest.json";
+
+bool valid_key(const std::string& key)
+{
+  if (key.size() != 64) {
+    return false;
+  }
+  for (char c : key) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string random_suffix()
+{
+  static std::atomic<unsigned> counter{0};
+  std::random_device rd;
+  return std::to_string(::getpid()) + "." + std::to_string(counter++) + "." + std::to_string(rd() & 0xffffff);
+}
+
+// A root-owned 0700 subdirectory, created if missing; a symlink or a foreign owner is refused.
+Result<UniqueFd> own_subdir(int parent, const char* name, const std::string& shown)
+{
+  if (::mkdirat(parent, name, 0700) != 0 && errno != EEXIST) {
+    return Error::from_errno("cannot create " + shown);
+  }
+  UniqueFd fd(::openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st {};
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
+    return Error::from_errno(shown);
+  }
+  if (st.st_uid != 0 || (st.st_mode & 077) != 0) {
+    return Error::config(shown + ": refused: must be owned by root with mode 0700");
+  }
+  return fd;
+}
+
+Result<EntryMeta> meta_from_json(const std::string& text, const std::string& key)
+{
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Error::io(key + ": unreadable manifest", EINVAL);
+  }
+  try {
+    EntryMeta m;
+    m.key = j.at("key").get<std::string>();
+    m.source = j.at("source").get<std::string>();
+    m.shape = j.at("shape").get<std::string>();
+    m.how = j.at("how").get<std::string>();
+    m.files = j.at("files").get<std::uint64_t>();
+    m.bytes = j.at("bytes").get<std::uint64_t>();
+    m.disk_bytes = j.at("disk_bytes").get<std::uint64_t>();
+    m.created = j.at("created").get<std::int64_t>();
+    if (m.key != key) {
+      return Error::io(key + ": manifest names another key", EINVAL);
+    }
+    return m;
+  } catch (const json::exception& e) {
+    return Error::io(key + ": manifest: " + e.what(), EINVAL);
+  }
+}
+
+std::string meta_to_json(const EntryMeta& m)
+{
+  return json{{"version", 1},          {"key", m.key},       {"source", m.source},
+              {"shape", m.shape},      {"how", m.how},       {"files", m.files},
+              {"bytes", m.bytes},      {"disk_bytes", m.disk_bytes}, {"created", m.created}}
+           .dump(1) + "\n";
+}
+
+} // namespace
+
+std::uint64_t disk_usage(int dir_fd, const std::string& name)
+{
+  struct stat st {};
+  if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    return 0;
+  }
+  std::uint64_t total = static_cast<std::uint64_t>(st.st_blocks) * 512;
+  if (!S_ISDIR(st.st_mode)) {
+    return total;
+  }
+  UniqueFd top(::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!top.valid()) {
+    return total;
+  }
+  std::set<std::pair<dev_t, ino_t>> seen; // hard links inside the tree count once
+  (void)fs::walk_tree(top.get(), [&](const fs::WalkEntry& e) -> Result<fs::WalkControl> {
+    if (e.st.st_nlink > 1 && !S_ISDIR(e.st.st_mode) && !seen.insert({e.st.st_dev, e.st.st_ino}).second) {
+      return fs::WalkControl::go_on;
+    }
+    total += static_cast<std::uint64_t>(e.st.st_blocks) * 512;
+    return fs::WalkControl::go_on;
+  });
+  return total;
+}
+
+Result<Store> Store::open(const std::string& path)
+{
+  auto root = fs::open_trusted_dir(path, fs::CreateMissing::yes);
+  if (!root) {
+    return root.error();
+  }
+  if (::fchmod(root->get(), 0700) != 0) {
+    return Error::from_errno("cannot set the mode of " + path);
+  }
+  auto entries = own_subdir(root->get(), "entries", path + "/entries");
+  if (!entries) {
+    return entries.error();
+  }
+  auto tmp = own_subdir(root->get(), "tmp", path + "/tmp");
+  if (!tmp) {
+    return tmp.error();
+  }
+  Store s;
+  s.m_path = path;
+  s.m_root = std::move(*root);
+  s.m_entries = std::move(*entries);
+  s.m_tmp = std::move(*tmp);
+  return s;
+}
+
+Result<UniqueFd> Store::open_entry(const std::string& key) const
+{
+  if (!valid_key(key)) {
+    return Error::refused("not a cache key: " + key.substr(0, 80));
+  }
+  UniqueFd fd(::openat(m_entries.get(), key.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) {
+    return Error::from_errno("cache entry " + key);
+  }
+  return fd;
+}
+
+Result<EntryMeta> Store::lookup(const std::string& key) const
+{
+  auto dir = open_entry(key);
+  if (!dir) {
+    return dir.error();
+  }
+  auto text = fs::read_small_file(dir->get(), k_manifest);
+  if (!text) {
+    return Error::io("cache entry " + key + ": no manifest", ENOENT);
+  }
+  auto meta = meta_from_json(*text, key);
+  if (!meta) {
+    return meta.error();
+  }
+  struct stat st {};
+  if (::fstatat(dir->get(), k_manifest, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    meta->last_used = st.st_mtim.tv_sec;
+  }
+  return meta;
+}
+
+Result<Fill> Store::begin_fill(const std::string& key, uid_t owner, gid_t group)
+{
+  Fill f;
+  f.name = "fill." + key.substr(0, 16) + "." + random_suffix();
+  if (::mkdirat(m_tmp.get(), f.name.c_str(), 0700) != 0) {
+    return Error::from_errno("cannot create " + m_path + "/tmp/" + f.name);
+  }
+  f.dir.reset(::openat(m_tmp.get(), f.name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!f.dir.valid() || ::fchown(f.dir.get(), owner, group) != 0) {
+    Error e = Error::from_errno("cannot prepare " + m_path + "/tmp/" + f.name);
+    discard(f);
+    return e;
+  }
+  return f;
+}
+
+Result<EntryMeta> Store::publish(Fill& fill, EntryMeta meta)
+{
+  meta.disk_bytes = disk_usage(fill.dir.get(), k_data_name);
+  meta.created = std::time(nullptr);
+  meta.last_used = meta.created;
+  if (auto st = fs::write_file_atomic(fill.dir.get(), k_manifest, meta_to_json(meta), 0600, fs::Durability::none);
+      !st) {
+    return st.error();
+  }
+  meta.disk_bytes += disk_usage(fill.dir.get(), k_manifest);
+  // One sync for the whole fill: data, then the rename that publishes it.
+  if (::syncfs(fill.dir.get()) != 0) {
+    return Error::from_errno("cannot sync the cache");
+  }
+  if (::renameat2(m_tmp.get(), fill.name.c_str(), m_entries.get(), meta.key.c_str(), RENAME_NOREPLACE) != 0) {
+    return Error::from_errno("cannot publish cache entry " + meta.key);
+  }
+  ::fsync(m_entries.get());
+  fill.name.clear();
+  return meta;
+}
+
+void Store::discard(Fill& fill)
+{
+  if (!fill.name.empty()) {
+    (void)fs::remove_tree(m_tmp.get(), fill.name);
+    fill.name.clear();
+  }
+  fill.dir.reset();
+}
+
+Status Store::touch(const std::string& key, std::int64_t now)
+{
+  auto dir = open_entry(key);
+  if (!dir) {
+    return dir.error();
+  }
+  struct timespec times[2] = {{now, 0}, {now, 0}};
+  if (::utimensat(dir->get(), k_manifest, times, AT_SYMLINK_NOFOLLOW) != 0) {
+    return Error::from_errno("cannot touch cache entry " + key);
+  }
+  return ok_status();
+}
+
+Status Store::evict(const std::string& key)
+{
+  if (!valid_key(key)) {
+    return Error::refused("not a cache key: " + key.substr(0, 80));
+  }
+  const std::string aside = "evict." + key.substr(0, 16) + "." + random_suffix();
+  if (::renameat2(m_entries.get(), key.c_str(), m_tmp.get(), aside.c_str(), RENAME_NOREPLACE) != 0) {
+    return Error::from_errno("cannot evict cache entry " + key);
+  }
+  return fs::remove_tree(m_tmp.get(), aside);
+}
+
+std::vector<EntryMeta> Store::list() const
+{
+  std::vector<EntryMeta> out;
+  fs::DirStream d = fs::open_dir_stream(m_entries.get());
+  if (!d) {
+    return out;
+  }
+  std::vector<std::string> names;
+  while (struct dirent* e = ::readdir(d.get())) {
+    if (valid_key(e->d_name)) {
+      names.emplace_back(e->d_name);
+    }
+  }
+  for (const auto& name : names) {
+    if (auto m = lookup(name)) {
+      out.push_back(std::move(*m));
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> Store::sweep(const std::set<std::string>& active_fills)
+{
+  std::vector<std::string> removed;
+  std::vector<std::string> names;
+  if (fs::DirStream d = fs::open_dir_stream(m_tmp.get())) {
+    while (struct dirent* e = ::readdir(d.get())) {
+      std::string n = e->d_name;
+      if (n != "." && n != ".." && !active_fills.count(n)) {
+        names.push_back(n);
+      }
+    }
+  }
+  for (const auto& n : names) {
+    if (fs::remove_tree(m_tmp.get(), n)) {
+      removed.push_back("tmp/" + n);
+    }
+  }
+  names.clear();
+  if (fs::DirStream d = fs::open_dir_stream(m_entries.get())) {
+    while (struct dirent* e = ::readdir(d.get())) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") {
+        names.push_back(n);
+      }
+    }
+  }
+  for (const auto& n : names) {
+    bool good = valid_key(n) && lookup(n).ok();
+    if (!good && fs::remove_tree(m_entries.get(), n)) {
+      removed.push_back("entries/" + n);
+    }
+  }
+  return removed;
+}
+
+} // namespace stagehand::cache

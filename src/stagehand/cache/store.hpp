@@ -1,0 +1,79 @@
+// The node cache on disk. Layout under [daemon] cache_dir (root-owned, 0700, never readable by job
+// users): entries/<key>/ holds a published entry (manifest.json, root's, and data, the service
+// user's read-only files); tmp/ holds fills in progress and entries being evicted. A fill is
+// published by one rename, so a kill -9 leaves only tmp/ debris, which sweep() removes at start.
+#pragma once
+
+#include "stagehand/util/fd.hpp"
+#include "stagehand/util/result.hpp"
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace stagehand::cache {
+
+struct EntryMeta
+{
+  std::string key;
+  std::string source;      // canonical path it was filled from
+  std::string shape;       // "file" | "dir"
+  std::string how;         // "copied" | "unpacked"
+  std::uint64_t files = 0; // regular files (hard links counted once per name)
+  std::uint64_t bytes = 0; // file data
+  std::uint64_t disk_bytes = 0; // what the entry occupies (st_blocks of everything in it)
+  std::int64_t created = 0;
+  std::int64_t last_used = 0;   // the manifest's mtime
+};
+
+inline constexpr const char* k_data_name = "data";
+
+struct Fill
+{
+  std::string name; // under tmp/
+  UniqueFd dir;     // tmp/<name>, owned by the service user, 0700; the data goes in "data" inside
+};
+
+class Store
+{
+public:
+  // Opens (creating) the cache directory: it must resolve through root-owned directories only.
+  static Result<Store> open(const std::string& path);
+
+  const std::string& path() const { return m_path; }
+
+  // The published entry, or an io error with code ENOENT.
+  Result<EntryMeta> lookup(const std::string& key) const;
+  // An fd of entries/<key> (for materialising its "data").
+  Result<UniqueFd> open_entry(const std::string& key) const;
+
+  Result<Fill> begin_fill(const std::string& key, uid_t owner, gid_t group);
+  // Measures the fill, writes its manifest, syncs the filesystem and renames it into entries/.
+  // EEXIST (another fill of the same key won) leaves the fill in place for discard().
+  Result<EntryMeta> publish(Fill& fill, EntryMeta meta);
+  void discard(Fill& fill);
+
+  Status touch(const std::string& key, std::int64_t now);
+  // Moves the entry out of entries/ (atomically) and removes it.
+  Status evict(const std::string& key);
+  std::vector<EntryMeta> list() const;
+
+  // Removes what tmp/ holds except the named active fills, and entries without a manifest.
+  // Returns the names removed.
+  std::vector<std::string> sweep(const std::set<std::string>& active_fills);
+
+private:
+  std::string m_path;
+  UniqueFd m_root;
+  UniqueFd m_entries;
+  UniqueFd m_tmp;
+};
+
+// What a tree (or file) below `dir_fd`/`name` occupies on disk, in bytes.
+std::uint64_t disk_usage(int dir_fd, const std::string& name);
+
+} // namespace stagehand::cache

@@ -1,0 +1,112 @@
+// read_all / write_all / pwrite_all over the injectable system calls.
+#include "stagehand/fs/io.hpp"
+
+#include <unistd.h>
+
+namespace stagehand::fs {
+
+namespace {
+
+ssize_t sys_read(int fd, void* buf, std::size_t len)
+{
+  auto& h = io_hooks();
+  return h.read ? h.read(fd, buf, len) : ::read(fd, buf, len);
+}
+
+ssize_t sys_write(int fd, const void* buf, std::size_t len)
+{
+  auto& h = io_hooks();
+  return h.write ? h.write(fd, buf, len) : ::write(fd, buf, len);
+}
+
+ssize_t sys_pwrite(int fd, const void* buf, std::size_t len, off_t off)
+{
+  auto& h = io_hooks();
+  return h.pwrite ? h.pwrite(fd, buf, len, off) : ::pwrite(fd, buf, len, off);
+}
+
+Error failed(const char* verb, const std::string& what, int err = errno)
+{
+  return Error::from_errno(what.empty() ? std::string(verb) : std::string(verb) + " " + what, err);
+}
+
+} // namespace
+
+IoHooks& io_hooks()
+{
+  static IoHooks hooks;
+  return hooks;
+}
+
+Result<std::string> read_all(int fd, const std::string& what, std::size_t max_bytes)
+{
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    auto n = read_some(fd, buf, sizeof buf, what);
+    if (!n) {
+      return n.error();
+    }
+    if (*n == 0) {
+      return out;
+    }
+    if (out.size() + *n > max_bytes) {
+      return Error::limit((what.empty() ? "" : what + ": ") + "larger than " + std::to_string(max_bytes) +
+                          " bytes (limit)");
+    }
+    out.append(buf, *n);
+  }
+}
+
+Result<std::size_t> read_some(int fd, char* buf, std::size_t len, const std::string& what)
+{
+  for (;;) {
+    ssize_t n = sys_read(fd, buf, len);
+    if (n >= 0) {
+      return static_cast<std::size_t>(n);
+    }
+    if (errno != EINTR) {
+      return failed("cannot read", what);
+    }
+  }
+}
+
+Status write_all(int fd, std::string_view data, const std::string& what)
+{
+  while (!data.empty()) {
+    ssize_t n = sys_write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      return failed("cannot write", what);
+    }
+    if (n == 0) {
+      return failed("cannot write", what, EIO);
+    }
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return ok_status();
+}
+
+Status pwrite_all(int fd, const char* data, std::size_t len, std::uint64_t offset, const std::string& what)
+{
+  while (len > 0) {
+    ssize_t n = sys_pwrite(fd, data, len, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      return failed("cannot write", what);
+    }
+    if (n == 0) {
+      return failed("cannot write", what, EIO);
+    }
+    data += n;
+    len -= static_cast<std::size_t>(n);
+    offset += static_cast<std::uint64_t>(n);
+  }
+  return ok_status();
+}
+
+} // namespace stagehand::fs

@@ -1,0 +1,40 @@
+// One home for reading and writing whole buffers: EINTR and short transfers handled once, and
+// one seam where tests inject failures (ENOSPC, EIO, EINTR) without a root-mounted filesystem.
+#pragma once
+
+#include "stagehand/util/result.hpp"
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace stagehand::fs {
+
+// Reads until EOF; more than `max_bytes` is a limit error. `what` names the file in errors
+// ("cannot read WHAT: reason"; empty: "cannot read: reason", for a caller that names it itself).
+Result<std::string> read_all(int fd, const std::string& what, std::size_t max_bytes = 64U << 20);
+
+// One read of at most `len` bytes (EINTR retried): the count read, 0 at the end of the file.
+Result<std::size_t> read_some(int fd, char* buf, std::size_t len, const std::string& what);
+
+// Writes all of `data` (retrying EINTR and short writes).
+Status write_all(int fd, std::string_view data, const std::string& what);
+
+// Writes all of `data` at `offset`.
+Status pwrite_all(int fd, const char* data, std::size_t len, std::uint64_t offset, const std::string& what);
+
+// Test seam: every read/write/pwrite above goes through these. A test installs a wrapper that
+// fails the Nth call with ENOSPC, or returns EINTR once; reset with io_hooks() = {}.
+struct IoHooks
+{
+  std::function<ssize_t(int, void*, std::size_t)> read;
+  std::function<ssize_t(int, const void*, std::size_t)> write;
+  std::function<ssize_t(int, const void*, std::size_t, off_t)> pwrite;
+};
+IoHooks& io_hooks();
+
+} // namespace stagehand::fs

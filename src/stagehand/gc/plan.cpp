@@ -1,0 +1,156 @@
+// The GC decision table.
+#include "stagehand/gc/plan.hpp"
+
+#include "stagehand/util/units.hpp"
+
+#include <string_view>
+
+namespace stagehand::gc {
+
+namespace {
+
+constexpr std::string_view k_job_prefix = "job_";
+constexpr std::string_view k_keep_prefix = ".keep.job_";
+constexpr std::string_view k_trash_prefix = ".trash.";
+constexpr std::string_view k_new_prefix = ".new.";
+
+} // namespace
+
+const char* reason_name(Reason r)
+{
+  switch (r) {
+  case Reason::trash:
+    return "trash";
+  case Reason::expired:
+    return "keep_for expired";
+  case Reason::orphan:
+    return "orphan: the job no longer runs on this node";
+  case Reason::stale_marker:
+    return "stale keep marker";
+  case Reason::leftover:
+    return "leftover of an interrupted create";
+  }
+  return "?";
+}
+
+const char* reason_label(Reason r)
+{
+  switch (r) {
+  case Reason::trash:
+    return "trash";
+  case Reason::expired:
+    return "expired";
+  case Reason::orphan:
+    return "orphan";
+  case Reason::stale_marker:
+    return "stale_marker";
+  case Reason::leftover:
+    return "leftover";
+  }
+  return "?";
+}
+
+std::optional<std::uint32_t> job_of_dir(const std::string& name)
+{
+  std::string_view n = name;
+  if (!n.starts_with(k_job_prefix)) {
+    return std::nullopt;
+  }
+  return parse_u32(n.substr(k_job_prefix.size()));
+}
+
+std::optional<std::uint32_t> job_of_marker(const std::string& name)
+{
+  std::string_view n = name;
+  if (!n.starts_with(k_keep_prefix)) {
+    return std::nullopt;
+  }
+  return parse_u32(n.substr(k_keep_prefix.size()));
+}
+
+bool needs_slurmctld(const Snapshot& snapshot, const Evidence& evidence)
+{
+  for (const auto& e : snapshot.entries) {
+    auto job = job_of_dir(e.name);
+    if (!job || !e.is_dir || evidence.live_steps.count(*job)) {
+      continue;
+    }
+    auto marker = snapshot.markers.find(*job);
+    if (marker == snapshot.markers.end() || (marker->second.ino != 0 && marker->second.ino != e.ino)) {
+      return true; // neither running here nor provably ended: only slurmctld can tell
+    }
+  }
+  return false;
+}
+
+Plan make_plan(const Snapshot& snapshot, const Evidence& evidence, const Options& options)
+{
+  Plan plan;
+  plan.mount_points = snapshot.mount_points;
+  std::set<std::uint32_t> dirs;
+  auto old_enough = [&](const BaseEntry& e) { return snapshot.now - e.mtime >= options.grace_seconds; };
+  for (const auto& e : snapshot.entries) {
+    std::string_view n = e.name;
+    if (n.starts_with(k_trash_prefix)) {
+      plan.remove.push_back(Action{e.name, Reason::trash, 0, e.ino});
+      continue;
+    }
+    if (n.starts_with(k_new_prefix) || (n.starts_with(k_keep_prefix) && !job_of_marker(e.name))) {
+      if (old_enough(e)) { // a create or a marker write that was interrupted
+        plan.remove.push_back(Action{e.name, Reason::leftover, 0, e.ino});
+      }
+      continue;
+    }
+    auto job = job_of_dir(e.name);
+    if (!job || !e.is_dir) {
+      continue; // not ours: never touched
+    }
+    dirs.insert(*job);
+    const bool live = evidence.live_steps.count(*job) > 0 ||
+                      (evidence.running_here && evidence.running_here->count(*job) > 0);
+    if (live) {
+      plan.jobs[*job] = JobDirState::running;
+      continue;
+    }
+    // A keep marker naming this very directory was written by the job's epilog: the job ended here,
+    // and no later run of it has started (its prolog would have made a new directory).
+    auto marker = snapshot.markers.find(*job);
+    const bool marker_is_ours = marker != snapshot.markers.end() && (marker->second.ino == 0 || marker->second.ino == e.ino);
+    if (marker_is_ours) {
+      const bool expired = marker->second.until <= snapshot.now;
+      plan.jobs[*job] = expired ? JobDirState::orphan : JobDirState::kept;
+      if (expired) {
+        plan.remove.push_back(Action{e.name, Reason::expired, *job, e.ino});
+      }
+      continue;
+    }
+    if (!evidence.running_here) {
+      // slurmctld did not answer: a job not proven ended keeps its directory.
+      plan.jobs[*job] = JobDirState::unsure;
+      continue;
+    }
+    if (evidence.registered_running.count(*job) == 0 && !old_enough(e)) {
+      plan.jobs[*job] = JobDirState::unsure; // just made by a prolog the daemon has not heard of yet
+      continue;
+    }
+    plan.jobs[*job] = JobDirState::orphan;
+    plan.remove.push_back(Action{e.name, Reason::orphan, *job, e.ino});
+  }
+  // Markers of directories that are gone, or that belong to an earlier instance of the directory.
+  for (const auto& [job, marker] : snapshot.markers) {
+    bool dir_exists = dirs.count(job) > 0;
+    std::uint64_t dir_ino = 0;
+    for (const auto& e : snapshot.entries) {
+      if (e.is_dir && job_of_dir(e.name) == job) {
+        dir_ino = e.ino;
+      }
+    }
+    const bool stale = !dir_exists || (marker.ino != 0 && marker.ino != dir_ino);
+    if (stale) {
+      plan.remove.push_back(Action{".keep.job_" + std::to_string(job), Reason::stale_marker, 0, 0});
+    }
+  }
+  return plan;
+}
+
+} // namespace stagehand::gc

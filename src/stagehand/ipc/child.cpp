@@ -1,0 +1,294 @@
+// fork + privilege drop + SCM_RIGHTS messaging.
+#include "stagehand/ipc/child.hpp"
+
+#include "stagehand/proto/frame.hpp"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace stagehand::ipc {
+
+namespace {
+
+constexpr std::size_t k_max_message = 1U << 20;
+constexpr std::size_t k_max_fds = 8;
+
+[[noreturn]] void child_main(const Credentials& creds, int sock, const std::vector<int>& keep, const ChildBody& body,
+                             pid_t parent)
+{
+  // Descriptors first: sock -> 3, keep -> 4.. (dup above that range first so nothing is
+  // clobbered; not to a fixed high number, which a low RLIMIT_NOFILE, 256 say, would refuse).
+  const int above = static_cast<int>(4 + keep.size());
+  std::vector<int> moved;
+  int high = ::fcntl(sock, F_DUPFD, above);
+  for (int fd : keep) {
+    moved.push_back(::fcntl(fd, F_DUPFD, above));
+  }
+  if (high < 0) {
+    ::_exit(120);
+  }
+  int devnull = ::open("/dev/null", O_RDWR);
+  if (devnull >= 0) { // nothing of the parent's: not its log stream either
+    ::dup2(devnull, 0);
+    ::dup2(devnull, 1);
+    ::dup2(devnull, 2);
+  }
+  ::dup2(high, 3);
+  std::vector<int> kept;
+  for (std::size_t i = 0; i < moved.size(); ++i) {
+    if (moved[i] < 0 || ::dup2(moved[i], static_cast<int>(4 + i)) < 0) {
+      ::_exit(120);
+    }
+    kept.push_back(static_cast<int>(4 + i));
+  }
+  ::close_range(static_cast<unsigned>(4 + moved.size()), ~0U, 0);
+
+  struct rlimit core {0, 0};
+  ::setrlimit(RLIMIT_CORE, &core);
+  if (creds.uid == 0 || ::setgroups(creds.groups.size(), creds.groups.data()) != 0 ||
+      ::setresgid(creds.gid, creds.gid, creds.gid) != 0 || ::setresuid(creds.uid, creds.uid, creds.uid) != 0) {
+    ::_exit(121);
+  }
+  // Never regain root: check that the drop really happened.
+  if (::setuid(0) == 0 || ::geteuid() != creds.uid) {
+    ::_exit(121);
+  }
+  // Not dumpable whatever fs.suid_dumpable says: the job user must not ptrace or read the memory
+  // of a child that the daemon trusts to report what it saw.
+  ::prctl(PR_SET_DUMPABLE, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) {
+    ::_exit(122);
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  int rc = 1;
+  try {
+    rc = body(3, kept);
+  } catch (...) {
+    rc = 123;
+  }
+  ::_exit(rc);
+}
+
+} // namespace
+
+Result<Credentials> credentials_of(uid_t uid, gid_t gid)
+{
+  Credentials c;
+  c.uid = uid;
+  c.gid = gid;
+  c.what = "uid " + std::to_string(uid);
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) != 0 || !found) {
+    c.groups = {gid}; // unknown to the user database: its primary group only
+    return c;
+  }
+  int n = 64;
+  std::vector<gid_t> groups(static_cast<std::size_t>(n));
+  if (::getgrouplist(pw.pw_name, gid, groups.data(), &n) < 0) {
+    groups.resize(static_cast<std::size_t>(n));
+    if (::getgrouplist(pw.pw_name, gid, groups.data(), &n) < 0) {
+      return Error::io("cannot read the groups of " + std::string(pw.pw_name), EINVAL);
+    }
+  }
+  groups.resize(static_cast<std::size_t>(n));
+  c.groups = std::move(groups);
+  c.what = std::string("user ") + pw.pw_name;
+  return c;
+}
+
+Result<Credentials> credentials_of_name(const std::string& name)
+{
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  if (::getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || !found) {
+    return Error::config("no such user \"" + name + "\"");
+  }
+  if (pw.pw_uid == 0) {
+    return Error::config("user \"" + name + "\" is root: refused");
+  }
+  auto c = credentials_of(pw.pw_uid, pw.pw_gid);
+  if (c) {
+    c->groups = {pw.pw_gid}; // a service user needs no supplementary groups
+    c->what = "service user " + name;
+  }
+  return c;
+}
+
+Child::Child(Child&& other) noexcept : m_pid(std::exchange(other.m_pid, -1)), m_sock(std::move(other.m_sock)) {}
+
+Child& Child::operator=(Child&& other) noexcept
+{
+  if (this != &other) {
+    kill();
+    m_pid = std::exchange(other.m_pid, -1);
+    m_sock = std::move(other.m_sock);
+  }
+  return *this;
+}
+
+Child::~Child() { kill(); }
+
+void Child::kill()
+{
+  if (m_pid > 0) {
+    ::kill(m_pid, SIGKILL);
+    while (::waitpid(m_pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    m_pid = -1;
+  }
+}
+
+Result<int> Child::wait()
+{
+  if (m_pid <= 0) {
+    return Error::internal("no child to wait for");
+  }
+  int status = 0;
+  while (::waitpid(m_pid, &status, 0) < 0) {
+    if (errno != EINTR) {
+      m_pid = -1;
+      return Error::from_errno("waitpid");
+    }
+  }
+  m_pid = -1;
+  if (WIFSIGNALED(status)) {
+    const char* name = ::sigabbrev_np(WTERMSIG(status));
+    return Error::io(std::string("killed by signal ") + std::to_string(WTERMSIG(status)) + " (SIG" +
+                       (name ? name : "?") + ")",
+                     EINTR);
+  }
+  return WEXITSTATUS(status);
+}
+
+Result<Child> spawn_as(const Credentials& creds, const std::vector<int>& keep, const ChildBody& body)
+{
+  if (creds.uid == 0) {
+    return Error::internal("refusing to run user work as root");
+  }
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    return Error::from_errno("socketpair");
+  }
+  UniqueFd parent_end(sv[0]);
+  UniqueFd child_end(sv[1]);
+  const pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    return Error::from_errno("fork");
+  }
+  if (pid == 0) {
+    parent_end.release(); // closed by close_range in the child; never run its destructor
+    child_main(creds, child_end.get(), keep, body, parent);
+  }
+  return Child(pid, std::move(parent_end));
+}
+
+Status send_message(int sock, const std::string& text, const std::vector<int>& fds)
+{
+  const std::string frame = proto::encode_frame(text);
+  std::size_t sent = 0;
+  bool first = true;
+  while (sent < frame.size()) {
+    struct iovec iov {const_cast<char*>(frame.data() + sent), frame.size() - sent};
+    struct msghdr msg {};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * k_max_fds)] = {};
+    if (first && !fds.empty()) {
+      msg.msg_control = control;
+      msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+      struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+      std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+    }
+    ssize_t n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      return Error::from_errno("send");
+    }
+    sent += static_cast<std::size_t>(n);
+    first = false;
+  }
+  return ok_status();
+}
+
+Result<Message> receive_message(int sock, std::chrono::milliseconds deadline)
+{
+  proto::FrameReader reader(k_max_message);
+  Message out;
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  for (;;) {
+    if (auto text = reader.next()) {
+      out.text = std::move(*text);
+      return out;
+    }
+    if (deadline.count() > 0) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      struct pollfd p {sock, POLLIN, 0};
+      int r = ::poll(&p, 1, static_cast<int>(std::max<long long>(0, left.count())));
+      if (r == 0) {
+        return Error::io("no answer in time", ETIMEDOUT);
+      }
+      if (r < 0 && errno != EINTR) {
+        return Error::from_errno("poll");
+      }
+      if (r < 0) {
+        continue;
+      }
+    }
+    char buf[65536];
+    struct iovec iov {buf, sizeof buf};
+    struct msghdr msg {};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * k_max_fds)];
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    ssize_t n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      return Error::from_errno("receive");
+    }
+    for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+        std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (std::size_t i = 0; i < count; ++i) {
+          int fd;
+          std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+          out.fds.emplace_back(fd);
+        }
+      }
+    }
+    if ((msg.msg_flags & MSG_CTRUNC) != 0) {
+      return Error::io("too many descriptors in one message", EINVAL);
+    }
+    if (n == 0) {
+      return Error::io("the other side closed the connection", EPIPE);
+    }
+    if (auto st = reader.feed(buf, static_cast<std::size_t>(n)); !st) {
+      return st.error();
+    }
+  }
+}
+
+} // namespace stagehand::ipc

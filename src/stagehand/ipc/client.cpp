@@ -1,0 +1,129 @@
+// Connect, send one frame, read frames until the result, with deadlines.
+#include "stagehand/ipc/client.hpp"
+
+#include "stagehand/fs/io.hpp"
+#include "stagehand/proto/frame.hpp"
+#include "stagehand/util/fd.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace stagehand::ipc {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int ms_left(Clock::time_point until)
+{
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+  return static_cast<int>(std::max<long long>(0, left));
+}
+
+Status wait_for(int fd, short events, Clock::time_point until, const char* what)
+{
+  for (;;) {
+    struct pollfd p {fd, events, 0};
+    int r = ::poll(&p, 1, ms_left(until));
+    if (r > 0) {
+      return ok_status();
+    }
+    if (r == 0) {
+      return Error::io(std::string("no answer from the daemon in time (") + what + ")", ETIMEDOUT);
+    }
+    if (errno != EINTR) {
+      return Error::from_errno("poll");
+    }
+  }
+}
+
+} // namespace
+
+Result<proto::ReplyFrame> call(const std::string& socket_path, const proto::Request& request,
+                               const CallOptions& options, const ProgressSink& progress)
+{
+  struct sockaddr_un addr {};
+  if (socket_path.size() >= sizeof addr.sun_path) {
+    return Error::config("daemon socket path too long: " + socket_path);
+  }
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) {
+    return Error::from_errno("socket");
+  }
+  const auto connect_until = Clock::now() + options.connect_deadline;
+  if (::connect(fd.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof addr) != 0) {
+    if (errno != EINPROGRESS && errno != EAGAIN) {
+      return Error::from_errno(socket_path);
+    }
+    if (auto st = wait_for(fd.get(), POLLOUT, connect_until, "connect"); !st) {
+      return st.error();
+    }
+    int err = 0;
+    socklen_t len = sizeof err;
+    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) {
+      return Error::from_errno(socket_path, err);
+    }
+  }
+  const std::string frame = proto::encode_frame(proto::serialize(request));
+  std::size_t sent = 0;
+  while (sent < frame.size()) {
+    ssize_t n = ::send(fd.get(), frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (auto st = wait_for(fd.get(), POLLOUT, connect_until, "send"); !st) {
+        return st.error();
+      }
+      continue;
+    }
+    if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
+      break; // the daemon refused us at once (too many connections): its reason may be waiting
+    }
+    return Error::from_errno("cannot send to the daemon");
+  }
+  proto::FrameReader reader(proto::k_max_response_bytes);
+  char buf[65536];
+  for (;;) {
+    while (auto payload = reader.next()) {
+      auto parsed = proto::parse_reply_frame(*payload);
+      if (!parsed) {
+        return parsed.error();
+      }
+      if (parsed->progress) {
+        if (progress) {
+          progress(*parsed->progress);
+        }
+        continue;
+      }
+      return parsed;
+    }
+    if (auto st = wait_for(fd.get(), POLLIN, Clock::now() + options.idle_deadline, "reply"); !st) {
+      return st.error();
+    }
+    ssize_t n = ::recv(fd.get(), buf, sizeof buf, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      continue;
+    }
+    if (n < 0) {
+      return Error::from_errno("cannot read the daemon's reply");
+    }
+    if (n == 0) {
+      return Error::io("the daemon closed the connection without an answer", EPIPE);
+    }
+    if (auto st = reader.feed(buf, static_cast<std::size_t>(n)); !st) {
+      return st.error();
+    }
+  }
+}
+
+} // namespace stagehand::ipc

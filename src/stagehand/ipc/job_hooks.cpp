@@ -1,0 +1,117 @@
+// prolog/epilog: directory work first, then the daemon, then (without it) bounded removal.
+#include "stagehand/ipc/job_hooks.hpp"
+
+#include "stagehand/ipc/client.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace stagehand::ipc {
+
+namespace {
+
+CallOptions hook_options()
+{
+  CallOptions o;
+  o.connect_deadline = k_hook_daemon_deadline;
+  o.idle_deadline = k_hook_daemon_deadline;
+  return o;
+}
+
+// Tells the daemon; a sentence saying how that went.
+std::string tell_daemon(const Config& config, const std::string& node, const proto::Request& request, bool* taken)
+{
+  auto reply = call(expand_node(config.daemon.socket, node), request, hook_options());
+  *taken = reply && !reply->error;
+  if (!reply) {
+    return "no daemon (" + reply.error().message + ")";
+  }
+  if (reply->error) {
+    return "the daemon refused: " + reply->error->message;
+  }
+  return "daemon told";
+}
+
+// Removes the trash in a child killed at the deadline: a syscall stuck on a user's FUSE mount
+// cannot hold the epilog past its budget.
+std::string remove_bounded(const Config& config, const std::string& node, const std::string& trash,
+                           std::chrono::milliseconds budget)
+{
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) {
+    return "cannot remove " + trash + ": pipe failed";
+  }
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(p[0]);
+    ::close(p[1]);
+    return "cannot remove " + trash + ": fork failed";
+  }
+  if (pid == 0) {
+    ::close(p[0]);
+    std::string said = tmpdir::remove_trash(config, node, trash, budget);
+    (void)!::write(p[1], said.data(), said.size());
+    ::_exit(0);
+  }
+  ::close(p[1]);
+  std::string said;
+  const auto until = std::chrono::steady_clock::now() + budget + std::chrono::milliseconds(1000);
+  char buf[512];
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    struct pollfd pfd {p[0], POLLIN, 0};
+    if (left.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(left.count())) == 0) {
+      ::kill(pid, SIGKILL);
+      said = "removal of " + trash + " stopped at its time budget; the rest stays in the trash";
+      break;
+    }
+    ssize_t n = ::read(p[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      break;
+    }
+    said.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(p[0]);
+  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  return said;
+}
+
+} // namespace
+
+Result<std::string> job_start(const Config& config, const tmpdir::JobContext& job)
+{
+  auto made = tmpdir::on_job_start(config, job);
+  if (!made) {
+    return made.error();
+  }
+  bool taken = false;
+  std::string said = tell_daemon(config, job.node, proto::RegisterJob{job.owner.job_id, job.owner.uid, job.owner.gid},
+                                 &taken);
+  return *made + "; " + said;
+}
+
+Result<std::string> job_end(const Config& config, const tmpdir::JobContext& job, tmpdir::Request request,
+                            std::chrono::milliseconds budget)
+{
+  auto ended = tmpdir::on_job_end(config, job, request);
+  if (!ended) {
+    return ended.error();
+  }
+  bool taken = false;
+  std::string said = tell_daemon(
+    config, job.node, proto::EndJob{job.owner.job_id, ended->trash.value_or(""), ended->keep_until}, &taken);
+  std::string out = ended->summary + "; " + said;
+  if (ended->trash && !taken) {
+    out += "; " + remove_bounded(config, job.node, *ended->trash, budget);
+  }
+  return out;
+}
+
+} // namespace stagehand::ipc

@@ -1,0 +1,24 @@
+// Job start and end on a node, as the plugin's prolog/epilog and `stagehand prolog/epilog` run
+// them (as root): the directory is made or moved to the trash in O(1), and the daemon, when one
+// answers within a short deadline, is told; without it, the epilog removes the trash within a time
+// budget and leaves the rest for later. Never waits long, never fails the caller over the daemon.
+#pragma once
+
+#include "stagehand/config/config.hpp"
+#include "stagehand/tmpdir/lifecycle.hpp"
+
+#include <chrono>
+#include <string>
+
+namespace stagehand::ipc {
+
+inline constexpr std::chrono::milliseconds k_hook_daemon_deadline{1000};
+inline constexpr std::chrono::milliseconds k_epilog_removal_budget{3000};
+
+// Returns the sentence for the log; an error only when the directory could not be made/moved.
+Result<std::string> job_start(const Config& config, const tmpdir::JobContext& job);
+// Without a daemon, the trash is removed for at most `budget`; the rest stays for GC.
+Result<std::string> job_end(const Config& config, const tmpdir::JobContext& job, tmpdir::Request request,
+                            std::chrono::milliseconds budget = k_epilog_removal_budget);
+
+} // namespace stagehand::ipc

@@ -1,0 +1,194 @@
+// The daemon protocol's messages and their JSON mapping (docs/protocol.md). Pure: handlers get
+// these structs, never bytes; the fuzz target drives parse_request with arbitrary input.
+#pragma once
+
+#include "stagehand/util/result.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace stagehand::proto {
+
+inline constexpr int k_version = 1;
+inline constexpr std::size_t k_max_sources = 256;
+inline constexpr std::size_t k_max_string = 4096;
+
+// --- requests ---------------------------------------------------------------------------
+
+struct RegisterJob // root: the job's prolog ran on this node
+{
+  std::uint32_t job_id = 0;
+  std::uint32_t uid = 0;
+  std::uint32_t gid = 0;
+};
+
+struct EndJob // root: the job's epilog ran; its directory was renamed to `trash` (or kept)
+{
+  std::uint32_t job_id = 0;
+  std::string trash;           // name under the base of the renamed directory; "" when kept
+  std::int64_t keep_until = 0; // when kept: the end of keep_for (epoch seconds)
+};
+
+enum class SourceKind { file, dir };
+enum class Unpack { if_archive, never };
+
+struct SourceSpec
+{
+  std::string shown; // as the user wrote it
+  std::string path;  // canonical absolute path
+  std::string dest;  // relative to SLURM_TMPDIR, normalised
+  SourceKind kind = SourceKind::file;
+  Unpack unpack = Unpack::if_archive;
+};
+
+struct Stage // the job's user (or root): stage these sources into the job's directory
+{
+  std::uint32_t job_id = 0;
+  std::vector<SourceSpec> sources;
+  std::uint64_t max_bytes = 0;
+};
+
+struct StatusQuery // anyone: what is on this node (a user sees only their own jobs)
+{
+};
+
+struct CacheList // anyone: cache entries (a user sees those their jobs used)
+{
+};
+
+struct CacheEvict // root
+{
+  std::string source; // canonical path; empty with all
+  bool all = false;
+};
+
+struct Gc // root
+{
+  bool dry_run = false;
+};
+
+using Request = std::variant<RegisterJob, EndJob, Stage, StatusQuery, CacheList, CacheEvict, Gc>;
+
+const char* op_name(const Request& r);
+
+// Parses one request payload. Unknown versions, operations, fields of the wrong type, oversized
+// strings and lists are refused with a sentence naming the field.
+Result<Request> parse_request(std::string_view payload);
+std::string serialize(const Request& r);
+
+// --- replies ----------------------------------------------------------------------------
+// Every reply frame is a JSON object with "v" and "type": "progress" frames may precede the one
+// "result" frame, which has "ok" and either the operation's fields or "kind" and "error".
+
+struct Progress
+{
+  std::string source;
+  std::uint64_t done_bytes = 0;
+  std::uint64_t total_bytes = 0; // 0 when unknown
+  double seconds = 0;
+};
+
+enum class CacheOutcome { hit, miss, none };
+const char* outcome_name(CacheOutcome c);
+
+struct StagedSource
+{
+  std::string shown;
+  std::string dest;
+  std::string how; // "copied" | "unpacked"
+  std::uint64_t files = 0;
+  std::uint64_t bytes = 0;
+  double seconds = 0;
+  CacheOutcome cache = CacheOutcome::none;
+  std::string note; // e.g. "larger than the node cache"
+};
+
+struct StageReply
+{
+  std::vector<StagedSource> staged;
+};
+
+struct JobInfo
+{
+  std::uint32_t job_id = 0;
+  std::string user;
+  std::uint32_t uid = 0;
+  std::string dir;
+  std::string state; // running | kept | orphan
+};
+
+struct CacheStats
+{
+  std::uint64_t entries = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t max_bytes = 0;
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+  std::uint64_t evictions = 0;
+};
+
+struct StatusReply
+{
+  std::string node;
+  std::vector<JobInfo> jobs;
+  CacheStats cache;
+  std::uint64_t trash_entries = 0;
+  std::vector<Progress> stagings; // running now
+};
+
+struct CacheEntryInfo
+{
+  std::string source;
+  std::uint64_t bytes = 0; // on disk
+  std::uint64_t files = 0;
+  std::int64_t last_used = 0; // epoch seconds
+  bool in_use = false;
+};
+
+struct CacheListReply
+{
+  std::vector<CacheEntryInfo> entries;
+};
+
+struct GcAction
+{
+  std::string path;
+  std::string reason;
+};
+
+struct GcReply
+{
+  bool dry_run = false;
+  std::vector<GcAction> actions;
+  std::vector<std::string> errors;
+};
+
+struct Done // a reply with no fields beyond ok
+{
+};
+
+using Reply = std::variant<Done, StageReply, StatusReply, CacheListReply, GcReply>;
+
+std::string serialize_progress(const Progress& p);
+std::string serialize_result(const Reply& r);
+std::string serialize_error(const Error& e);
+
+// One frame of a reply, as the client sees it.
+struct ReplyFrame
+{
+  std::optional<Progress> progress; // a progress frame
+  std::optional<Error> error;       // a failed result
+  std::string result_json;          // a successful result: the whole object (for --json output)
+};
+Result<ReplyFrame> parse_reply_frame(std::string_view payload);
+
+Result<StageReply> parse_stage_reply(std::string_view json);
+Result<StatusReply> parse_status_reply(std::string_view json);
+Result<CacheListReply> parse_cache_list_reply(std::string_view json);
+Result<GcReply> parse_gc_reply(std::string_view json);
+
+} // namespace stagehand::proto

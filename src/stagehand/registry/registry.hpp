@@ -1,0 +1,59 @@
+// The daemon's record of the jobs on its node: who owns each job directory, whether the job is
+// still running here, which cache entries it uses. Pure data with a JSON form; the daemon owns
+// the one instance and persists it atomically after every change.
+#pragma once
+
+#include "stagehand/util/result.hpp"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace stagehand::registry {
+
+enum class JobState { running, ended };
+
+struct JobRecord
+{
+  std::uint32_t job_id = 0;
+  std::uint32_t uid = 0;
+  std::uint32_t gid = 0;
+  JobState state = JobState::running;
+  std::int64_t registered_at = 0; // epoch seconds
+  std::int64_t ended_at = 0;
+  std::int64_t keep_until = 0;         // --tmpdir=keep: the directory stays until then
+  std::vector<std::string> cache_keys; // entries materialised into the job's directory
+};
+
+class Registry
+{
+public:
+  // The prolog ran (again, for a requeued job): a fresh running record.
+  void register_job(const JobRecord& record);
+  // The epilog ran.
+  void end_job(std::uint32_t job_id, std::int64_t now, std::int64_t keep_until);
+  void forget(std::uint32_t job_id);
+  void add_cache_key(std::uint32_t job_id, const std::string& key);
+
+  const JobRecord* find(std::uint32_t job_id) const;
+  const std::map<std::uint32_t, JobRecord>& jobs() const { return m_jobs; }
+  // Whether a job still running here uses the cache entry.
+  bool key_in_use(const std::string& key) const;
+
+  std::string to_json() const;
+  static Result<Registry> from_json(std::string_view text);
+
+private:
+  std::map<std::uint32_t, JobRecord> m_jobs;
+};
+
+inline constexpr const char* k_registry_file = "registry.json";
+
+// Loads the registry from `state_dir_fd` (an empty one when there is none yet).
+Result<Registry> load(int state_dir_fd);
+// Persists it: temp file, fsync, rename, fsync of the directory.
+Status save(int state_dir_fd, const Registry& registry);
+
+} // namespace stagehand::registry

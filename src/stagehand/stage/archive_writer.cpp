@@ -1,0 +1,264 @@
+// ArchiveWriter: directories, files (streamed or queued), symlinks and hard links of one archive.
+#include "stagehand/stage/archive_writer.hpp"
+
+#include "stagehand/stage/entry_path.hpp"
+#include "stagehand/stage/new_file.hpp"
+#include "stagehand/util/strings.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace stagehand::stage {
+
+namespace {
+
+// A path this writer built ("a/b", or "" for the destination) back into components.
+std::vector<std::string> components(const std::string& path)
+{
+  std::vector<std::string> parts;
+  if (!path.empty()) {
+    for (std::string_view part : split(path, '/')) {
+      parts.emplace_back(part);
+    }
+  }
+  return parts;
+}
+
+FileMeta meta_of(struct archive_entry* e)
+{
+  FileMeta m;
+  m.size = static_cast<std::uint64_t>(archive_entry_size(e));
+  m.mode = archive_entry_perm(e) & 0777; // never setuid, setgid or sticky
+  m.mtime = {archive_entry_mtime(e), archive_entry_mtime_nsec(e)};
+  return m;
+}
+
+Error too_many_bytes(std::uint64_t limit)
+{
+  return Error::limit("unpacks to more than " + std::to_string(limit) + " bytes (limit)");
+}
+
+} // namespace
+
+ArchiveWriter::ArchiveWriter(int dest_fd, const ExtractLimits& limits, unsigned threads)
+  : m_limits(limits), m_dirs(dest_fd), m_pool(threads, k_queue_bytes)
+{
+}
+
+ExtractStats ArchiveWriter::stats() const
+{
+  ExtractStats s = m_stats;
+  s.dirs += m_dirs.created();
+  return s;
+}
+
+Status ArchiveWriter::entry(struct archive* a, struct archive_entry* e)
+{
+  if (++m_entries > m_limits.max_entries) {
+    return Error::limit("more than " + std::to_string(m_limits.max_entries) + " entries (limit)");
+  }
+  const char* raw_name = archive_entry_pathname(e);
+  auto parts = split_entry_path(raw_name ? raw_name : "");
+  if (!parts) {
+    return parts.error();
+  }
+  const mode_t type = archive_entry_filetype(e);
+  if (parts->empty()) {
+    return ok_status(); // "." or "./": the destination itself
+  }
+  const std::string name = parts->back();
+  parts->pop_back();
+  const std::string rel = join(*parts, "/");
+  auto parent = m_dirs.open(*parts); // held until this entry is done
+  if (!parent) {
+    return parent.error().with_context("entry \"" + std::string(raw_name) + "\"");
+  }
+  const int pfd = (*parent)->get();
+  const std::string shown = rel.empty() ? name : rel + "/" + name;
+  // Anything but a new small file runs in order: wait for the writer threads first.
+  const bool queued = type == AE_IFREG && !archive_entry_hardlink(e) && m_pool.parallel() &&
+                      archive_entry_size(e) <= static_cast<la_int64_t>(k_small_file) && m_queued.insert(shown).second;
+  if (!queued || m_pool.failed()) {
+    if (auto st = m_pool.drain(); !st) {
+      return st;
+    }
+  }
+  if (const char* target = archive_entry_hardlink(e)) {
+    return hardlink(pfd, name, target, shown);
+  }
+  switch (type) {
+  case AE_IFDIR:
+    return directory(pfd, shown, name, e);
+  case AE_IFREG:
+    return queued ? queue_file(a, *parent, name, e, shown) : regular_file(a, pfd, name, e, shown);
+  case AE_IFLNK:
+    return symlink(pfd, name, archive_entry_symlink(e), shown);
+  default:
+    ++m_stats.skipped_special; // devices, FIFOs, sockets are never created
+    return ok_status();
+  }
+}
+
+Status ArchiveWriter::finish()
+{
+  if (auto st = m_pool.drain(); !st) {
+    return st;
+  }
+  // Directory modes and times last: adding entries changed their mtimes, and a read-only mode
+  // would have stopped us from adding them.
+  for (auto it = m_dir_times.rbegin(); it != m_dir_times.rend(); ++it) {
+    auto fd = m_dirs.open(components(it->path));
+    if (!fd) {
+      return fd.error();
+    }
+    struct timespec times[2] = {{0, UTIME_OMIT}, it->mtime};
+    if (::fchmod((*fd)->get(), it->mode) != 0 || ::futimens((*fd)->get(), times) != 0) {
+      return Error::from_errno("cannot set the mode of " + it->path);
+    }
+  }
+  m_dirs.clear();
+  return ok_status();
+}
+
+Status ArchiveWriter::directory(int parent, const std::string& path, const std::string& name, struct archive_entry* e)
+{
+  if (::mkdirat(parent, name.c_str(), 0700) == 0) {
+    ++m_stats.dirs;
+  } else if (errno != EEXIST) {
+    return Error::from_errno("cannot create directory " + name);
+  }
+  if (auto fd = m_dirs.open(components(path)); !fd) { // refuses a symlink or file at that name
+    return fd.error();
+  }
+  mode_t mode = (archive_entry_perm(e) & 0777) | S_IRWXU;
+  struct timespec mtime {archive_entry_mtime(e), archive_entry_mtime_nsec(e)};
+  m_dir_times.push_back(DirTimes{path, mode, mtime});
+  return ok_status();
+}
+
+template<typename Sink> Status ArchiveWriter::read_blocks(struct archive* a, const std::string& shown, Sink&& sink)
+{
+  for (;;) {
+    const void* buf = nullptr;
+    size_t size = 0;
+    la_int64_t offset = 0;
+    int r = archive_read_data_block(a, &buf, &size, &offset);
+    if (r == ARCHIVE_EOF) {
+      return ok_status();
+    }
+    if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
+      return Error::corrupt(std::string("corrupt data in \"") + shown +
+                            "\": " + (archive_error_string(a) ? archive_error_string(a) : "read error"));
+    }
+    m_stats.bytes += size;
+    if (m_stats.bytes > m_limits.max_bytes) {
+      return too_many_bytes(m_limits.max_bytes);
+    }
+    if (offset < 0) {
+      return Error::corrupt("corrupt data in \"" + shown + "\": negative offset");
+    }
+    if (auto st = sink(static_cast<const char*>(buf), size, static_cast<std::uint64_t>(offset)); !st) {
+      return st;
+    }
+  }
+}
+
+// A large file: the reader streams its blocks straight into it.
+Status ArchiveWriter::regular_file(struct archive* a, int parent, const std::string& name, struct archive_entry* e,
+                                   const std::string& shown)
+{
+  const FileMeta meta = meta_of(e);
+  if (meta.size > m_limits.max_bytes) { // a sparse tail counts as written
+    return too_many_bytes(m_limits.max_bytes);
+  }
+  auto st = write_new_file(parent, name, shown, meta, [&](const BlockSink& sink) { return read_blocks(a, shown, sink); });
+  if (!st) {
+    return st;
+  }
+  ++m_stats.files;
+  return ok_status();
+}
+
+// A small file: read into memory here, written by a writer thread.
+Status ArchiveWriter::queue_file(struct archive* a, fs::SharedFd parent, const std::string& name,
+                                 struct archive_entry* e, const std::string& shown)
+{
+  const FileMeta meta = meta_of(e);
+  std::string data;
+  data.reserve(meta.size);
+  auto read = read_blocks(a, shown, [&](const char* p, std::size_t size, std::uint64_t offset) -> Status {
+    const std::uint64_t end = offset + size;
+    if (end > meta.size) {
+      return Error::corrupt("corrupt data in \"" + shown + "\": more data than its declared size");
+    }
+    if (data.size() < end) {
+      data.resize(end); // sparse holes read as zeros
+    }
+    if (size > 0) {
+      std::memcpy(data.data() + offset, p, size);
+    }
+    return ok_status();
+  });
+  if (!read) {
+    return read;
+  }
+  ++m_stats.files;
+  // Empty and tiny files cost a queue slot each: the parent descriptors they hold stay bounded.
+  const std::size_t cost = std::max(data.size(), k_queue_bytes / k_max_queued_files);
+  m_pool.submit(
+    [parent = std::move(parent), name, shown, meta, data = std::move(data)] {
+      return write_new_file(parent->get(), name, shown, meta,
+                            [&](const BlockSink& sink) { return sink(data.data(), data.size(), 0); });
+    },
+    cost);
+  return ok_status();
+}
+
+Status ArchiveWriter::symlink(int parent, const std::string& name, const char* target, const std::string& shown)
+{
+  if (!target || !*target) {
+    return Error::corrupt("symlink \"" + shown + "\" has no target");
+  }
+  if (auto st = make_room(parent, name, shown); !st) {
+    return st;
+  }
+  // The link may point anywhere: it is only ever created, never followed by the writer.
+  if (::symlinkat(target, parent, name.c_str()) != 0) {
+    return Error::from_errno("cannot create symlink " + shown);
+  }
+  ++m_stats.symlinks;
+  return ok_status();
+}
+
+Status ArchiveWriter::hardlink(int parent, const std::string& name, const char* target, const std::string& shown)
+{
+  auto tparts = split_entry_path(target);
+  if (!tparts || tparts->empty()) {
+    return Error::refused("hard link \"" + shown + "\" -> \"" + target + "\": target outside the archive: refused");
+  }
+  const std::string tname = tparts->back();
+  tparts->pop_back();
+  auto tparent = m_dirs.open(*tparts);
+  if (!tparent) {
+    return tparent.error().with_context("hard link \"" + shown + "\"");
+  }
+  const int tfd = (*tparent)->get();
+  struct stat st {};
+  if (::fstatat(tfd, tname.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) {
+    return Error::refused("hard link \"" + shown + "\" -> \"" + target + "\": not a file unpacked earlier: refused");
+  }
+  if (auto room = make_room(parent, name, shown); !room) {
+    return room;
+  }
+  if (::linkat(tfd, tname.c_str(), parent, name.c_str(), 0) != 0) {
+    return Error::from_errno("cannot create hard link " + shown);
+  }
+  ++m_stats.hardlinks;
+  return ok_status();
+}
+
+} // namespace stagehand::stage

@@ -1,0 +1,62 @@
+// Worker threads for independent tasks that may fail: the queue is bounded by the cost of what
+// waits (bytes of data), the first error wins and the tasks after it are skipped, drain() waits
+// for everything submitted. With no threads, nothing runs in parallel and callers do the work.
+#pragma once
+
+#include "stagehand/util/result.hpp"
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace stagehand {
+
+class TaskPool
+{
+public:
+  using Task = std::function<Status()>;
+
+  TaskPool(unsigned threads, std::size_t max_queued_cost);
+  ~TaskPool(); // waits for the tasks already queued
+  TaskPool(const TaskPool&) = delete;
+  TaskPool& operator=(const TaskPool&) = delete;
+
+  bool parallel() const { return !m_threads.empty(); }
+
+  // Queues `task`; blocks while the queued cost is at its bound (a task is always accepted into
+  // an empty queue, whatever its cost).
+  void submit(Task task, std::size_t cost);
+
+  // Waits until every submitted task has run (or been skipped); the first error of any.
+  Status drain();
+
+  // Whether a task has failed already.
+  bool failed();
+
+private:
+  struct Queued
+  {
+    Task task;
+    std::size_t cost = 0;
+  };
+  void run();
+
+  const std::size_t m_max_cost;
+  std::mutex m_mutex;
+  std::condition_variable m_work;
+  std::condition_variable m_space;
+  std::condition_variable m_idle;
+  std::deque<Queued> m_queue;
+  std::size_t m_queued_cost = 0;
+  unsigned m_busy = 0;
+  bool m_stop = false;
+  std::optional<Error> m_error;
+  std::vector<std::thread> m_threads;
+};
+
+} // namespace stagehand

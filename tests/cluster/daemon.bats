@@ -1,0 +1,337 @@
+#!/usr/bin/env bats
+# stagehandd on a real two-node cluster (one daemon per node, started by cluster.sh): the node
+# cache as users see it, its permission checks, single flight, crashes, garbage collection, and a
+# socket that hostile clients cannot stall.
+
+load helpers
+
+bats_require_minimum_version 1.5.0
+
+SHAREDFS=${STAGEHAND_SHAREDFS:-$STAGEHAND_SOURCE_DIR/../shared/tools/sharedfs.py}
+
+setup_file() {
+  id "${STAGEHAND_TEST_USER}-2" >/dev/null 2>&1 || useradd --create-home "${STAGEHAND_TEST_USER}-2"
+  [ -f "$SHAREDFS" ] || { echo "sharedfs.py not found at $SHAREDFS (set STAGEHAND_SHAREDFS)" >&2; return 1; }
+  W=$STAGEHAND_CLUSTER_DIR/work
+  rm -rf "$W/cache-src" "$W/shared"
+  mkdir -p "$W/cache-src/ds" "$W/shared"
+  # 256 MiB archive of incompressible data, and a small tree.
+  for i in $(seq 1 8); do head -c 32M /dev/urandom >"$W/cache-src/ds/part$i.bin"; done
+  tar -C "$W/cache-src" -cf "$W/cache-src/big.tar" ds
+  rm -rf "$W/cache-src/ds"
+  mkdir -p "$W/cache-src/tree/sub"
+  for i in $(seq 1 50); do echo "line $i" >"$W/cache-src/tree/sub/f$i"; done
+  chmod 0640 "$W/cache-src/tree/sub/f1"
+  chown -R "$STAGEHAND_TEST_USER:" "$W/cache-src" "$W/shared"
+  # The shared filesystem stand-in counts every byte staging reads.
+  setsid /usr/bin/python3 "$SHAREDFS" "$W/cache-src" "$W/shared" >"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
+  for _ in $(seq 1 50); do [ -e "$W/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+  [ -e "$W/shared/.sharedfs-stats" ]
+}
+
+teardown_file() {
+  fusermount -u "$STAGEHAND_CLUSTER_DIR/work/shared" 2>/dev/null || umount -l "$STAGEHAND_CLUSTER_DIR/work/shared" || true
+}
+
+bytes_read() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$WORK/shared/.sharedfs-stats"; }
+
+# A fresh copy of a source under the shared mount (new inode: a guaranteed miss).
+fresh() { as_user "cp -r cache-src/$1 cache-src/$2"; }
+
+status_json() { "$STAGEHAND_BUILD_DIR/helper/stagehand" status --json --config "$STAGEHAND_TEST_CONFIG" --node "${1:-node1}"; }
+
+@test "a second job on the node is a cache hit with identical content and reads (almost) nothing from shared storage" {
+  before=$(bytes_read)
+  submit -N1 -w node1 --stage-data=shared/big.tar:big --wrap "'cd \$SLURM_TMPDIR/big/ds && sha256sum part*.bin'"
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q 'unpacked .*shared/big.tar -> .*/big: 8 files, 256.0 MiB in .* s (cache miss)$'
+  first=$(echo "$LAST_OUTPUT" | grep part)
+  cold=$(( $(bytes_read) - before ))
+  before=$(bytes_read)
+  submit -N1 -w node1 --stage-data=shared/big.tar:big --wrap "'cd \$SLURM_TMPDIR/big/ds && sha256sum part*.bin'"
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q 'unpacked .*shared/big.tar -> .*/big: 8 files, 256.0 MiB in .* s (cache hit)$'
+  warm=$(( $(bytes_read) - before ))
+  echo "shared storage read: cold $cold bytes, warm $warm bytes"
+  [ "$cold" -ge 268435456 ]
+  [ "$warm" -lt 2684354 ] # under 1% of the archive
+  [ "$(echo "$LAST_OUTPUT" | grep part)" = "$first" ]
+  # The other node has its own cache: a miss there.
+  submit -N1 -w node2 --stage-data=shared/big.tar:big --wrap true
+  echo "$LAST_OUTPUT" | grep -q '(cache miss)$'
+}
+
+@test "status --json and cache ls: only JSON on stdout, counters, and every byte the cache holds" {
+  run --separate-stderr status_json node1
+  [ "$status" -eq 0 ]
+  python3 -c "
+import json, sys
+s = json.loads(sys.argv[1])
+assert s['node'] == 'node1', s
+for k in ('entries', 'bytes', 'max_bytes', 'hits', 'misses', 'evictions'):
+    assert isinstance(s['cache'][k], int), k
+assert s['cache']['hits'] >= 1 and s['cache']['misses'] >= 1, s
+assert isinstance(s['jobs'], list)
+" "$output"
+  run --separate-stderr "$STAGEHAND_BUILD_DIR/helper/stagehand" cache ls --json --config "$STAGEHAND_TEST_CONFIG" --node node1
+  [ "$status" -eq 0 ]
+  listed=$(python3 -c "
+import json, sys
+e = json.loads(sys.argv[1])
+assert all(set(x) >= {'source', 'bytes', 'files', 'last_used', 'in_use'} for x in e), e
+print(sum(x['bytes'] for x in e))" "$output")
+  ondisk=$(du -sB1 --apparent-size=false "$STAGEHAND_CLUSTER_DIR/cache/node1/entries" | cut -f1)
+  dirs=$(find "$STAGEHAND_CLUSTER_DIR/cache/node1/entries" -mindepth 1 -maxdepth 1 | wc -l)
+  echo "cache ls: $listed bytes; du: $ondisk bytes"
+  # du counts the entries/ directory itself and each entry's top directory; nothing else may differ.
+  [ $((ondisk - listed)) -ge 0 ] && [ $((ondisk - listed)) -le $(( (dirs + 1) * 4096 )) ]
+  [ -z "$(ls -A "$STAGEHAND_CLUSTER_DIR/cache/node1/tmp")" ]
+}
+
+@test "a user who cannot read the source now gets a refusal naming it and no cached byte; reopened: a hit" {
+  # Another owner's dataset, readable to the job user through its directory's mode.
+  mkdir -p "$WORK/cache-src/lab"
+  tar -C "$WORK/cache-src" -cf "$WORK/cache-src/lab/ds.tar" tree
+  chown -R root: "$WORK/cache-src/lab"; chmod 0755 "$WORK/cache-src/lab"; chmod 0644 "$WORK/cache-src/lab/ds.tar"
+  submit -N1 -w node1 --stage-data=shared/lab/ds.tar:t --wrap true
+  echo "$LAST_OUTPUT" | grep -q '(cache miss)$'
+  # The directory is closed to the user after the next job's submission.
+  id=$(as_user "sbatch --parsable --hold -N1 -w node1 --stage-data=shared/lab/ds.tar:t -o out.%j --wrap 'cat \$SLURM_TMPDIR/t/tree/sub/f2'")
+  chmod 0700 "$WORK/cache-src/lab"
+  scontrol release "$id"; wait_job_done "$id"
+  out=$(cat "$WORK/out.$id"); echo "$out"
+  [ "$(echo "$out" | grep -c 'stagehand: --stage-data: .*lab/ds.tar: [Pp]ermission denied')" -eq 1 ]
+  ! echo "$out" | grep -q 'line 2'
+  [ "$(scontrol show job "$id" -o | grep -o 'JobState=[A-Z]*')" = JobState=FAILED ]
+  # The owner opens it again (the archive's own identity unchanged): a hit.
+  chmod 0755 "$WORK/cache-src/lab"
+  submit -N1 -w node1 --stage-data=shared/lab/ds.tar:t --wrap "'cat \$SLURM_TMPDIR/t/tree/sub/f2 \$SLURM_TMPDIR/t/tree/sub/f1'"
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q '(cache hit)$'
+  echo "$LAST_OUTPUT" | grep -qx 'line 2'
+  echo "$LAST_OUTPUT" | grep -qx 'line 1' # a 0640 file of the archive stays readable to the job user
+}
+
+@test "a same-size edit with touch -r, a chmod and a replacement by rename are misses" {
+  as_user "head -c 1000000 /dev/urandom >cache-src/edit.bin && cp -p cache-src/edit.bin cache-src/edit.ref"
+  stage_edit() {
+    submit -N1 -w node1 --stage-data=shared/edit.bin:e --wrap "'sha256sum \$SLURM_TMPDIR/e'"
+    [ "$JOB_RC" -eq 0 ]
+    OUTCOME=$(echo "$LAST_OUTPUT" | grep -o '(cache [a-z]*)$')
+  }
+  stage_edit; [ "$OUTCOME" = "(cache miss)" ]
+  stage_edit; [ "$OUTCOME" = "(cache hit)" ]
+  as_user "printf X | dd of=cache-src/edit.bin bs=1 seek=500 conv=notrunc status=none && touch -r cache-src/edit.ref cache-src/edit.bin"
+  stage_edit; [ "$OUTCOME" = "(cache miss)" ]
+  echo "$LAST_OUTPUT" | grep -q "$(sha256sum "$WORK/cache-src/edit.bin" | cut -c1-64)"
+  as_user "chmod 0600 cache-src/edit.bin"
+  stage_edit; [ "$OUTCOME" = "(cache miss)" ]
+  as_user "cp -p cache-src/edit.ref cache-src/edit.new && mv cache-src/edit.new cache-src/edit.bin"
+  stage_edit; [ "$OUTCOME" = "(cache miss)" ]
+  echo "$LAST_OUTPUT" | grep -q "$(sha256sum "$WORK/cache-src/edit.ref" | cut -c1-64)"
+}
+
+@test "4 concurrent jobs on one node staging one fresh source: 1 miss, 3 hits, identical data" {
+  as_user "head -c 64M /dev/urandom >cache-src/conc.bin && tar -C cache-src -cf cache-src/conc.tar conc.bin"
+  ids=()
+  for i in 1 2 3 4; do
+    ids+=("$(as_user "sbatch --parsable -N1 -n1 -w node1 --stage-data=shared/conc.tar:c -o out.%j --wrap 'sha256sum \$SLURM_TMPDIR/c/conc.bin'")")
+  done
+  for id in "${ids[@]}"; do wait_job_done "$id"; done
+  all=$(for id in "${ids[@]}"; do cat "$WORK/out.$id"; done); echo "$all"
+  [ "$(echo "$all" | grep -c '(cache miss)$')" -eq 1 ]
+  [ "$(echo "$all" | grep -c '(cache hit)$')" -eq 3 ]
+  [ "$(echo "$all" | grep -c "$(sha256sum "$WORK/cache-src/conc.bin" | cut -c1-64)")" -eq 4 ]
+}
+
+@test "kill -9 of the daemon mid-fill: the job still completes; nothing partial is served or left" {
+  # A slow share: the fill takes seconds.
+  fusermount -u "$WORK/shared"
+  setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" --mbps 40 >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
+  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+  as_user "head -c 96M /dev/urandom >cache-src/crash.bin && tar -C cache-src -cf cache-src/crash.tar crash.bin"
+  id=$(as_user "sbatch --parsable -N1 -w node1 --stage-data=shared/crash.tar:c -o out.%j --wrap 'sha256sum \$SLURM_TMPDIR/c/crash.bin'")
+  for _ in $(seq 1 100); do ls "$STAGEHAND_CLUSTER_DIR"/cache/node1/tmp/fill.* >/dev/null 2>&1 && break; sleep 0.1; done
+  ls -d "$STAGEHAND_CLUSTER_DIR"/cache/node1/tmp/fill.* # a fill is under way
+  "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-stop node1 KILL
+  wait_job_done "$id"
+  out=$(cat "$WORK/out.$id"); echo "$out"
+  want=$(sha256sum "$WORK/cache-src/crash.bin" | cut -c1-64)
+  echo "$out" | grep -q 'the node daemon could not stage (.*); staging without the cache'
+  echo "$out" | grep -q '(no cache)$'
+  echo "$out" | grep -q "$want"
+  [ "$(scontrol show job "$id" -o | grep -o 'JobState=[A-Z]*')" = JobState=COMPLETED ]
+  # Restarted: the interrupted fill is gone, and the next job gets complete data from a fresh fill.
+  "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-start node1
+  [ -z "$(ls -A "$STAGEHAND_CLUSTER_DIR/cache/node1/tmp")" ]
+  submit -N1 -w node1 --stage-data=shared/crash.tar:c --wrap "'sha256sum \$SLURM_TMPDIR/c/crash.bin'"
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q '(cache miss)$'
+  echo "$LAST_OUTPUT" | grep -q "$want"
+  fusermount -u "$WORK/shared"
+  setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
+  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+}
+
+@test "no daemon, or a stale socket file: --stage-data works at once and says (no cache); trash goes at restart" {
+  "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-stop node1 KILL
+  [ -S "$STAGEHAND_CLUSTER_DIR/run/node1.sock" ] # left behind
+  submit -N1 -w node1 --stage-data=shared/tree:t --wrap "'ls \$SLURM_TMPDIR/t/sub | wc -l; stat -c %a \$SLURM_TMPDIR/t/sub/f1'"
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q 'the node daemon could not stage'
+  echo "$LAST_OUTPUT" | grep -q 'copied .*shared/tree -> .*/t: 50 files, .* (no cache)$'
+  echo "$LAST_OUTPUT" | grep -qx 50
+  echo "$LAST_OUTPUT" | grep -qx 640 # staged in the job: modes as they were
+  # Trash the epilog could not finish (simulated: a big one left behind) goes when the daemon is back.
+  mkdir -p "$SCRATCH/node1/.trash.job_424242.1/a/b"
+  touch "$SCRATCH/node1/.trash.job_424242.1/a/b/f"
+  "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-start node1
+  for _ in $(seq 1 50); do [ -e "$SCRATCH/node1/.trash.job_424242.1" ] || break; sleep 0.2; done
+  [ ! -e "$SCRATCH/node1/.trash.job_424242.1" ]
+}
+
+@test "another user: random bytes, truncated and huge requests, 200 idle connections; gc and evict refused" {
+  sock="$STAGEHAND_CLUSTER_DIR/run/node1.sock"
+  cat >"$WORK/hostile.py" <<'PY'
+import json, os, socket, struct, sys, time
+path, what = sys.argv[1], sys.argv[2]
+def conn():
+    s = socket.socket(socket.AF_UNIX); s.connect(path); return s
+def reply(s, timeout=10):
+    s.settimeout(timeout)
+    hdr = s.recv(4)
+    if len(hdr) < 4: return None
+    n = struct.unpack('>I', hdr)[0]; data = b''
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        if not chunk: break
+        data += chunk
+    return json.loads(data)
+def ask(obj):
+    s = conn(); b = json.dumps(obj).encode()
+    try:
+        s.sendall(struct.pack('>I', len(b)) + b)
+    except (BrokenPipeError, ConnectionResetError):
+        pass # refused at once: the reason is waiting to be read
+    r = reply(s); s.close(); return r
+if what == 'idle':
+    idle = [conn() for _ in range(200)]                   # held open, sending nothing
+    print('holding', len(idle), flush=True)
+    print('over my share:', ask({'v': 1, 'op': 'status'}), flush=True)
+    time.sleep(7)                                          # past the daemon's request deadline
+    print('idle one after the deadline:', reply(idle[0]), flush=True)
+    sys.exit(0)
+s = conn(); s.sendall(os.urandom(4096)); print('random:', reply(s)); s.close()
+s = conn(); s.sendall(struct.pack('>I', 1 << 30) + b'{'); print('huge:', reply(s)); s.close()
+s = conn(); s.sendall(struct.pack('>I', 100) + b'{"v":1'); s.shutdown(socket.SHUT_WR); print('truncated:', reply(s)); s.close()
+print('garbage json:', ask({'v': 1, 'op': 'stage', 'job_id': 'x'}))
+print('gc:', ask({'v': 1, 'op': 'gc', 'dry_run': False}))
+print('evict:', ask({'v': 1, 'op': 'cache_evict', 'all': True}))
+print('register:', ask({'v': 1, 'op': 'register', 'job_id': 1, 'uid': 0, 'gid': 0}))
+print('stage for job 1:', ask({'v': 1, 'op': 'stage', 'job_id': 1, 'max_bytes': 1, 'sources': [{'shown': 'x', 'path': '/etc/shadow', 'dest': 'x', 'kind': 'file', 'unpack': 'auto'}]}))
+PY
+  chmod 0644 "$WORK/hostile.py"
+  run as_user "python3 hostile.py '$sock' garbage"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  echo "$output" | grep -q "^random: {.*'ok': False"
+  echo "$output" | grep -q "^huge: {.*'kind': 'limit'"
+  echo "$output" | grep -q "^truncated: None"
+  echo "$output" | grep -q "^garbage json: {.*'ok': False"
+  echo "$output" | grep -q "^gc: {.*'error': 'gc is for root only'"
+  echo "$output" | grep -q "^evict: {.*'error': 'cache evict is for root only'"
+  echo "$output" | grep -q "^register: {.*'error': 'registering a job is for root only'"
+  echo "$output" | grep -q "^stage for job 1: {.*'ok': False"
+  # 200 idle connections of one user: everyone else is still answered at once.
+  as_user "python3 hostile.py '$sock' idle" >"$WORK/idle.out" 2>&1 &
+  idler=$!
+  for _ in $(seq 1 50); do grep -q holding "$WORK/idle.out" && break; sleep 0.1; done
+  status_json node1 >/dev/null
+  runuser -u "${STAGEHAND_TEST_USER}-2" -- "$STAGEHAND_BUILD_DIR/helper/stagehand" status --config "$STAGEHAND_TEST_CONFIG" --node node1
+  wait "$idler" || { cat "$WORK/idle.out"; false; }
+  cat "$WORK/idle.out"
+  grep -q "^over my share: {.*'kind': 'limit'" "$WORK/idle.out"
+  grep -q "^idle one after the deadline: {.*no complete request within the deadline" "$WORK/idle.out"
+  # The CLI says the same in one line, with a non-zero exit.
+  run as_user "'$STAGEHAND_BUILD_DIR/helper/stagehand' gc --config '$STAGEHAND_TEST_CONFIG' --node node1"
+  [ "$status" -ne 0 ]
+  run as_user "'$STAGEHAND_BUILD_DIR/helper/stagehand' cache evict --all --config '$STAGEHAND_TEST_CONFIG' --node node1"
+  [ "$status" -ne 0 ]
+  [ "$(echo "$output" | wc -l)" -eq 1 ]
+  echo "$output" | grep -q 'cache evict is for root only'
+}
+
+@test "status shows a user only their own jobs" {
+  other=${STAGEHAND_TEST_USER}-2
+  id=$(as_user "sbatch --parsable -N1 -w node1 --tmpdir -o out.%j --wrap 'sleep 30'")
+  for _ in $(seq 1 100); do [ -d "$(job_dir node1 "$id")" ] && break; sleep 0.2; done
+  run runuser -u "$other" -- "$STAGEHAND_BUILD_DIR/helper/stagehand" status --json --config "$STAGEHAND_TEST_CONFIG" --node node1
+  [ "$status" -eq 0 ]
+  ! echo "$output" | grep -q "\"job_id\": $id"
+  run as_user "'$STAGEHAND_BUILD_DIR/helper/stagehand' status --json --config '$STAGEHAND_TEST_CONFIG' --node node1"
+  echo "$output" | grep -q "\"job_id\": $id"
+  echo "$output" | grep -q '"state": "running"'
+  scancel "$id"; wait_job_done "$id"
+}
+
+@test "a planted orphan is removed by GC; gc --dry-run lists and removes nothing" {
+  d="$SCRATCH/node1/job_777777"
+  mkdir -m 0700 "$d"; chown "$STAGEHAND_TEST_USER:" "$d"; echo x >"$d/left"; touch -d '10 minutes ago' "$d" "$d/left"
+  run "$STAGEHAND_BUILD_DIR/helper/stagehand" gc --dry-run --config "$STAGEHAND_TEST_CONFIG" --node node1
+  [ "$status" -eq 0 ]
+  echo "$output" | grep -q "would remove $d (orphan"
+  [ -d "$d" ]
+  for _ in $(seq 1 60); do [ -e "$d" ] || break; sleep 0.5; done # a few gc_intervals (3 s here)
+  [ ! -e "$d" ]
+  grep -q "gc: removed $d (orphan" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"
+}
+
+@test "a running job's directory survives GC while slurmctld is stopped" {
+  id=$(as_user "sbatch --parsable -N1 -w node1 --tmpdir -o out.%j --wrap 'sleep 25; ls \$SLURM_TMPDIR/mine'")
+  for _ in $(seq 1 100); do [ -d "$(job_dir node1 "$id")" ] && break; sleep 0.2; done
+  touch "$(job_dir node1 "$id")/mine"
+  ctld=$(cat "$STAGEHAND_CLUSTER_DIR/slurmctld.pid")
+  kill "$ctld"; for _ in $(seq 1 50); do kill -0 "$ctld" 2>/dev/null || break; sleep 0.1; done
+  before=$(grep -c 'gc:' "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log" || true)
+  "$STAGEHAND_BUILD_DIR/helper/stagehand" gc --config "$STAGEHAND_TEST_CONFIG" --node node1
+  sleep 8 # several gc_intervals with slurmctld away
+  [ -e "$(job_dir node1 "$id")/mine" ]
+  slurmctld -f "$SLURM_CONF" </dev/null >/dev/null 2>&1 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- # never bats's pipes
+  for _ in $(seq 1 60); do sinfo -h >/dev/null 2>&1 && break; sleep 0.5; done
+  wait_job_done "$id"
+  grep -qx "$(job_dir node1 "$id")/mine" "$WORK/out.$id"
+}
+
+@test "a job whose epilog never ran (slurmstepd and slurmd killed, job cancelled) is collected by GC" {
+  id=$(as_user "sbatch --parsable -N1 -w node1 --tmpdir -o out.%j --wrap 'sleep 300'")
+  for _ in $(seq 1 100); do [ -d "$(job_dir node1 "$id")" ] && break; sleep 0.2; done
+  d=$(job_dir node1 "$id")
+  [ -d "$d" ]
+  kill -9 "$(cat "$STAGEHAND_CLUSTER_DIR/slurmd-node1.pid")"
+  for pid in $(pgrep -f "^slurmstepd: \[$id\."); do kill -9 "$pid"; done
+  pkill -9 -u "$STAGEHAND_TEST_USER" -f 'sleep 300' || true
+  # slurmctld gives the node up and ends the job without it (as after a crash): with slurmd dead,
+  # no epilog can run; the daemon's GC must find the orphan on evidence alone.
+  scontrol update nodename=node1 state=down reason=stagehand-test
+  scancel "$id" || true
+  for _ in $(seq 1 120); do [ -e "$d" ] || break; sleep 0.5; done
+  [ ! -e "$d" ]
+  grep -q "gc: removed $d (orphan" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"
+  slurmd -f "$SLURM_CONF" -N node1 </dev/null >/dev/null 2>&1 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&-
+  scontrol update nodename=node1 state=resume 2>/dev/null || true # ReturnToService=2 may have done it
+  for _ in $(seq 1 120); do [ "$(sinfo -h -n node1 -o %T)" = idle ] && break; scontrol update nodename=node1 state=resume 2>/dev/null || true; sleep 0.5; done
+}
+
+@test "an epilog facing a 1,000,000-file directory returns at once; the node stays up; the trash goes later" {
+  submit_million_files -N1 -w node1
+  # The epilog only renamed it: the million entries are still being removed in the background.
+  line=$(grep "epilog: job $JOB_ID: moved" "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log")
+  echo "$line"
+  echo "$line" | grep -q 'daemon told'
+  done_at=$(grep "\[$JOB_ID.batch\] done with job" "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log" | tail -1 | cut -c2-24)
+  epi_at=$(echo "$line" | cut -c2-24)
+  echo "job done at $done_at, epilog returned by $epi_at"
+  for _ in $(seq 1 240); do [ -z "$(ls -A "$SCRATCH/node1" | grep "^.trash.job_$JOB_ID\.")" ] && break; sleep 0.5; done
+  [ -z "$(ls -A "$SCRATCH/node1" | grep "^.trash.job_$JOB_ID\.")" ]
+  assert_nodes_healthy
+}

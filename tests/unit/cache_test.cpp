@@ -1,0 +1,397 @@
+// The node cache: keys that change with any change of the source, the on-disk store, the service
+// side's read-only fills, and materialising into a job's directory as root with the job user as
+// the attacker.
+#include "stagehand/cache/fill.hpp"
+#include "stagehand/cache/key.hpp"
+#include "stagehand/cache/materialise.hpp"
+#include "stagehand/cache/source.hpp"
+#include "stagehand/cache/store.hpp"
+#include "stagehand/fs/remove_tree.hpp"
+#include "stagehand/ipc/child.hpp"
+
+#include "test_support.hpp"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+using namespace stagehand;
+using namespace stagehand::cache;
+using namespace stagehand::test;
+
+namespace {
+
+std::string file_key(const std::string& path)
+{
+  UniqueFd fd(::open(path.c_str(), O_RDONLY));
+  auto id = identify_file(fd.get(), path, UnpackMode::if_archive);
+  EXPECT_TRUE(id);
+  return id ? id->key : "";
+}
+
+std::string tree_key(const std::string& path)
+{
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY));
+  auto id = identify_tree(fd.get(), path, path);
+  EXPECT_TRUE(id) << (id ? "" : id.error().message);
+  return id ? id->key : "";
+}
+
+void run(const std::string& cmd) { ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd; }
+
+UniqueFd open_dir(const std::string& path) { return UniqueFd(::open(path.c_str(), O_RDONLY | O_DIRECTORY)); }
+
+} // namespace
+
+TEST(CacheKey, AnyChangeIsAnotherKey)
+{
+  TempDir d;
+  write_file(d / "a.bin", "0123456789");
+  const std::string k0 = file_key(d / "a.bin");
+  EXPECT_EQ(file_key(d / "a.bin"), k0); // unchanged: the same
+  EXPECT_EQ(k0.size(), 64U);
+  // A same-size edit with the mtime put back (touch -r) changes ctime.
+  run("cp -p '" + (d / "a.bin") + "' '" + (d / "ref") + "' && printf X | dd of='" + (d / "a.bin") +
+      "' bs=1 seek=3 conv=notrunc status=none && touch -r '" + (d / "ref") + "' '" + (d / "a.bin") + "'");
+  const std::string k1 = file_key(d / "a.bin");
+  EXPECT_NE(k1, k0);
+  ::usleep(10000);
+  ::chmod((d / "a.bin").c_str(), 0600); // ctime again
+  const std::string k2 = file_key(d / "a.bin");
+  EXPECT_NE(k2, k1);
+  // Replaced by rename: another inode.
+  run("cp -p '" + (d / "a.bin") + "' '" + (d / "b.bin") + "' && mv '" + (d / "b.bin") + "' '" + (d / "a.bin") + "'");
+  EXPECT_NE(file_key(d / "a.bin"), k2);
+  // The path and the unpack mode are part of the key.
+  UniqueFd fd(::open((d / "a.bin").c_str(), O_RDONLY));
+  EXPECT_NE(identify_file(fd.get(), d / "a.bin", UnpackMode::never)->key,
+            identify_file(fd.get(), d / "a.bin", UnpackMode::if_archive)->key);
+  EXPECT_NE(identify_file(fd.get(), d / "other", UnpackMode::never)->key,
+            identify_file(fd.get(), d / "a.bin", UnpackMode::never)->key);
+}
+
+TEST(CacheKey, ADirectoryKeyCoversEveryEntry)
+{
+  TempDir d;
+  run("mkdir -p '" + (d / "t/sub") + "' && echo a >'" + (d / "t/sub/x") + "' && echo b >'" + (d / "t/y") + "'");
+  const std::string k0 = tree_key(d / "t");
+  EXPECT_EQ(tree_key(d / "t"), k0);
+  run("touch -d @5 '" + (d / "t/sub/x") + "'"); // deep inside
+  const std::string k1 = tree_key(d / "t");
+  EXPECT_NE(k1, k0);
+  run("ln -s x '" + (d / "t/sub/l") + "'");
+  EXPECT_NE(tree_key(d / "t"), k1);
+}
+
+TEST(CacheKey, UnreadableEntriesAreRefusedNamingThem)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir d;
+  run("mkdir -p '" + (d / "t/sub") + "' && echo a >'" + (d / "t/sub/x") + "' && chmod -R a+rX '" + d.path() +
+      "' && chmod 0600 '" + (d / "t/sub/x") + "'");
+  const std::string path = d / "t";
+  EXPECT_EQ(run_as_attacker([&] {
+              UniqueFd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY));
+              auto id = identify_tree(fd.get(), path, "data/t");
+              return !id && id.error().kind == ErrorKind::refused &&
+                     id.error().message.find("data/t/sub/x") != std::string::npos;
+            }),
+            0);
+}
+
+TEST(CacheSource, FifosDevicesAndEscapesAreRefusedAtOnce)
+{
+  TempDir d;
+  ASSERT_EQ(::mkfifo((d / "fifo").c_str(), 0644), 0);
+  auto fifo = open_source(d / "fifo", "data/x", SourceShape::file); // must not hang
+  ASSERT_FALSE(fifo);
+  EXPECT_NE(fifo.error().message.find("FIFO"), std::string::npos);
+  EXPECT_FALSE(open_source("/dev/null", "dev", SourceShape::file));
+  write_file(d / "f", "x");
+  EXPECT_FALSE(open_source(d / "f", "f", SourceShape::dir)); // changed kind since submission
+  // allowed_roots is checked on where the descriptor really is: a symlinked parent out is refused,
+  // and a symlink in the source's own place is never followed.
+  ::mkdir((d / "allowed").c_str(), 0755);
+  ::symlink(d.path().c_str(), (d / "allowed/link").c_str());
+  auto out = open_source(d / "allowed/link/f", "allowed/link/f", SourceShape::file, {d / "allowed"});
+  ASSERT_FALSE(out);
+  EXPECT_NE(out.error().message.find("allowed_roots"), std::string::npos);
+  ::symlink((d / "f").c_str(), (d / "allowed/f").c_str());
+  auto swapped = open_source(d / "allowed/f", "allowed/f", SourceShape::file, {d / "allowed"});
+  ASSERT_FALSE(swapped);
+  EXPECT_EQ(swapped.error().message, "allowed/f: is a symlink now, not what was checked: refused");
+  EXPECT_TRUE(open_source(d / "f", "f", SourceShape::file, {d.path()}));
+}
+
+TEST(CacheStore, PublishLookupEvictAndSweep)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir d;
+  auto store = Store::open(d / "cache");
+  ASSERT_TRUE(store) << store.error().message;
+  const std::string key(64, 'a');
+  EXPECT_EQ(store->lookup(key).error().code, ENOENT);
+  auto fill = store->begin_fill(key, k_attacker_uid, k_attacker_gid);
+  ASSERT_TRUE(fill);
+  write_file(d / ("cache/tmp/" + fill->name + "/data"), std::string(10000, 'x'));
+  EntryMeta meta;
+  meta.key = key;
+  meta.source = "/src/a";
+  meta.shape = "file";
+  meta.how = "copied";
+  meta.files = 1;
+  meta.bytes = 10000;
+  auto pub = store->publish(*fill, meta);
+  ASSERT_TRUE(pub) << pub.error().message;
+  EXPECT_GE(pub->disk_bytes, 10000U);
+  auto found = store->lookup(key);
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->source, "/src/a");
+  ASSERT_EQ(store->list().size(), 1U);
+  // Debris of a fill killed midway and an entry without its manifest are swept; active fills stay.
+  auto dead = store->begin_fill(std::string(64, 'b'), 0, 0);
+  auto live = store->begin_fill(std::string(64, 'c'), 0, 0);
+  ::mkdir((d / ("cache/entries/" + std::string(64, 'd'))).c_str(), 0700);
+  auto swept = store->sweep({live->name});
+  EXPECT_EQ(swept.size(), 2U);
+  EXPECT_TRUE(exists_nofollow(d / ("cache/tmp/" + live->name)));
+  EXPECT_FALSE(exists_nofollow(d / ("cache/tmp/" + dead->name)));
+  EXPECT_TRUE(store->lookup(key));
+  ASSERT_TRUE(store->evict(key));
+  EXPECT_FALSE(store->lookup(key));
+  EXPECT_TRUE(store->list().empty());
+  EXPECT_FALSE(store->evict("../../etc")); // not a key
+  // The cache directory is closed to users.
+  struct stat st {};
+  ::stat((d / "cache").c_str(), &st);
+  EXPECT_EQ(st.st_mode & 077, 0U);
+}
+
+TEST(CacheFill, ArchivesUnpackReadOnlyAndTreesStreamIdentical)
+{
+  TempDir d;
+  run("mkdir -p '" + (d / "src/sub") + "' && echo hi >'" + (d / "src/sub/a") + "' && chmod 0764 '" +
+      (d / "src/sub/a") + "' && ln -s sub/a '" + (d / "src/l") + "' && tar -C '" + (d / "src") + "' -cf '" +
+      (d / "a.tar") + "' .");
+  ::mkdir((d / "fill1").c_str(), 0700);
+  UniqueFd tar(::open((d / "a.tar").c_str(), O_RDONLY));
+  UniqueFd f1 = open_dir(d / "fill1");
+  auto r = fill_from_file(tar.get(), f1.get(), UnpackMode::if_archive, 1 << 20, "a.tar");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->how, "unpacked");
+  struct stat st {};
+  ASSERT_EQ(::stat((d / "fill1/data/sub/a").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0555U); // readable by the job user through "other", never writable
+  // :copy keeps an archive packed.
+  ::mkdir((d / "fill2").c_str(), 0700);
+  UniqueFd f2 = open_dir(d / "fill2");
+  auto copied = fill_from_file(tar.get(), f2.get(), UnpackMode::never, 1 << 20, "a.tar");
+  ASSERT_TRUE(copied);
+  EXPECT_EQ(copied->how, "copied");
+  run("cmp '" + (d / "a.tar") + "' '" + (d / "fill2/data") + "'");
+  // A directory streamed by the user side and unpacked by the service side arrives whole.
+  ::mkdir((d / "fill3").c_str(), 0700);
+  UniqueFd f3 = open_dir(d / "fill3");
+  UniqueFd src = open_dir(d / "src");
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  std::thread writer([&] {
+    auto s = stream_tree(src.get(), p[1], d / "src", "src");
+    EXPECT_TRUE(s);
+    EXPECT_FALSE(s->changed);
+    EXPECT_EQ(s->identity.key, tree_key(d / "src"));
+    ::close(p[1]);
+  });
+  auto streamed = fill_from_stream(p[0], f3.get(), 1 << 20, "src");
+  writer.join();
+  ::close(p[0]);
+  ASSERT_TRUE(streamed) << streamed.error().message;
+  run("diff -r --no-dereference '" + (d / "src") + "' '" + (d / "fill3/data") + "'");
+  // The limit holds while writing.
+  ::mkdir((d / "fill4").c_str(), 0700);
+  UniqueFd f4 = open_dir(d / "fill4");
+  auto small = fill_from_file(tar.get(), f4.get(), UnpackMode::if_archive, 1, "a.tar");
+  ASSERT_FALSE(small);
+  EXPECT_EQ(small.error().kind, ErrorKind::limit);
+}
+
+TEST(CacheMaterialise, LinksTheUserCanReadButNeverWrite)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir d;
+  run("mkdir -p '" + (d / "entry/data/sub") + "' && echo secret-data >'" + (d / "entry/data/sub/f") +
+      "' && chmod 0444 '" + (d / "entry/data/sub/f") + "' && ln -s sub/f '" + (d / "entry/data/l") + "' && chown -R " +
+      "65534:65534 '" + (d / "entry") + "'");
+  run("mkdir -m 0700 '" + (d / "job") + "' && chown 4242:4242 '" + (d / "job") + "' && chmod 0755 '" + d.path() + "'");
+  UniqueFd entry = open_dir(d / "entry");
+  UniqueFd job = open_dir(d / "job");
+  auto m = materialise(entry.get(), "data", job.get(), "ds/x", JobUser{k_attacker_uid, k_attacker_gid});
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(m->files, 1U);
+  EXPECT_EQ(m->linked, 1U);
+  EXPECT_EQ(m->created_top, "ds");
+  struct stat st {};
+  ASSERT_EQ(::lstat((d / "job/ds/x/sub").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, k_attacker_uid); // directories are the user's
+  ASSERT_EQ(::lstat((d / "job/ds/x/l").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  EXPECT_EQ(st.st_uid, k_attacker_uid);
+  ASSERT_EQ(::stat((d / "job/ds/x/sub/f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, 2U); // the same inode as the cache's file
+  const std::string f = d / "job/ds/x/sub/f";
+  const std::string cached = d / "entry/data/sub/f";
+  // The job reads, renames and deletes what it got, and cannot write through it or chmod it.
+  EXPECT_EQ(run_as_attacker([&] {
+              bool no_write = ::open(f.c_str(), O_WRONLY | O_APPEND) < 0 && errno == EACCES;
+              bool no_chmod = ::chmod(f.c_str(), 0666) != 0;
+              bool no_trunc = ::truncate(f.c_str(), 0) != 0;
+              bool reads = read_file(f) == "secret-data\n";
+              bool renames = ::rename(f.c_str(), (f + ".moved").c_str()) == 0;
+              bool deletes = ::unlink((f + ".moved").c_str()) == 0;
+              return no_write && no_chmod && no_trunc && reads && renames && deletes;
+            }),
+            0);
+  EXPECT_EQ(read_file(cached), "secret-data\n");
+  // An existing destination is refused and left as it was.
+  write_file(d / "job/mine", "user data");
+  auto again = materialise(entry.get(), "data", job.get(), "mine", JobUser{k_attacker_uid, k_attacker_gid});
+  ASSERT_FALSE(again);
+  EXPECT_EQ(read_file(d / "job/mine"), "user data");
+}
+
+TEST(CacheMaterialise, ASymlinkPlantedOnTheWayIsNeverFollowed)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir d;
+  run("mkdir -p '" + (d / "entry/data") + "' '" + (d / "outside") + "' && echo x >'" + (d / "entry/data/f") + "'");
+  run("mkdir -m 0700 '" + (d / "job") + "' && chown 4242:4242 '" + (d / "job") + "'");
+  ASSERT_EQ(::symlink((d / "outside").c_str(), (d / "job/ds").c_str()), 0);
+  UniqueFd entry = open_dir(d / "entry");
+  UniqueFd job = open_dir(d / "job");
+  auto m = materialise(entry.get(), "data", job.get(), "ds/x", JobUser{k_attacker_uid, k_attacker_gid});
+  EXPECT_FALSE(m);
+  EXPECT_FALSE(exists_nofollow(d / "outside/x"));
+}
+
+TEST(Child, DropsToTheUserAndPassesDescriptors)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir d;
+  write_file(d / "root-only", "r");
+  ::chmod((d / "root-only").c_str(), 0600);
+  ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid, 4343}, "attacker"};
+  const std::string path = d / "root-only";
+  auto child = ipc::spawn_as(user, {}, [&](int sock, const std::vector<int>&) {
+    std::string ids = std::to_string(::getuid()) + " " + std::to_string(::geteuid()) + " " +
+                      std::to_string(::getgid()) + " " + std::to_string(::getgroups(0, nullptr)) + " " +
+                      (::open(path.c_str(), O_RDONLY) < 0 ? "denied" : "read");
+    UniqueFd mine(::open("/dev/null", O_RDONLY));
+    (void)ipc::send_message(sock, ids, {mine.get()});
+    return 7;
+  });
+  ASSERT_TRUE(child);
+  auto msg = ipc::receive_message(child->sock(), std::chrono::seconds(10));
+  ASSERT_TRUE(msg) << msg.error().message;
+  EXPECT_EQ(msg->text, "4242 4242 4242 2 denied");
+  EXPECT_EQ(msg->fds.size(), 1U);
+  EXPECT_EQ(*child->wait(), 7);
+  // Never as root.
+  EXPECT_FALSE(ipc::spawn_as(ipc::Credentials{0, 0, {}, "root"}, {}, [](int, const std::vector<int>&) { return 0; }));
+  // A child killed by a signal says so.
+  auto killed = ipc::spawn_as(user, {}, [](int, const std::vector<int>&) {
+    ::raise(SIGKILL);
+    return 0;
+  });
+  ASSERT_TRUE(killed);
+  auto status = killed->wait();
+  ASSERT_FALSE(status);
+  EXPECT_NE(status.error().message.find("SIGKILL"), std::string::npos) << status.error().message;
+}
+
+TEST(CacheMaterialise, RacingSwapsNeverMakeRootChownOrChmodAnythingElse)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  // The job user swaps, in a loop, the name root is creating for (a) a symlink to a root-only file
+  // and (b) a hard link it holds to a cache file (every cache hit gives it one). Root must change
+  // the owner or mode of neither (found by review: fchmodat/fchownat by path).
+  TempDir d;
+  run("mkdir -p '" + (d / "entry/data") + "' && echo cached >'" + (d / "entry/data/f") + "' && chmod 0444 '" +
+      (d / "entry/data/f") + "' && chown -R 65534:65534 '" + (d / "entry") + "'");
+  run("mkdir -m 0700 '" + (d / "job") + "' && chown 4242:4242 '" + (d / "job") + "' && chmod 0755 '" + d.path() + "'");
+  write_file(d / "root-only", "secret");
+  ::chmod((d / "root-only").c_str(), 0600);
+  UniqueFd entry = open_dir(d / "entry");
+  UniqueFd job = open_dir(d / "job");
+  const JobUser user{k_attacker_uid, k_attacker_gid};
+  for (int k = 0; k < 500; ++k) { // earlier cache hits: hard links the job holds to the cached file
+    ASSERT_TRUE(materialise(entry.get(), "data/f", job.get(), "h" + std::to_string(k), user));
+  }
+  const std::string job_path = d / "job";
+  const std::string target = d / "root-only";
+  auto race = [&](const std::function<void()>& racer_step) {
+    pid_t racer = start_attacker_loop(racer_step);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    int attempts = 0;
+    for (; std::chrono::steady_clock::now() < until; ++attempts) {
+      (void)fs::remove_tree(job.get(), "a");
+      (void)materialise(entry.get(), "data", job.get(), "a/x", user);
+    }
+    stop_child(racer);
+    return attempts;
+  };
+  int n1 = race([&] {
+    static int fd = ::open(job_path.c_str(), O_RDONLY | O_DIRECTORY);
+    static unsigned n = 0;
+    ::symlinkat(target.c_str(), fd, "s");
+    if (::renameat2(fd, "s", fd, "a", RENAME_EXCHANGE) == 0) {
+      ::renameat(fd, "s", fd, ("t" + std::to_string(n++)).c_str()); // root's directory, out of the way
+    }
+  });
+  int n2 = race([&] {
+    static int fd = ::open(job_path.c_str(), O_RDONLY | O_DIRECTORY);
+    static unsigned k = 0;
+    if (::renameat2(fd, ("h" + std::to_string(k % 500)).c_str(), fd, "a", RENAME_EXCHANGE) == 0) {
+      ::renameat(fd, ("h" + std::to_string(k % 500)).c_str(), fd, ("u" + std::to_string(k)).c_str());
+      ++k;
+    }
+  });
+  struct stat st {};
+  ASSERT_EQ(::stat(target.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0U);
+  EXPECT_EQ(st.st_mode & 07777, 0600U) << "after " << n1 << " attempts";
+  ASSERT_EQ(::stat((d / "entry/data/f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 65534U) << "after " << n2 << " attempts";
+  EXPECT_EQ(st.st_mode & 07777, 0444U);
+}
+
+// The daemon under `ulimit -n 256` (issue 10, item 7): its children still start, with the
+// descriptors they are given.
+TEST(Child, StartsUnderALowDescriptorLimit)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  auto said = run_with_watchdog(
+    [] {
+      struct rlimit few {256, 256};
+      ::setrlimit(RLIMIT_NOFILE, &few);
+      UniqueFd given(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+      ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "attacker"};
+      auto child = ipc::spawn_as(user, {given.get()}, [](int sock, const std::vector<int>& kept) {
+        return ipc::send_message(sock, std::to_string(kept.size())) ? 0 : 1;
+      });
+      if (!child) {
+        return child.error().message;
+      }
+      auto msg = ipc::receive_message(child->sock(), std::chrono::seconds(10));
+      auto status = child->wait();
+      return msg ? msg->text + " " + (status ? std::to_string(*status) : status.error().message) : msg.error().message;
+    },
+    std::chrono::seconds(30));
+  ASSERT_TRUE(said);
+  EXPECT_EQ(*said, "1 0");
+}

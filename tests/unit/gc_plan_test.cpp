@@ -1,0 +1,125 @@
+// Garbage collection's decision table: what goes, what stays, and that "unsure" means keep.
+#include "stagehand/gc/collect.hpp"
+#include "stagehand/gc/plan.hpp"
+
+#include "test_support.hpp"
+
+#include <sys/stat.h>
+
+#include <gtest/gtest.h>
+
+using namespace stagehand;
+using namespace stagehand::gc;
+using namespace stagehand::test;
+
+namespace {
+
+constexpr std::int64_t k_now = 1'000'000;
+
+BaseEntry dir(const std::string& name, std::uint64_t ino, std::int64_t age = 600)
+{
+  return BaseEntry{name, true, 1001, k_now - age, ino};
+}
+
+std::map<std::string, Reason> removed(const Plan& p)
+{
+  std::map<std::string, Reason> out;
+  for (const auto& a : p.remove) {
+    out[a.name] = a.reason;
+  }
+  return out;
+}
+
+Evidence ctld(std::set<std::uint32_t> running) // slurmctld answered
+{
+  Evidence e;
+  e.running_here = std::move(running);
+  return e;
+}
+
+} // namespace
+
+TEST(GcPlan, RunningJobsAreNeverRemoved)
+{
+  Snapshot s{{dir("job_1", 11), dir("job_2", 12), dir("job_3", 13)}, {}, k_now, {}};
+  Evidence e = ctld({2});
+  e.live_steps = {1};
+  auto p = make_plan(s, e);
+  auto r = removed(p);
+  EXPECT_EQ(r.count("job_1"), 0U); // a slurmstepd of it runs here
+  EXPECT_EQ(r.count("job_2"), 0U); // slurmctld says it runs here
+  EXPECT_EQ(r.at("job_3"), Reason::orphan);
+  EXPECT_EQ(p.jobs.at(1), JobDirState::running);
+  EXPECT_EQ(p.jobs.at(3), JobDirState::orphan);
+}
+
+TEST(GcPlan, WithoutSlurmctldOnlyProvenEndsGo)
+{
+  // slurmctld is down: a directory with no live step and no marker may belong to a running job.
+  Snapshot s{{dir("job_1", 11), dir("job_2", 12), dir(".trash.job_5.1", 15)}, {{2, KeepMarker{k_now - 1, 12}}}, k_now, {}};
+  Evidence e; // running_here = nullopt
+  EXPECT_TRUE(needs_slurmctld(s, e));
+  auto r = removed(make_plan(s, e));
+  EXPECT_EQ(r.count("job_1"), 0U);
+  EXPECT_EQ(r.at("job_2"), Reason::expired); // its epilog wrote the marker: it ended
+  EXPECT_EQ(r.at(".trash.job_5.1"), Reason::trash);
+}
+
+TEST(GcPlan, KeepMarkersBelongToOneInstance)
+{
+  // A requeued job with --tmpdir=keep: the marker of its first run names another inode.
+  Snapshot s{{dir("job_7", 77)}, {{7, KeepMarker{k_now - 10, 70}}}, k_now, {}};
+  auto running = ctld({7});
+  auto p = make_plan(s, running);
+  auto r = removed(p);
+  EXPECT_EQ(r.count("job_7"), 0U); // the running instance is never expired
+  EXPECT_EQ(r.at(".keep.job_7"), Reason::stale_marker);
+  // Kept and not yet expired: stays, whatever slurmctld says.
+  Snapshot kept{{dir("job_8", 88)}, {{8, KeepMarker{k_now + 10, 88}}}, k_now, {}};
+  EXPECT_TRUE(removed(make_plan(kept, ctld({}))).empty());
+  EXPECT_EQ(make_plan(kept, ctld({})).jobs.at(8), JobDirState::kept);
+  EXPECT_FALSE(needs_slurmctld(kept, Evidence{}));
+}
+
+TEST(GcPlan, YoungEntriesAndForeignNamesStay)
+{
+  Snapshot s{{dir("job_1", 11, 2), dir(".new.job_2.5", 12, 2), dir(".new.job_3.5", 13, 600), dir("lost+found", 14),
+              BaseEntry{"job_4", false, 0, k_now - 600, 16}, dir("job_x", 15)},
+             {},
+             k_now,
+             {}};
+  auto r = removed(make_plan(s, ctld({})));
+  EXPECT_EQ(r.count("job_1"), 0U);       // just made by a prolog the daemon may not know yet
+  EXPECT_EQ(r.count(".new.job_2.5"), 0U); // a create in progress
+  EXPECT_EQ(r.at(".new.job_3.5"), Reason::leftover);
+  EXPECT_EQ(r.count("lost+found"), 0U);
+  EXPECT_EQ(r.count("job_4"), 0U); // not a directory: not ours
+  EXPECT_EQ(r.count("job_x"), 0U);
+  // A registered running job's directory is never "young and unknown": it is decided on evidence.
+  Evidence e = ctld({});
+  e.registered_running = {1};
+  EXPECT_EQ(removed(make_plan(s, e)).at("job_1"), Reason::orphan);
+}
+
+TEST(GcEvidence, SqueueAndProc)
+{
+  STAGEHAND_REQUIRE_ROOT(); // fake /proc entries owned by root and by a user
+  EXPECT_EQ(parse_squeue_ids("12\n 13 \n\nx\n4294967295\n"), (std::set<std::uint32_t>{12, 13, 4294967295U}));
+  STAGEHAND_REQUIRE_ROOT(); // slurmstepd is root's: the stand-in /proc entries must be too
+  TempDir proc;
+  auto task = [&](const std::string& pid, const std::string& cmdline, const std::string& comm = "slurmstepd\n") {
+    ::mkdir((proc / pid).c_str(), 0755);
+    write_file(proc / (pid + "/cmdline"), cmdline);
+    write_file(proc / (pid + "/comm"), comm);
+  };
+  task("100", std::string("slurmstepd: [41.batch]") + '\0');
+  task("101", std::string("slurmstepd: [42.0]\0\0\0", 22));
+  task("102", std::string("slurmstepd: [43.extern]"));
+  task("103", std::string("/usr/bin/python3\0slurmstepd: [44.0]", 34));
+  task("self", "slurmstepd: [45.0]");
+  task("104", "slurmstepd: [46.0]", "python3\n"); // a user's process dressed up as one: not read
+  // A user's process named slurmstepd: its cmdline is never read (it could block on its memory map).
+  task("105", "slurmstepd: [47.0]");
+  ::chown((proc / "105").c_str(), k_attacker_uid, k_attacker_gid);
+  EXPECT_EQ(live_step_jobs(proc.path()), (std::set<std::uint32_t>{41, 42, 43}));
+}

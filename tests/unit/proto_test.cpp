@@ -1,0 +1,123 @@
+// The daemon protocol: framing, requests as a hostile client would send them, replies.
+#include "stagehand/proto/frame.hpp"
+#include "stagehand/proto/messages.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace stagehand;
+using namespace stagehand::proto;
+
+TEST(Frame, SplitAndJoinedFeeds)
+{
+  const std::string two = encode_frame("{\"a\":1}") + encode_frame("xyz");
+  FrameReader r(1024);
+  for (char c : two) { // one byte at a time
+    ASSERT_TRUE(r.feed(&c, 1));
+  }
+  EXPECT_EQ(r.next(), std::optional<std::string>("{\"a\":1}"));
+  EXPECT_EQ(r.next(), std::optional<std::string>("xyz"));
+  EXPECT_FALSE(r.next());
+  EXPECT_EQ(r.pending(), 0U);
+}
+
+TEST(Frame, OversizedIsRefusedBeforeBuffering)
+{
+  FrameReader r(100);
+  const char header[4] = {0x7f, 0, 0, 0}; // ~2 GiB declared
+  auto st = r.feed(header, 4);
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().kind, ErrorKind::limit);
+  EXPECT_EQ(r.pending(), 0U);
+  EXPECT_FALSE(r.feed("x", 1)); // the stream stays failed
+}
+
+TEST(Request, RoundTripOfEveryOperation)
+{
+  Stage stage{42, {SourceSpec{"data/x", "/d/x", "data/x", SourceKind::dir, Unpack::never}}, 1000};
+  std::vector<Request> all = {RegisterJob{1, 1001, 1002}, EndJob{1, ".trash.job_1.3", 0}, stage, StatusQuery{},
+                              CacheList{}, CacheEvict{"/d/x", false}, CacheEvict{"", true}, Gc{true}};
+  for (const auto& r : all) {
+    auto parsed = parse_request(serialize(r));
+    ASSERT_TRUE(parsed) << serialize(r) << ": " << parsed.error().message;
+    EXPECT_EQ(serialize(*parsed), serialize(r));
+    EXPECT_STREQ(op_name(*parsed), op_name(r));
+  }
+  auto s = std::get<Stage>(*parse_request(serialize(stage)));
+  EXPECT_EQ(s.sources[0].kind, SourceKind::dir);
+  EXPECT_EQ(s.sources[0].unpack, Unpack::never);
+  EXPECT_EQ(s.max_bytes, 1000U);
+}
+
+TEST(Request, HostileInputIsRefusedWithTheField)
+{
+  auto refused = [](const std::string& text, const std::string& needle) {
+    auto r = parse_request(text);
+    ASSERT_FALSE(r) << text;
+    EXPECT_EQ(r.error().kind, ErrorKind::refused);
+    EXPECT_NE(r.error().message.find(needle), std::string::npos) << r.error().message;
+  };
+  refused("", "not valid JSON");
+  refused("\xff\xfe garbage", "not valid JSON");
+  refused("[1,2]", "not a JSON object");
+  refused("{\"op\":\"status\"}", "\"v\"");
+  refused("{\"v\":2,\"op\":\"status\"}", "version 2");
+  refused("{\"v\":1,\"op\":\"format_disk\"}", "unknown operation");
+  refused("{\"v\":1,\"op\":\"register\",\"job_id\":-1,\"uid\":0,\"gid\":0}", "\"job_id\"");
+  refused("{\"v\":1,\"op\":\"register\",\"job_id\":4294967296,\"uid\":0,\"gid\":0}", "out of range");
+  refused("{\"v\":1,\"op\":\"register\",\"job_id\":\"1\",\"uid\":0,\"gid\":0}", "\"job_id\"");
+  refused("{\"v\":1,\"op\":\"stage\",\"job_id\":1,\"max_bytes\":1,\"sources\":[]}", "\"sources\"");
+  refused("{\"v\":1,\"op\":\"stage\",\"job_id\":1,\"max_bytes\":1,\"sources\":[{\"shown\":\"a\",\"path\":\"rel\","
+          "\"dest\":\"a\",\"kind\":\"file\",\"unpack\":\"auto\"}]}",
+          "absolute");
+  refused("{\"v\":1,\"op\":\"stage\",\"job_id\":1,\"max_bytes\":1,\"sources\":[{\"shown\":\"a\",\"path\":\"/a\","
+          "\"dest\":\"a\",\"kind\":\"fifo\",\"unpack\":\"auto\"}]}",
+          "\"kind\"");
+  refused("{\"v\":1,\"op\":\"cache_evict\",\"source\":\"" + std::string(5000, 'x') + "\"}", "too long");
+  refused(std::string("{\"v\":1,\"op\":\"cache_evict\",\"source\":\"a\\u0000b\"}"), "NUL");
+  auto big = parse_request(std::string(k_max_request_bytes + 1, ' '));
+  ASSERT_FALSE(big);
+  EXPECT_EQ(big.error().kind, ErrorKind::limit);
+}
+
+TEST(Reply, ResultsErrorsAndProgressRoundTrip)
+{
+  StatusReply st;
+  st.node = "node1";
+  st.jobs.push_back(JobInfo{7, "alice", 1001, "/local/job_7", "running"});
+  st.cache = CacheStats{1, 2, 3, 4, 5, 6};
+  st.trash_entries = 2;
+  auto frame = parse_reply_frame(serialize_result(st));
+  ASSERT_TRUE(frame);
+  ASSERT_FALSE(frame->error);
+  auto back = parse_status_reply(frame->result_json);
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->node, "node1");
+  ASSERT_EQ(back->jobs.size(), 1U);
+  EXPECT_EQ(back->jobs[0].state, "running");
+  EXPECT_EQ(back->cache.evictions, 6U);
+  EXPECT_EQ(back->trash_entries, 2U);
+
+  auto err = parse_reply_frame(serialize_error(Error::limit("too big")));
+  ASSERT_TRUE(err && err->error);
+  EXPECT_EQ(err->error->kind, ErrorKind::limit);
+  EXPECT_EQ(err->error->message, "too big");
+
+  auto prog = parse_reply_frame(serialize_progress(Progress{"a.tar", 5, 10, 1.5}));
+  ASSERT_TRUE(prog && prog->progress);
+  EXPECT_EQ(prog->progress->done_bytes, 5U);
+
+  StageReply sr;
+  sr.staged.push_back(StagedSource{"a.tar", "a", "unpacked", 3, 30, 0.5, CacheOutcome::hit, ""});
+  auto sr_back = parse_stage_reply(parse_reply_frame(serialize_result(sr))->result_json);
+  ASSERT_TRUE(sr_back);
+  EXPECT_EQ(sr_back->staged[0].cache, CacheOutcome::hit);
+
+  CacheListReply cl;
+  cl.entries.push_back(CacheEntryInfo{"/d/a.tar", 4096, 3, 1700000000, true});
+  auto cl_back = parse_cache_list_reply(parse_reply_frame(serialize_result(cl))->result_json);
+  ASSERT_TRUE(cl_back);
+  EXPECT_TRUE(cl_back->entries[0].in_use);
+  // Invalid UTF-8 in a message (a file name) never breaks the reply.
+  auto odd = parse_reply_frame(serialize_error(Error::refused("bad name \xff\xfe")));
+  ASSERT_TRUE(odd && odd->error);
+}

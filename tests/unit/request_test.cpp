@@ -1,0 +1,68 @@
+// The plugin -> helper request: every field survives request_args -> parse_request_args, and the
+// markers both sides look for.
+#include "stagehand/stage/request.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace stagehand;
+using namespace stagehand::stage;
+
+TEST(StageRequest, ArgsRoundTrip)
+{
+  StageRequest full;
+  full.tmpdir = "/local/stagehand/node1/job_42";
+  full.node = "node1";
+  full.base = "/home/alice/proj with space";
+  full.max_bytes = 123456789;
+  full.allowed_roots = {"/datasets", "/scratch/shared"};
+  full.specs = "/data/a.tar.zst:a,/data/b:b:copy";
+  auto back = parse_request_args(request_args(full));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(*back, full);
+
+  StageRequest minimal;
+  minimal.tmpdir = "/t";
+  minimal.specs = "-odd-name:x"; // a raw value that looks like an option still arrives as SPECS
+  back = parse_request_args(request_args(minimal));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(*back, minimal);
+  EXPECT_EQ(back->max_bytes, StageConfig{}.max_bytes);
+}
+
+TEST(StageRequest, ArgsAsTheHelperSeesThem)
+{
+  StageRequest r;
+  r.tmpdir = "/t";
+  r.node = "n1";
+  r.max_bytes = 1000;
+  r.specs = "/d:x";
+  EXPECT_EQ(request_args(r), (std::vector<std::string>{"--tmpdir", "/t", "--node", "n1", "--max-bytes", "1000",
+                                                       "--progress-interval", "30", "--", "/d:x"}));
+  // With the node daemon: the job id and its socket.
+  r.job_id = 42;
+  r.socket = "/run/stagehand/n1.sock";
+  r.progress_interval = 0;
+  auto back = parse_request_args(request_args(r));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(*back, r);
+  // The form without "--" (SPECS last) is accepted too.
+  auto old_form = parse_request_args({"--tmpdir", "/t", "--max-bytes", "2K", "/d:x"});
+  ASSERT_TRUE(old_form) << old_form.error().message;
+  EXPECT_EQ(old_form->max_bytes, 2048U);
+  EXPECT_EQ(old_form->specs, "/d:x");
+
+  EXPECT_EQ(parse_request_args({"--tmpdir", "/t"}).error().message, "--tmpdir and SPECS are required");
+  EXPECT_EQ(parse_request_args({"--tmpdir", "/t", "--frobnicate", "/d:x"}).error().message,
+            "unexpected argument \"--frobnicate\"");
+  EXPECT_EQ(parse_request_args({"--tmpdir", "/t", "a", "b"}).error().message, "unexpected argument \"b\"");
+  EXPECT_FALSE(parse_request_args({"--tmpdir", "/t", "--max-bytes", "lots", "/d:x"}));
+}
+
+TEST(StageRequest, MarkersArePerSpecs)
+{
+  EXPECT_EQ(done_marker("a,b").rfind("done-", 0), 0U);
+  EXPECT_EQ(failed_marker("a,b").rfind("failed-", 0), 0U);
+  EXPECT_EQ(done_marker("a,b").substr(5), failed_marker("a,b").substr(7));
+  EXPECT_NE(done_marker("a,b"), done_marker("a,c"));
+  EXPECT_EQ(done_marker("x"), "done-" + std::string("af63f54c86021707")); // stable across versions
+}
