@@ -141,6 +141,8 @@ CredType=cred/munge
 StateSaveLocation=$DIR/ctld
 SlurmdSpoolDir=$DIR/spool/%n
 SlurmctldPidFile=$DIR/slurmctld.pid
+# Job ids of their own too (tests find a job's slurmstepd by "[JOBID."): 1, 100001, 200001, ...
+FirstJobId=$(( PORT > 46817 ? (PORT - 46817) / 100 * 100000 + 1 : 1 ))
 SlurmdPidFile=$DIR/slurmd-%n.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
 SlurmdLogFile=$DIR/log/slurmd-%n.log
