@@ -2,6 +2,7 @@
 #include "plugin.hpp"
 
 #include "stagehand/stage/spec.hpp"
+#include "stagehand/stageout/spec.hpp"
 
 #include <cstring>
 
@@ -9,7 +10,7 @@ namespace stagehand::plugin {
 
 namespace detail {
 
-enum OptionVal : int { k_opt_tmpdir = 1, k_opt_ddp_env = 2, k_opt_stage_data = 3 };
+enum OptionVal : int { k_opt_tmpdir = 1, k_opt_ddp_env = 2, k_opt_stage_data = 3, k_opt_stage_out = 4 };
 
 int on_option(int val, const char* optarg, int /*remote*/)
 {
@@ -38,6 +39,16 @@ int on_option(int val, const char* optarg, int /*remote*/)
       if (!options().tmpdir) {
         options().tmpdir = tmpdir::Request::create; // --stage-data implies --tmpdir
       }
+    } else if (val == k_opt_stage_out) {
+      auto r = stageout::parse_option(optarg ? optarg : "");
+      if (!r) {
+        slurm_error("stagehand: %s", r.error().message.c_str());
+        return -1;
+      }
+      options().stage_out = optarg;
+      if (!options().tmpdir) {
+        options().tmpdir = tmpdir::Request::create; // --stage-out implies --tmpdir
+      }
     }
     return 0;
   } catch (...) {
@@ -55,6 +66,13 @@ char k_arg_stage_data[] = "SRC[:DEST][,...]";
 char k_usage_stage_data[] =
   "Copy files and directories, or unpack archives (tar, tar.gz/bz2/xz/zst, zip), into SLURM_TMPDIR on every node "
   "before the job's first task there (implies --tmpdir; SRC:DEST:copy keeps an archive packed) [stagehand]";
+char k_name_stage_out[] = "stage-out";
+char k_arg_stage_out[] = "SRC[:DEST][,...]";
+char k_usage_stage_out[] =
+  "When the job ends on a node (also cancelled or at its time limit), copy SRC (relative to SLURM_TMPDIR: file, "
+  "directory or glob) to DEST (relative to the submit directory or absolute; %j job id, %n node name; default SRC "
+  "there), as you, before the directory is removed; only the first node copies unless DEST has %n (implies --tmpdir) "
+  "[stagehand]";
 char k_name_ddp_env[] = "ddp-env";
 char k_arg_ddp_env[] = "auto|tasks|torchrun";
 char k_usage_ddp_env[] =
@@ -77,11 +95,13 @@ void recover_options_from_env(const std::function<std::optional<std::string>(con
     {k_opt_tmpdir, "SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_tmpdir"},
     {k_opt_ddp_env, "SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_ddp_env"},
     {k_opt_stage_data, "SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_stage_data"},
+    {k_opt_stage_out, "SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_stage_out"},
   };
   for (const auto& [val, name] : options_env) {
-    const bool given = val == k_opt_tmpdir    ? options().tmpdir.has_value()
-                       : val == k_opt_ddp_env ? options().ddp_env.has_value()
-                                              : options().stage_data.has_value();
+    const bool given = val == k_opt_tmpdir       ? options().tmpdir.has_value()
+                       : val == k_opt_ddp_env    ? options().ddp_env.has_value()
+                       : val == k_opt_stage_data ? options().stage_data.has_value()
+                                                 : options().stage_out.has_value();
     if (given) {
       continue;
     }
@@ -135,6 +155,9 @@ __attribute__((visibility("default"))) struct spank_option spank_options[] = {
    stagehand::plugin::detail::on_option},
   {stagehand::plugin::detail::k_name_stage_data, stagehand::plugin::detail::k_arg_stage_data,
    stagehand::plugin::detail::k_usage_stage_data, 1, stagehand::plugin::detail::k_opt_stage_data,
+   stagehand::plugin::detail::on_option},
+  {stagehand::plugin::detail::k_name_stage_out, stagehand::plugin::detail::k_arg_stage_out,
+   stagehand::plugin::detail::k_usage_stage_out, 1, stagehand::plugin::detail::k_opt_stage_out,
    stagehand::plugin::detail::on_option},
   SPANK_OPTIONS_TABLE_END,
 };

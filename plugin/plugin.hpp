@@ -25,6 +25,7 @@ struct Options
   std::optional<tmpdir::Request> tmpdir;
   std::optional<ddp::Mode> ddp_env;
   std::optional<std::string> stage_data; // the raw value, syntax already checked
+  std::optional<std::string> stage_out;  // the raw value, syntax already checked
 };
 
 Options& options();
@@ -52,6 +53,12 @@ Result<Config> load(int ac, char** av);
 
 // Environment variable carrying the canonical --stage-data specs from sbatch/srun to the steps.
 inline constexpr const char* k_stage_env = "STAGEHAND_STAGE_DATA";
+
+// Job control variables (spank_job_control_setenv) carrying --stage-out from sbatch/salloc/srun to
+// the epilog, which sees them with a "SPANK_" prefix: the canonical entries (absolute DESTs) and
+// the submit directory (where the log goes when DEST cannot take it).
+inline constexpr const char* k_stage_out_var = "STAGEHAND_STAGE_OUT";
+inline constexpr const char* k_stage_out_dir_var = "STAGEHAND_STAGE_OUT_DIR";
 
 
 // Per-context handlers (submit.cpp, slurmstepd.cpp, job_script.cpp).

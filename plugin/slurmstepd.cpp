@@ -104,7 +104,7 @@ int stepd_task_init(spank_t sp, int /*ac*/, char** /*av*/)
 {
   StepState& s = step_state();
   if (!s.config) {
-    if (options().tmpdir || options().ddp_env || options().stage_data) {
+    if (options().tmpdir || options().ddp_env || options().stage_data || options().stage_out) {
       slurm_error("stagehand: the node's stagehand config is unusable (%s); ask your cluster admin",
                   s.config_error.c_str());
       return -1;

@@ -2,24 +2,75 @@
 #include "plugin.hpp"
 
 #include "stagehand/stage/spec.hpp"
+#include "stagehand/stageout/spec.hpp"
+
+#include <cstdlib>
 
 #include <unistd.h>
 
 namespace stagehand::plugin {
 
-int submit_init_post_opt(spank_t /*sp*/, int ac, char** av)
+namespace {
+
+// --stage-out: DESTs checked as the submitting user, then handed to the epilog. A step's srun
+// inside an existing job cannot reach the job's epilog: refused there with one line.
+int stage_out_at_submit(spank_t sp)
+{
+  if (spank_context() == S_CTX_LOCAL && ::getenv("SLURM_JOB_ID") != nullptr) {
+    // Every srun in a job script reads the job's options from its environment: the job's own
+    // entries, copied by the job's epilog. Only a different value is this step's own.
+    const char* inherited = ::getenv("SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_stage_out");
+    if (inherited && *options().stage_out == inherited) {
+      return 0;
+    }
+    slurm_error("stagehand: --stage-out: give it to the job (sbatch/salloc, or an srun that starts a job), not to a "
+                "step inside job %s",
+                ::getenv("SLURM_JOB_ID"));
+    return -1;
+  }
+  auto specs = stageout::parse_option(*options().stage_out);
+  char cwd[4096];
+  if (!specs || !::getcwd(cwd, sizeof cwd)) {
+    slurm_error("stagehand: %s", specs ? "--stage-out: cannot tell the current directory" : specs.error().message.c_str());
+    return -1;
+  }
+  const std::string dir = cwd;
+  if (dir.find_first_of(",:") != std::string::npos) {
+    slurm_error("stagehand: --stage-out: the submit directory %s holds ',' or ':'; submit from another directory",
+                cwd);
+    return -1;
+  }
+  if (auto ok = stageout::check_at_submit(*specs, dir); !ok) {
+    slurm_error("stagehand: %s", ok.error().message.c_str());
+    return -1;
+  }
+  const std::string canonical = stageout::canonical_option(*specs, dir);
+  if (spank_job_control_setenv(sp, k_stage_out_var, canonical.c_str(), 1) != ESPANK_SUCCESS ||
+      spank_job_control_setenv(sp, k_stage_out_dir_var, cwd, 1) != ESPANK_SUCCESS) {
+    slurm_error("stagehand: --stage-out: cannot hand the entries to the job's epilog");
+    return -1;
+  }
+  return 0;
+}
+
+} // namespace
+
+int submit_init_post_opt(spank_t sp, int ac, char** av)
 {
   // --stage-data's sources are checked here, as the submitting user, before anything is queued.
   // Option values were already checked by the option callback (a bad value stops sbatch there).
   // The config is read here only when the user asked for something, so a broken config blocks
   // stagehand's own options but never unrelated jobs.
-  if (!options().tmpdir && !options().ddp_env && !options().stage_data) {
+  if (!options().tmpdir && !options().ddp_env && !options().stage_data && !options().stage_out) {
     return 0;
   }
   auto config = load(ac, av);
   if (!config) {
     slurm_error("stagehand: cannot use stagehand's options: %s (ask your cluster admin)",
                 config.error().message.c_str());
+    return -1;
+  }
+  if (options().stage_out && stage_out_at_submit(sp) != 0) {
     return -1;
   }
   if (options().stage_data) {

@@ -226,6 +226,7 @@ Status parse_stage(const Parser& p, const toml::node& node, StageConfig& c)
                        }},
                       {"progress_interval",
                        assign([&](auto& n) { return p.duration(n, t, "progress_interval"); }, c.progress_interval)},
+                      {"out_budget", assign([&](auto& n) { return p.duration(n, t, "out_budget"); }, c.out_budget)},
                     });
 }
 

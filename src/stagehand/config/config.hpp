@@ -30,6 +30,7 @@ struct StageConfig
   std::vector<std::string> allowed_roots;
   Broadcast broadcast = Broadcast::automatic;          // "auto" | "never"
   std::chrono::seconds progress_interval{30};          // 0: no progress lines
+  std::chrono::seconds out_budget{60};                 // --stage-out in the epilog (keep well under EpilogTimeout)
 };
 
 struct DdpConfig

@@ -30,6 +30,7 @@ inline constexpr std::array k_config_keys = {
   ConfigKey{"stage", "allowed_roots"},
   ConfigKey{"stage", "broadcast"},
   ConfigKey{"stage", "progress_interval"},
+  ConfigKey{"stage", "out_budget"},
   ConfigKey{"ddp", "port_min"},
   ConfigKey{"ddp", "port_max"},
   ConfigKey{"ddp", "master_addr"},

@@ -98,20 +98,24 @@ Result<std::string> job_start(const Config& config, const tmpdir::JobContext& jo
 }
 
 Result<std::string> job_end(const Config& config, const tmpdir::JobContext& job, tmpdir::Request request,
-                            std::chrono::milliseconds budget)
+                            std::chrono::milliseconds budget, const std::optional<StageOutJob>& out)
 {
+  std::string copied;
+  if (out) {
+    copied = stage_out(config, job, *out, config.stage.out_budget) + "; ";
+  }
   auto ended = tmpdir::on_job_end(config, job, request);
   if (!ended) {
-    return ended.error();
+    return ended.error().with_context(copied.empty() ? copied : copied.substr(0, copied.size() - 2));
   }
   bool taken = false;
   std::string said = tell_daemon(
     config, job.node, proto::EndJob{job.owner.job_id, ended->trash.value_or(""), ended->keep_until}, &taken);
-  std::string out = ended->summary + "; " + said;
+  std::string line = copied + ended->summary + "; " + said;
   if (ended->trash && !taken) {
-    out += "; " + remove_bounded(config, job.node, *ended->trash, budget);
+    line += "; " + remove_bounded(config, job.node, *ended->trash, budget);
   }
-  return out;
+  return line;
 }
 
 } // namespace stagehand::ipc

@@ -5,9 +5,11 @@
 #pragma once
 
 #include "stagehand/config/config.hpp"
+#include "stagehand/ipc/stage_out_hook.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
 
 #include <chrono>
+#include <optional>
 #include <string>
 
 namespace stagehand::ipc {
@@ -18,7 +20,10 @@ inline constexpr std::chrono::milliseconds k_epilog_removal_budget{3000};
 // Returns the sentence for the log; an error only when the directory could not be made/moved.
 Result<std::string> job_start(const Config& config, const tmpdir::JobContext& job);
 // Without a daemon, the trash is removed for at most `budget`; the rest stays for GC.
+// With `out`, the job's --stage-out entries are copied first (as the job user, for at most
+// [stage] out_budget), while the directory is still in place.
 Result<std::string> job_end(const Config& config, const tmpdir::JobContext& job, tmpdir::Request request,
-                            std::chrono::milliseconds budget = k_epilog_removal_budget);
+                            std::chrono::milliseconds budget = k_epilog_removal_budget,
+                            const std::optional<StageOutJob>& out = std::nullopt);
 
 } // namespace stagehand::ipc

@@ -1,0 +1,161 @@
+#!/usr/bin/env bats
+# --stage-out on the two-node cluster: results copied from SLURM_TMPDIR to shared storage when the
+# job ends (normally, cancelled, at its time limit), as the job user, whole files, symlinks as
+# symlinks, a line per entry in DEST's log; checked at submit; never drains a node.
+
+load helpers
+
+bats_require_minimum_version 1.5.0
+
+LOG=.stagehand-stage-out.log
+
+setup_file() {
+  W=$STAGEHAND_CLUSTER_DIR/work
+  # The job writes out/ with this script; the test makes the reference copy with the same one.
+  cat >"$W/write-out.sh" <<'EOF2'
+#!/bin/bash
+# write-out.sh DIR: a small tree of results in DIR/out (deterministic content).
+set -e
+mkdir -p "$1/out/ckpt/deep"
+for i in 1 2 3; do printf 'epoch %s\n' "$i" >"$1/out/ckpt/epoch$i.txt"; done
+head -c 3000000 /dev/zero | tr '\0' 'w' >"$1/out/ckpt/deep/weights.bin"
+echo metrics >"$1/out/metrics.json"
+chmod 0640 "$1/out/metrics.json"
+ln -sfn ckpt/epoch3.txt "$1/out/latest"
+EOF2
+  chmod 0755 "$W/write-out.sh"
+  printf '#!/bin/bash\nexec "$(dirname "$0")/write-out.sh" "$SLURM_TMPDIR"\n' >"$W/write-here.sh"
+  chmod 0755 "$W/write-here.sh"
+  rm -rf "$W/so-ref" && mkdir -p "$W/so-ref" && "$W/write-out.sh" "$W/so-ref"
+}
+
+setup() {
+  rm -rf "$WORK/so" && mkdir -p "$WORK/so" && chown "$STAGEHAND_TEST_USER:" "$WORK/so"
+  rm -f "$WORK/$LOG"
+}
+
+# DEST holds out/ exactly as the reference (content, symlinks, modes), all owned by the user, no
+# temporary files left.
+assert_same_out() {
+  diff -r --no-dereference -x "$LOG" "$WORK/so-ref/out" "$1"
+  [ "$(cd "$WORK/so-ref/out" && find . -printf '%p %y %m\n' | sort)" = "$(cd "$1" && find . ! -name "$LOG" -printf '%p %y %m\n' | sort)" ]
+  [ -z "$(find "$1" ! -user "$STAGEHAND_TEST_USER")" ]
+  [ -z "$(find "$1" -name '.stagehand-out.*')" ]
+}
+
+# Waits until job $1 is RUNNING and its script wrote "$2" into its output.
+wait_running() {
+  local i
+  for i in $(seq 1 60); do
+    [ "$(squeue -h -j "$1" -o %T)" = RUNNING ] && grep -q "$2" "$WORK/out.$1" 2>/dev/null && return 0
+    sleep 0.5
+  done
+  return 1
+}
+
+@test "a job that ends normally leaves out/ in DEST, owned by the user, a summary line in DEST's log" {
+  # (srun inside the job inherits the option: it must neither fail nor copy on its own.)
+  submit -N1 --stage-out=out:so/runs/%j --wrap "'srun true && \$PWD/write-out.sh \$SLURM_TMPDIR'"
+  [ "$JOB_RC" -eq 0 ]
+  dest=$WORK/so/runs/$JOB_ID
+  assert_same_out "$dest"
+  [ "$(grep -c "job $JOB_ID node node1: out -> $dest: 5 files, 3000032 bytes, 1 symlink, [0-9.]* s$" "$dest/$LOG")" -eq 1 ]
+  [ "$(stat -c %U "$dest/$LOG")" = "$STAGEHAND_TEST_USER" ]
+  grep -q "stagehand: epilog: job $JOB_ID: stage-out: out -> $dest: 5 files" "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log"
+  [ ! -e "$(job_dir node1 "$JOB_ID")" ]
+}
+
+@test "a job cancelled with scancel mid-run leaves the same out/ in DEST" {
+  id=$(as_user "sbatch --parsable -N1 --stage-out=out:so/runs/%j -o out.%j --wrap '\$PWD/write-out.sh \$SLURM_TMPDIR; echo written; sleep 300'")
+  wait_running "$id" written
+  as_user "scancel $id"
+  wait_job_done "$id"
+  assert_same_out "$WORK/so/runs/$id"
+  grep -q "job $id node node1: out -> $WORK/so/runs/$id: 5 files, 3000032 bytes" "$WORK/so/runs/$id/$LOG"
+  [ ! -e "$(job_dir node1 "$id")" ]
+}
+
+@test "a job that hits its 1-minute time limit leaves the same out/ in DEST" {
+  submit -N1 -t 1 --stage-out=out:so/runs/%j --wrap "'\$PWD/write-out.sh \$SLURM_TMPDIR; sleep 600'"
+  [ "$JOB_RC" -ne 0 ]
+  [ "$(scontrol show job "$JOB_ID" -o | grep -o 'JobState=[A-Z]*')" = JobState=TIMEOUT ]
+  assert_same_out "$WORK/so/runs/$JOB_ID"
+  grep -q "job $JOB_ID node node1: out -> $WORK/so/runs/$JOB_ID: 5 files, 3000032 bytes" "$WORK/so/runs/$JOB_ID/$LOG"
+  [ ! -e "$(job_dir node1 "$JOB_ID")" ]
+}
+
+@test "a symlink to a root-only file is copied as a symlink, never its target" {
+  secret=$STAGEHAND_CLUSTER_DIR/root-secret
+  echo "TOP-SECRET-$RANDOM" >"$secret" && chmod 0600 "$secret" && chown root:root "$secret"
+  submit -N1 --stage-out=res:so/r --wrap "'mkdir \$SLURM_TMPDIR/res && ln -s $secret \$SLURM_TMPDIR/res/link && echo ok > \$SLURM_TMPDIR/res/ok'"
+  [ "$JOB_RC" -eq 0 ]
+  [ -L "$WORK/so/r/link" ]
+  [ "$(readlink "$WORK/so/r/link")" = "$secret" ]
+  ! grep -rq TOP-SECRET "$WORK/so/r"
+  [ "$(cat "$WORK/so/r/ok")" = ok ]
+  grep -q "res -> $WORK/so/r: 1 file, 3 bytes, 1 symlink" "$WORK/so/r/$LOG"
+}
+
+@test "a DEST the user cannot write is refused at submit with one line, nothing queued" {
+  mkdir -p "$WORK/so/root-only" && chown root:root "$WORK/so/root-only" && chmod 0755 "$WORK/so/root-only"
+  before=$(squeue -h | wc -l)
+  for cmd in sbatch salloc srun; do
+    args="--stage-out=out:so/root-only/%j true"
+    [ "$cmd" = sbatch ] && args="--stage-out=out:so/root-only/%j --wrap true"
+    run as_user "$cmd $args"
+    [ "$status" -ne 0 ]
+    [ "$(echo "$output" | grep -c 'stagehand: ')" -eq 1 ]
+    echo "$output" | grep -q "stagehand: --stage-out: out:so/root-only/%j: $WORK/so/root-only is not writable by you (Permission denied)"
+  done
+  [ "$(squeue -h | wc -l)" -eq "$before" ]
+  run as_user "sbatch --stage-out=/etc/shadow --wrap true"
+  [ "$status" -ne 0 ]
+  echo "$output" | grep -q 'stagehand: --stage-out: "/etc/shadow": SRC must be relative to SLURM_TMPDIR'
+  [ "$(squeue -h | wc -l)" -eq "$before" ]
+}
+
+@test "a DEST that becomes unwritable during the job is reported, the node is not drained, the scratch directory is removed" {
+  as_user "mkdir -p so/locked"
+  submit -N1 --stage-out=out:so/locked/run --wrap "'\$PWD/write-out.sh \$SLURM_TMPDIR && chmod 0555 \$PWD/so/locked'"
+  [ "$JOB_RC" -eq 0 ]
+  [ ! -e "$WORK/so/locked/run" ]
+  # DEST cannot take the log: it goes to the submit directory.
+  grep -q "job $JOB_ID node node1: out -> $WORK/so/locked/run: not copied: cannot create $WORK/so/locked/run: Permission denied" "$WORK/$LOG"
+  grep -q "stagehand: epilog: job $JOB_ID: stage-out: out -> $WORK/so/locked/run: not copied" "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log"
+  assert_nodes_healthy
+  [ ! -e "$(job_dir node1 "$JOB_ID")" ]
+  [ "$(scontrol show job "$JOB_ID" -o | grep -o 'JobState=[A-Z]*')" = JobState=COMPLETED ]
+}
+
+@test "srun --stage-out with its own entries inside a job is refused with one line" {
+  submit -N1 --wrap "'srun --stage-out=x true'"
+  [ "$JOB_RC" -ne 0 ]
+  echo "$LAST_OUTPUT" | grep -q "stagehand: --stage-out: give it to the job"
+}
+
+@test "only the first node copies an entry; an entry with %n copies on every node" {
+  submit -N2 --stage-out=out:so/first,out:so/%n --wrap "'srun -N2 -n2 \$PWD/write-here.sh'"
+  [ "$JOB_RC" -eq 0 ]
+  assert_same_out "$WORK/so/first"
+  assert_same_out "$WORK/so/node1"
+  assert_same_out "$WORK/so/node2"
+  [ "$(grep -c "job $JOB_ID node" "$WORK/so/first/$LOG")" -eq 1 ]
+}
+
+@test "--tmpdir=keep: the copy is made and the directory is kept" {
+  submit -N1 --tmpdir=keep --stage-out=out:so/kept --wrap "'\$PWD/write-out.sh \$SLURM_TMPDIR'"
+  [ "$JOB_RC" -eq 0 ]
+  assert_same_out "$WORK/so/kept"
+  d=$(job_dir node1 "$JOB_ID")
+  [ -d "$d/out" ]
+  rm -rf "$d" "$SCRATCH/node1/.keep.job_$JOB_ID"
+}
+
+@test "with the node's daemon killed (kill -9), the epilog still copies and then removes the scratch directory" {
+  "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-stop node1 KILL
+  submit -N1 -w node1 --stage-out=out:so/nodaemon --wrap "'\$PWD/write-out.sh \$SLURM_TMPDIR'"
+  [ "$JOB_RC" -eq 0 ]
+  assert_same_out "$WORK/so/nodaemon"
+  [ ! -e "$(job_dir node1 "$JOB_ID")" ]
+  "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-start node1
+}
