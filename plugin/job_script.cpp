@@ -3,7 +3,6 @@
 // node, so problems go to the slurmd log and the job learns of them in task_init.
 #include "plugin.hpp"
 
-#include "stagehand/ddp/hostlist.hpp"
 #include "stagehand/ipc/job_hooks.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
 
@@ -28,7 +27,7 @@ std::optional<tmpdir::Request> tmpdir_option_of_job()
 }
 
 // --stage-out, from the job control environment sbatch/salloc/srun set (SPANK_ prefix here).
-std::optional<ipc::StageOutJob> stage_out_of_job(const std::string& node)
+std::optional<ipc::StageOutJob> stage_out_of_job()
 {
   const std::string var = std::string("SPANK_") + k_stage_out_var;
   const std::string dir_var = std::string("SPANK_") + k_stage_out_dir_var;
@@ -40,9 +39,6 @@ std::optional<ipc::StageOutJob> stage_out_of_job(const std::string& node)
   out.specs = specs;
   const char* dir = ::getenv(dir_var.c_str());
   out.fallback_dir = dir ? dir : "";
-  const char* nodes = ::getenv("SLURM_JOB_NODELIST");
-  auto first = nodes ? ddp::first_host(nodes) : Result<std::string>(Error::internal("no SLURM_JOB_NODELIST"));
-  out.first_node = !first || *first == node; // unknown: copy (twice is better than never)
   return out;
 }
 
@@ -67,7 +63,7 @@ int run(spank_t sp, int ac, char** av, Phase phase)
   auto done = phase == Phase::start
                 ? ipc::job_start(*config, job)
                 : ipc::job_end(*config, job, tmpdir::effective_request(*config, tmpdir_option_of_job()),
-                               ipc::k_epilog_removal_budget, stage_out_of_job(job.node));
+                               ipc::k_epilog_removal_budget, stage_out_of_job());
   if (!done) {
     slurm_error("stagehand: %s: job %u: %s", what, job.owner.job_id, done.error().message.c_str());
     return 0;

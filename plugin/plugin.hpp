@@ -80,6 +80,9 @@ int export_ddp_env(spank_t sp, const Config& config, std::optional<ddp::Mode> re
 // task_init helper (stage_data.cpp): stages the job's data into `tmpdir` on this node, once.
 int stage_data(spank_t sp, const Config& config, const Args& args, const std::string& tmpdir, const std::string& node);
 
+// task_init helper (stage_out.cpp): marks the job's first node in `tmpdir` for the epilog.
+int mark_stage_out_node(spank_t sp, const std::string& tmpdir, const std::string& node);
+
 // helper_exec.cpp: runs `HELPER stage-run` for `request` as the calling task's user (stdin from
 // /dev/null, empty environment) and waits. 0 when it succeeded; otherwise -1, with one line
 // saying why unless the helper printed its own (exit status 1).

@@ -115,6 +115,9 @@ int stepd_task_init(spank_t sp, int /*ac*/, char** /*av*/)
   if (export_tmpdir(sp, *s.config, tmpdir_path, node) != 0) {
     return -1;
   }
+  if (options().stage_out && mark_stage_out_node(sp, tmpdir_path, node) != 0) {
+    return -1;
+  }
   if (options().stage_data && stage_data(sp, *s.config, s.args, tmpdir_path, node) != 0) {
     return -1;
   }

@@ -43,11 +43,11 @@ assert_same_out() {
   [ -z "$(find "$1" -name '.stagehand-out.*')" ]
 }
 
-# Waits until job $1 is RUNNING and its script wrote "$2" into its output.
+# Waits until job $1 is RUNNING and has made "$2" in its directory on node1.
 wait_running() {
   local i
   for i in $(seq 1 60); do
-    [ "$(squeue -h -j "$1" -o %T)" = RUNNING ] && grep -q "$2" "$WORK/out.$1" 2>/dev/null && return 0
+    [ "$(squeue -h -j "$1" -o %T)" = RUNNING ] && [ -e "$(job_dir node1 "$1")/$2" ] && return 0
     sleep 0.5
   done
   return 1
@@ -66,7 +66,7 @@ wait_running() {
 }
 
 @test "a job cancelled with scancel mid-run leaves the same out/ in DEST" {
-  id=$(as_user "sbatch --parsable -N1 --stage-out=out:so/runs/%j -o out.%j --wrap '\$PWD/write-out.sh \$SLURM_TMPDIR; echo written; sleep 300'")
+  id=$(as_user "sbatch --parsable -N1 --stage-out=out:so/runs/%j -o out.%j --wrap '\$PWD/write-out.sh \$SLURM_TMPDIR; touch \$SLURM_TMPDIR/written; sleep 300'")
   wait_running "$id" written
   as_user "scancel $id"
   wait_job_done "$id"

@@ -217,3 +217,18 @@ TEST(StageOutLog, AppendsALinePerEntryInDestElseTheFallback)
   r.log_dir = dest / "gone";
   EXPECT_EQ(append_log(r, fallback.path(), 7, "n1"), fallback / ".stagehand-stage-out.log");
 }
+
+TEST(StageOutFirstNode, TheMarkerIsARegularFileInTheStateDirectory)
+{
+  test::TempDir scratch;
+  int fd = ::open(scratch.path().c_str(), O_RDONLY | O_DIRECTORY);
+  EXPECT_FALSE(is_first_node(fd));
+  ::mkdir((scratch / ".stagehand").c_str(), 0700);
+  ::symlink("/etc/passwd", (scratch / ".stagehand/stage-out-first-node").c_str());
+  EXPECT_FALSE(is_first_node(fd)); // a symlink is not the marker
+  ::unlink((scratch / ".stagehand/stage-out-first-node").c_str());
+  EXPECT_TRUE(mark_first_node(fd));
+  EXPECT_TRUE(mark_first_node(fd)); // every task of the node marks it
+  EXPECT_TRUE(is_first_node(fd));
+  ::close(fd);
+}

@@ -20,8 +20,10 @@ using Clock = std::chrono::steady_clock;
 int copy_all(int sock, int dir_fd, const std::vector<stageout::OutSpec>& specs, const tmpdir::JobContext& job,
              const StageOutJob& out, Clock::time_point until)
 {
+  // Read as the job user: the marker is the job's own word, and only decides what it gets.
+  const bool first_node = stageout::is_first_node(dir_fd);
   for (const auto& spec : specs) {
-    if (!out.first_node && !stageout::per_node(spec)) {
+    if (!first_node && !stageout::per_node(spec)) {
       continue;
     }
     const std::string dest = stageout::dest_path(spec, "/", job.owner.job_id, job.node);
@@ -43,13 +45,6 @@ std::string stage_out(const Config& config, const tmpdir::JobContext& job, const
   auto specs = stageout::parse_option(out.specs);
   if (!specs) {
     return "stage-out: " + specs.error().message;
-  }
-  bool any = false;
-  for (const auto& s : *specs) {
-    any = any || out.first_node || stageout::per_node(s);
-  }
-  if (!any) {
-    return "stage-out: nothing to copy on this node (only the first node copies entries without %n)";
   }
   auto base = tmpdir::base_path(config, job.node);
   auto base_fd = base ? fs::open_trusted_dir(*base, fs::CreateMissing::no) : Result<UniqueFd>(base.error());
@@ -99,7 +94,7 @@ std::string stage_out(const Config& config, const tmpdir::JobContext& job, const
     said += (said.empty() ? "" : "; ") + std::string("the copying process ended badly") +
             (ended ? "" : " (" + ended.error().message + ")");
   }
-  return "stage-out: " + (said.empty() ? std::string("nothing copied") : said);
+  return "stage-out: " + (said.empty() ? std::string("nothing to copy on this node (not the job's first node)") : said);
 }
 
 } // namespace stagehand::ipc

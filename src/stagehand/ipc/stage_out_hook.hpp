@@ -16,10 +16,10 @@ struct StageOutJob
 {
   std::string specs;        // stageout::canonical_option (absolute DESTs, %j/%n kept)
   std::string fallback_dir; // where the log goes when DEST cannot take it (the submit directory)
-  bool first_node = true;   // entries without %n copy on the job's first node only
 };
 
-// Copies the job's --stage-out entries from its directory on this node; a sentence for the slurmd
+// Copies the job's --stage-out entries (those without %n only where the job's directory holds
+// the first-node marker the job's task left) from its directory on this node; a sentence for the slurmd
 // log (one part per entry). Never fails the caller.
 std::string stage_out(const Config& config, const tmpdir::JobContext& job, const StageOutJob& out,
                       std::chrono::milliseconds budget);

@@ -311,6 +311,29 @@ Result<UniqueFd> open_log(const std::string& dir)
 
 } // namespace
 
+Status mark_first_node(int tmpdir_fd)
+{
+  if (::mkdirat(tmpdir_fd, ".stagehand", 0700) != 0 && errno != EEXIST) {
+    return Error::from_errno("cannot create $SLURM_TMPDIR/.stagehand");
+  }
+  auto dir = fs::open_beneath(tmpdir_fd, ".stagehand", O_RDONLY | O_DIRECTORY);
+  if (!dir) {
+    return dir.error();
+  }
+  UniqueFd f(::openat(dir->get(), k_first_node_marker, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!f.valid()) {
+    return Error::from_errno(std::string("cannot create $SLURM_TMPDIR/.stagehand/") + k_first_node_marker);
+  }
+  return ok_status();
+}
+
+bool is_first_node(int tmpdir_fd)
+{
+  const std::string rel = std::string(".stagehand/") + k_first_node_marker;
+  struct stat st {};
+  return ::fstatat(tmpdir_fd, rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+}
+
 EntryResult copy_entry(int tmpdir_fd, const OutSpec& spec, const std::string& dest, Clock::time_point until)
 {
   EntryResult r;

@@ -15,6 +15,12 @@ namespace stagehand::stageout {
 
 inline constexpr const char* k_log_name = ".stagehand-stage-out.log";
 
+// In the job's directory: the job's first node (where entries without %n are copied) is marked by
+// the job's own task, which knows the node list (the epilog does not): $SLURM_TMPDIR/.stagehand/NAME.
+inline constexpr const char* k_first_node_marker = "stage-out-first-node";
+Status mark_first_node(int tmpdir_fd);
+bool is_first_node(int tmpdir_fd);
+
 struct EntryResult
 {
   std::string src;             // as in the spec
