@@ -95,6 +95,8 @@ Status Daemon::start()
       spdlog::info("cache: removed {} interrupted fills and broken entries", swept.size());
     }
   }
+  m_stage_out = std::make_shared<StageOutQueue>(m_config, m_node, m_state_dir.get());
+  m_stage_out->resume();
   spdlog::info("node {}: base {}, cache {} (max {} bytes), {} jobs in the registry", m_node,
                expand_node(m_config.tmpdir.base, m_node), m_store ? m_store->path() : std::string("off"),
                m_config.daemon.cache_max_bytes, m_registry.jobs().size());
@@ -209,6 +211,15 @@ void Daemon::on_register(const proto::RegisterJob& r, const Peer&, Responder& ou
 
 void Daemon::on_end_job(const proto::EndJob& r, const Peer&, Responder& out)
 {
+  if (!r.pending.empty()) {
+    // Persisted before the answer: once the epilog hears "done", the copy is the daemon's.
+    if (auto taken = m_stage_out ? m_stage_out->take(r) : Status(Error::internal("not started")); !taken) {
+      spdlog::error("job {}: cannot take its stage-out: {}", r.job_id, taken.error().message);
+      out.error(taken.error());
+      return;
+    }
+    spdlog::info("job {}: stage-out handed over ({})", r.job_id, r.pending);
+  }
   {
     std::lock_guard lock(m_mutex);
     m_registry.end_job(r.job_id, now_s(), r.keep_until);
@@ -294,6 +305,16 @@ void Daemon::on_status(const Peer& peer, Responder& out)
       const bool kept = marker != snap->markers.end() && marker->second.until > snap->now &&
                         (marker->second.ino == 0 || marker->second.ino == e.ino);
       add(*job, e.uid, running ? "running" : kept ? "kept" : "orphan");
+    }
+  }
+  if (m_stage_out) {
+    for (const auto& p : m_stage_out->pending()) {
+      if (!peer.root() && p.uid != peer.uid) {
+        continue;
+      }
+      listed.insert(p.job_id);
+      reply.jobs.push_back(proto::JobInfo{p.job_id, user_name(p.uid), p.uid, base_path + "/" + p.dir,
+                                          "stage-out pending (attempt " + std::to_string(p.attempts) + ")"});
     }
   }
   if (m_store) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "peer.hpp"
+#include "stage_out.hpp"
 
 #include "stagehand/cache/store.hpp"
 #include "stagehand/config/config.hpp"
@@ -116,6 +117,7 @@ private:
   std::map<std::uint64_t, Staging> m_stagings; // running stagings, for status
   std::uint64_t m_next_staging = 0;
   gc::ReportOnce m_gc_reported; // failures GC has logged already
+  std::shared_ptr<StageOutQueue> m_stage_out; // --stage-out copies after the jobs (own lock)
 
   std::thread m_gc_thread;
   std::condition_variable m_gc_cv;

@@ -43,6 +43,14 @@ assert_same_out() {
   [ -z "$(find "$1" -name '.stagehand-out.*')" ]
 }
 
+# With the daemon the copy finishes after the job: waits (at most 60 s) until the log $2 has job
+# $1's line, then until no directory of the job is left on node ${3:-node1}.
+wait_copied() {
+  local i
+  for i in $(seq 1 120); do grep -qs "job $1 node" "$2" && break; sleep 0.5; done
+  for i in $(seq 1 100); do ls -a "$SCRATCH/${3:-node1}" | grep -q "job_$1\(\.\|$\)" || break; sleep 0.2; done
+}
+
 # Waits until job $1 is RUNNING and has made "$2" in its directory on node1.
 wait_running() {
   local i
@@ -58,10 +66,12 @@ wait_running() {
   submit -N1 --stage-out=out:so/runs/%j --wrap "'srun true && \$PWD/write-out.sh \$SLURM_TMPDIR'"
   [ "$JOB_RC" -eq 0 ]
   dest=$WORK/so/runs/$JOB_ID
+  wait_copied "$JOB_ID" "$dest/$LOG"
   assert_same_out "$dest"
   [ "$(grep -c "job $JOB_ID node node1: out -> $dest: 5 files, 3000032 bytes, 1 symlink, [0-9.]* s$" "$dest/$LOG")" -eq 1 ]
   [ "$(stat -c %U "$dest/$LOG")" = "$STAGEHAND_TEST_USER" ]
-  grep -q "stagehand: epilog: job $JOB_ID: stage-out: out -> $dest: 5 files" "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log"
+  # The node's log has it too: the daemon's (it copied), or slurmd's (the epilog did).
+  grep -q "job $JOB_ID: stage-out: out -> $dest: 5 files" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log" "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log"
   [ ! -e "$(job_dir node1 "$JOB_ID")" ]
 }
 
@@ -70,6 +80,7 @@ wait_running() {
   wait_running "$id" written
   as_user "scancel $id"
   wait_job_done "$id"
+  wait_copied "$id" "$WORK/so/runs/$id/$LOG"
   assert_same_out "$WORK/so/runs/$id"
   grep -q "job $id node node1: out -> $WORK/so/runs/$id: 5 files, 3000032 bytes" "$WORK/so/runs/$id/$LOG"
   [ ! -e "$(job_dir node1 "$id")" ]
@@ -79,6 +90,7 @@ wait_running() {
   submit -N1 -t 1 --stage-out=out:so/runs/%j --wrap "'\$PWD/write-out.sh \$SLURM_TMPDIR; sleep 600'"
   [ "$JOB_RC" -ne 0 ]
   [ "$(scontrol show job "$JOB_ID" -o | grep -o 'JobState=[A-Z]*')" = JobState=TIMEOUT ]
+  wait_copied "$JOB_ID" "$WORK/so/runs/$JOB_ID/$LOG"
   assert_same_out "$WORK/so/runs/$JOB_ID"
   grep -q "job $JOB_ID node node1: out -> $WORK/so/runs/$JOB_ID: 5 files, 3000032 bytes" "$WORK/so/runs/$JOB_ID/$LOG"
   [ ! -e "$(job_dir node1 "$JOB_ID")" ]
@@ -89,6 +101,7 @@ wait_running() {
   echo "TOP-SECRET-$RANDOM" >"$secret" && chmod 0600 "$secret" && chown root:root "$secret"
   submit -N1 --stage-out=res:so/r --wrap "'mkdir \$SLURM_TMPDIR/res && ln -s $secret \$SLURM_TMPDIR/res/link && echo ok > \$SLURM_TMPDIR/res/ok'"
   [ "$JOB_RC" -eq 0 ]
+  wait_copied "$JOB_ID" "$WORK/so/r/$LOG"
   [ -L "$WORK/so/r/link" ]
   [ "$(readlink "$WORK/so/r/link")" = "$secret" ]
   ! grep -rq TOP-SECRET "$WORK/so/r"
@@ -118,10 +131,11 @@ wait_running() {
   as_user "mkdir -p so/locked"
   submit -N1 --stage-out=out:so/locked/run --wrap "'\$PWD/write-out.sh \$SLURM_TMPDIR && chmod 0555 \$PWD/so/locked'"
   [ "$JOB_RC" -eq 0 ]
+  wait_copied "$JOB_ID" "$WORK/$LOG"
   [ ! -e "$WORK/so/locked/run" ]
   # DEST cannot take the log: it goes to the submit directory.
   grep -q "job $JOB_ID node node1: out -> $WORK/so/locked/run: not copied: cannot create $WORK/so/locked/run: Permission denied" "$WORK/$LOG"
-  grep -q "stagehand: epilog: job $JOB_ID: stage-out: out -> $WORK/so/locked/run: not copied" "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log"
+  grep -q "job $JOB_ID: stage-out: out -> $WORK/so/locked/run: not copied" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log" "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log"
   assert_nodes_healthy
   [ ! -e "$(job_dir node1 "$JOB_ID")" ]
   [ "$(scontrol show job "$JOB_ID" -o | grep -o 'JobState=[A-Z]*')" = JobState=COMPLETED ]
@@ -136,6 +150,8 @@ wait_running() {
 @test "only the first node copies an entry; an entry with %n copies on every node" {
   submit -N2 --stage-out=out:so/first,out:so/%n --wrap "'srun -N2 -n2 \$PWD/write-here.sh'"
   [ "$JOB_RC" -eq 0 ]
+  wait_copied "$JOB_ID" "$WORK/so/first/$LOG"
+  wait_copied "$JOB_ID" "$WORK/so/node2/$LOG" node2
   assert_same_out "$WORK/so/first"
   assert_same_out "$WORK/so/node1"
   assert_same_out "$WORK/so/node2"
@@ -158,4 +174,42 @@ wait_running() {
   assert_same_out "$WORK/so/nodaemon"
   [ ! -e "$(job_dir node1 "$JOB_ID")" ]
   "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-start node1
+}
+
+@test "the daemon finishes the copy after the job; killed with kill -9 mid-copy, it resumes after its restart and only then removes the directory" {
+  script write-many.sh <<'EOF2'
+#!/bin/bash
+mkdir -p "$SLURM_TMPDIR/big"
+head -c 1048576 /dev/urandom >"$SLURM_TMPDIR/one"
+for i in $(seq 1 4000); do cp "$SLURM_TMPDIR/one" "$SLURM_TMPDIR/big/f$i"; done
+EOF2
+  submit -N1 -w node1 --stage-out=big:so/big/%j "$WORK/write-many.sh"
+  [ "$JOB_RC" -eq 0 ]
+  dest=$WORK/so/big/$JOB_ID
+  grep "job $JOB_ID" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log" || true
+  # The job has left the node; the daemon copies in the background and lists it as pending.
+  run --separate-stderr "$STAGEHAND_BUILD_DIR/helper/stagehand" status --json --config "$STAGEHAND_TEST_CONFIG" --node node1
+  [ "$status" -eq 0 ]
+  echo "$output" | python3 -c "
+import json, sys
+jobs = json.load(sys.stdin)['jobs']
+assert any(j['job_id'] == $JOB_ID and j['state'].startswith('stage-out pending') for j in jobs), jobs
+"
+  for _ in $(seq 1 100); do [ -d "$dest" ] && [ -n "$(ls -A "$dest")" ] && break; sleep 0.1; done
+  "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-stop node1 KILL
+  copied=$(find "$dest" -name 'f*' | wc -l)
+  echo "# copied before kill -9: $copied of 4000 files" >&3
+  [ "$copied" -lt 4000 ]
+  ! grep -qs "job $JOB_ID" "$dest/$LOG"
+  ls -a "$SCRATCH/node1" | grep -q "^.stageout.job_$JOB_ID\."
+  "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-start node1
+  for _ in $(seq 1 240); do grep -qs "job $JOB_ID node node1: big -> $dest: 4000 files, 4194304000 bytes" "$dest/$LOG" && break; sleep 0.5; done
+  grep -q "job $JOB_ID node node1: big -> $dest: 4000 files, 4194304000 bytes" "$dest/$LOG"
+  [ "$(find "$dest" -type f -name 'f*' -size 1048576c | wc -l)" -eq 4000 ]
+  rm -rf "$dest" 
+  [ -z "$(find "$dest" ! -user "$STAGEHAND_TEST_USER")" ]
+  [ -z "$(find "$dest" -name '.stagehand-out.*')" ]
+  for _ in $(seq 1 100); do ls -a "$SCRATCH/node1" | grep -q "job_$JOB_ID" || break; sleep 0.2; done
+  ! ls -a "$SCRATCH/node1" | grep "job_$JOB_ID"
+  grep -q "job $JOB_ID: stage-out: resuming the copy" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"
 }

@@ -34,7 +34,7 @@ TEST(Frame, OversizedIsRefusedBeforeBuffering)
 TEST(Request, RoundTripOfEveryOperation)
 {
   Stage stage{42, {SourceSpec{"data/x", "/d/x", "data/x", SourceKind::dir, Unpack::never}}, 1000};
-  std::vector<Request> all = {RegisterJob{1, 1001, 1002}, EndJob{1, ".trash.job_1.3", 0}, stage, StatusQuery{},
+  std::vector<Request> all = {RegisterJob{1, 1001, 1002}, EndJob{1, ".trash.job_1.3", 0, "", "", ""}, EndJob{2, "", 0, ".stageout.job_2.1.0", "out:/h/out", "/h"}, stage, StatusQuery{},
                               CacheList{}, CacheEvict{"/d/x", false}, CacheEvict{"", true}, Gc{true}};
   for (const auto& r : all) {
     auto parsed = parse_request(serialize(r));

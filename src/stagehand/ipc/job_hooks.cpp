@@ -1,6 +1,7 @@
 // prolog/epilog: directory work first, then the daemon, then (without it) bounded removal.
 #include "stagehand/ipc/job_hooks.hpp"
 
+#include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/ipc/client.hpp"
 
 #include <fcntl.h>
@@ -101,16 +102,37 @@ Result<std::string> job_end(const Config& config, const tmpdir::JobContext& job,
                             std::chrono::milliseconds budget, const std::optional<StageOutJob>& out)
 {
   std::string copied;
-  if (out) {
-    copied = stage_out(config, job, *out, config.stage.out_budget) + "; ";
+  if (out && request == tmpdir::Request::keep) {
+    copied = stage_out(config, job, *out, tmpdir::job_dir_name(job.owner.job_id), config.stage.out_budget).said + "; ";
   }
-  auto ended = tmpdir::on_job_end(config, job, request);
+  const bool hand_over = out && request != tmpdir::Request::keep;
+  auto ended = tmpdir::on_job_end(config, job, request, hand_over ? tmpdir::EndMove::to_stage_out : tmpdir::EndMove::to_trash);
   if (!ended) {
     return ended.error().with_context(copied.empty() ? copied : copied.substr(0, copied.size() - 2));
   }
+  if (ended->pending) {
+    // The daemon copies after the job (the directory stays until it is done); without it, the
+    // epilog copies within [stage] out_budget, then the directory goes to the trash.
+    bool taken = false;
+    std::string said = tell_daemon(config, job.node,
+                                   proto::EndJob{job.owner.job_id, "", 0, *ended->pending, out->specs, out->fallback_dir},
+                                   &taken);
+    if (taken) {
+      return ended->summary + "; " + said + ", it copies the stage-out entries";
+    }
+    copied = stage_out(config, job, *out, *ended->pending, config.stage.out_budget).said;
+    std::string line = copied + "; " + ended->summary + "; " + said;
+    auto base = tmpdir::base_path(config, job.node);
+    auto base_fd = base ? fs::open_trusted_dir(*base, fs::CreateMissing::no) : Result<UniqueFd>(base.error());
+    auto trash = base_fd ? tmpdir::stage_out_to_trash(base_fd->get(), *ended->pending) : Result<std::string>(base_fd.error());
+    if (!trash) {
+      return line + "; " + trash.error().message;
+    }
+    return line + "; " + remove_bounded(config, job.node, *trash, budget);
+  }
   bool taken = false;
   std::string said = tell_daemon(
-    config, job.node, proto::EndJob{job.owner.job_id, ended->trash.value_or(""), ended->keep_until}, &taken);
+    config, job.node, proto::EndJob{job.owner.job_id, ended->trash.value_or(""), ended->keep_until, "", "", ""}, &taken);
   std::string line = copied + ended->summary + "; " + said;
   if (ended->trash && !taken) {
     line += "; " + remove_bounded(config, job.node, *ended->trash, budget);

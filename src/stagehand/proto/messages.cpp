@@ -155,7 +155,16 @@ Result<Request> parse_object(const json& j)
     SH_TRY(job, f.u32("job_id"));
     SH_TRY(trash, f.str("trash", true));
     SH_TRY(until, f.i64("keep_until"));
-    return Request{EndJob{*job, *trash, *until}};
+    EndJob e{*job, *trash, *until, "", "", ""};
+    if (j.contains("pending")) {
+      SH_TRY(pending, f.str("pending"));
+      SH_TRY(specs, f.str("stage_out"));
+      SH_TRY(dir, f.str("stage_out_dir", true));
+      e.pending = *pending;
+      e.stage_out = *specs;
+      e.stage_out_dir = *dir;
+    }
+    return Request{e};
   }
   if (*op == "stage") {
     SH_TRY(job, f.u32("job_id"));
@@ -286,6 +295,11 @@ std::string serialize(const Request& r)
                           j["job_id"] = x.job_id;
                           j["trash"] = x.trash;
                           j["keep_until"] = x.keep_until;
+                          if (!x.pending.empty()) {
+                            j["pending"] = x.pending;
+                            j["stage_out"] = x.stage_out;
+                            j["stage_out_dir"] = x.stage_out_dir;
+                          }
                         },
                         [&](const Stage& x) {
                           j["job_id"] = x.job_id;

@@ -31,6 +31,11 @@ struct EndJob // root: the job's epilog ran; its directory was renamed to `trash
   std::uint32_t job_id = 0;
   std::string trash;           // name under the base of the renamed directory; "" when kept
   std::int64_t keep_until = 0; // when kept: the end of keep_for (epoch seconds)
+  // --stage-out: the directory was renamed to `pending` (".stageout.job_<id>.<unique>") for the
+  // daemon to copy `stage_out` (canonical entries) from, as the job user, then remove. Optional.
+  std::string pending;
+  std::string stage_out;
+  std::string stage_out_dir; // where the log goes when DEST cannot take it
 };
 
 enum class SourceKind { file, dir };

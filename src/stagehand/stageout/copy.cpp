@@ -27,7 +27,6 @@ struct Copier
 {
   Clock::time_point until;
   EntryResult& r;
-  unsigned serial = 0;
 
   Status check_time() const
   {
@@ -37,9 +36,13 @@ struct Copier
     return ok_status();
   }
 
-  std::string temp_name(const std::string& name)
+  // One temporary name per target, removed first: a copy that resumes after a crash replaces what
+  // the interrupted one left instead of leaving it beside.
+  static std::string temp_name(int parent, const std::string& name)
   {
-    return ".stagehand-out." + std::to_string(::getpid()) + "." + std::to_string(serial++) + "." + name.substr(0, 64);
+    std::string tmp = ".stagehand-out." + name.substr(0, 200);
+    ::unlinkat(parent, tmp.c_str(), 0);
+    return tmp;
   }
 
   // The regular file open at `in` to `name` in `parent`: written under a temporary name, renamed over.
@@ -49,7 +52,7 @@ struct Copier
     if (::fstat(in, &st) != 0) {
       return Error::from_errno(rel);
     }
-    const std::string tmp = temp_name(name);
+    const std::string tmp = temp_name(parent, name);
     UniqueFd out(::openat(parent, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!out.valid()) {
       return Error::from_errno("cannot create a file for " + rel);
@@ -80,7 +83,7 @@ struct Copier
       return Error::from_errno(rel);
     }
     target.resize(static_cast<std::size_t>(n));
-    const std::string tmp = temp_name(name);
+    const std::string tmp = temp_name(parent, name);
     if (::symlinkat(target.c_str(), parent, tmp.c_str()) != 0) {
       return Error::from_errno("cannot create " + rel);
     }

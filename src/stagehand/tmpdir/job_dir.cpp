@@ -147,6 +147,52 @@ Result<std::optional<std::string>> move_to_trash(int base_fd, std::uint32_t job_
   return std::optional<std::string>(trash);
 }
 
+Result<std::optional<std::string>> move_to_stage_out(int base_fd, std::uint32_t job_id)
+{
+  const std::string name = job_dir_name(job_id);
+  const std::string pending = std::string(k_stage_out_prefix) + name + "." + unique_suffix();
+  if (::renameat2(base_fd, name.c_str(), base_fd, pending.c_str(), RENAME_NOREPLACE) != 0) {
+    if (errno == ENOENT) {
+      return std::optional<std::string>();
+    }
+    return Error::from_errno("cannot move " + name + " aside for its stage-out");
+  }
+  ::unlinkat(base_fd, keep_marker_name(job_id).c_str(), 0);
+  return std::optional<std::string>(pending);
+}
+
+std::optional<std::uint32_t> job_of_stage_out(const std::string& name)
+{
+  const std::string head = std::string(k_stage_out_prefix) + "job_";
+  if (!name.starts_with(head)) {
+    return std::nullopt;
+  }
+  const auto dot = name.find('.', head.size());
+  if (dot == std::string::npos || dot == head.size()) {
+    return std::nullopt;
+  }
+  std::uint32_t id = 0;
+  for (std::size_t i = head.size(); i < dot; ++i) {
+    if (name[i] < '0' || name[i] > '9' || id > 400000000U) {
+      return std::nullopt;
+    }
+    id = id * 10 + static_cast<std::uint32_t>(name[i] - '0');
+  }
+  return id;
+}
+
+Result<std::string> stage_out_to_trash(int base_fd, const std::string& pending)
+{
+  if (!job_of_stage_out(pending)) {
+    return Error::refused("\"" + pending + "\" is not a stage-out directory name");
+  }
+  const std::string trash = std::string(k_trash_prefix) + pending.substr(1) + "." + unique_suffix();
+  if (::renameat2(base_fd, pending.c_str(), base_fd, trash.c_str(), RENAME_NOREPLACE) != 0) {
+    return Error::from_errno("cannot move " + pending + " to the trash");
+  }
+  return trash;
+}
+
 Result<std::string> find_job_dir(const std::string& base_path, std::uint32_t job_id, uid_t uid)
 {
   std::string path = base_path + "/" + job_dir_name(job_id);

@@ -47,6 +47,16 @@ std::string keep_marker_name(std::uint32_t job_id);
 // with it at once; the trash is removed in the background (the daemon) or within a budget.
 Result<std::optional<std::string>> move_to_trash(int base_fd, std::uint32_t job_id);
 
+// Job end with --stage-out and the daemon: renames base/job_<id> to a fresh
+// ".stageout.job_<id>.<unique>" name (nullopt when there is no directory), a name garbage
+// collection never touches: the daemon copies from it, then moves it to the trash.
+inline constexpr const char* k_stage_out_prefix = ".stageout.";
+Result<std::optional<std::string>> move_to_stage_out(int base_fd, std::uint32_t job_id);
+// The job id of a ".stageout.job_<id>.<unique>" name.
+std::optional<std::uint32_t> job_of_stage_out(const std::string& name);
+// Renames a ".stageout." entry into the trash; the trash name.
+Result<std::string> stage_out_to_trash(int base_fd, const std::string& pending);
+
 // As the job user in a task: the job's directory path if it exists, is a real directory (not a
 // symlink) and is owned by `uid`.
 Result<std::string> find_job_dir(const std::string& base_path, std::uint32_t job_id, uid_t uid);

@@ -52,7 +52,7 @@ Result<std::string> on_job_start(const Config& config, const JobContext& job)
   return what + describe(*base, job);
 }
 
-Result<JobEnd> on_job_end(const Config& config, const JobContext& job, Request request)
+Result<JobEnd> on_job_end(const Config& config, const JobContext& job, Request request, EndMove move)
 {
   auto base = base_path(config, job.node);
   if (!base) {
@@ -61,7 +61,7 @@ Result<JobEnd> on_job_end(const Config& config, const JobContext& job, Request r
   auto base_fd = fs::open_trusted_dir(*base, fs::CreateMissing::no);
   if (!base_fd) {
     if (base_fd.error().code == ENOENT) {
-      return JobEnd{"no base directory, nothing to remove", std::nullopt, 0};
+      return JobEnd{"no base directory, nothing to remove", std::nullopt, 0, std::nullopt};
     }
     return base_fd.error();
   }
@@ -72,16 +72,26 @@ Result<JobEnd> on_job_end(const Config& config, const JobContext& job, Request r
       return st.error();
     }
     return JobEnd{"kept " + describe(*base, job) + " for " + std::to_string(config.tmpdir.keep_for.count()) + "s",
-                  std::nullopt, static_cast<std::int64_t>(until)};
+                  std::nullopt, static_cast<std::int64_t>(until), std::nullopt};
+  }
+  if (move == EndMove::to_stage_out) {
+    auto pending = move_to_stage_out(base_fd->get(), job.owner.job_id);
+    if (!pending) {
+      return pending.error();
+    }
+    if (!*pending) {
+      return JobEnd{"no directory " + describe(*base, job), std::nullopt, 0, std::nullopt};
+    }
+    return JobEnd{"moved " + describe(*base, job) + " aside for its stage-out", std::nullopt, 0, *pending};
   }
   auto trash = move_to_trash(base_fd->get(), job.owner.job_id);
   if (!trash) {
     return trash.error();
   }
   if (!*trash) {
-    return JobEnd{"no directory " + describe(*base, job), std::nullopt, 0};
+    return JobEnd{"no directory " + describe(*base, job), std::nullopt, 0, std::nullopt};
   }
-  return JobEnd{"moved " + describe(*base, job) + " to the trash", *trash, 0};
+  return JobEnd{"moved " + describe(*base, job) + " to the trash", *trash, 0, std::nullopt};
 }
 
 std::string remove_trash(const Config& config, const std::string& node, const std::string& trash,

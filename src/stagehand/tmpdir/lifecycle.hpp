@@ -40,12 +40,17 @@ struct JobEnd
   std::string summary;              // a sentence for the log
   std::optional<std::string> trash; // the directory's name in the trash, still to be removed
   std::int64_t keep_until = 0;      // when kept
+  std::optional<std::string> pending; // EndMove::to_stage_out: the directory's name, still to copy from
 };
+
+enum class EndMove { to_trash, to_stage_out };
 
 // Job end on a node (as root): renames the directory into the trash at once (O(1), whatever the
 // job left in it), or marks it kept for keep_for. The caller hands the trash to the daemon or
 // removes it with remove_trash().
-Result<JobEnd> on_job_end(const Config& config, const JobContext& job, Request request);
+// With EndMove::to_stage_out (and not kept) it is renamed aside for the daemon's copy instead.
+Result<JobEnd> on_job_end(const Config& config, const JobContext& job, Request request,
+                          EndMove move = EndMove::to_trash);
 
 // Removes a trash entry of the node's base directory, stopping at `budget`: what is left stays in
 // the trash for the daemon or `stagehand gc`. Returns a sentence for the log.

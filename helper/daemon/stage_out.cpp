@@ -1,0 +1,144 @@
+// Worker threads that finish the jobs' stage-outs after the jobs, persisted across restarts.
+#include "stage_out.hpp"
+
+#include "stagehand/fs/trusted_dir.hpp"
+#include "stagehand/ipc/stage_out_hook.hpp"
+#include "stagehand/tmpdir/lifecycle.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+
+namespace stagehand::daemon {
+
+StageOutQueue::StageOutQueue(Config config, std::string node, int state_dir_fd)
+    : m_config(std::move(config)), m_node(std::move(node)), m_state_dir(::fcntl(state_dir_fd, F_DUPFD_CLOEXEC, 0))
+{
+}
+
+void StageOutQueue::save_locked()
+{
+  if (auto st = stageout::save_pending(m_state_dir.get(), m_pending); !st) {
+    spdlog::error("stage-out: cannot save the list of pending copies: {}", st.error().message);
+  }
+}
+
+void StageOutQueue::resume()
+{
+  auto loaded = stageout::load_pending(m_state_dir.get());
+  if (!loaded) {
+    spdlog::error("stage-out: {} (pending copies are not resumed)", loaded.error().message);
+    return;
+  }
+  {
+    std::lock_guard lock(m_mutex);
+    m_pending = *loaded;
+  }
+  for (const auto& p : *loaded) {
+    spdlog::info("job {}: stage-out: resuming the copy from {}", p.job_id, p.dir);
+    start_worker(p);
+  }
+}
+
+Status StageOutQueue::take(const proto::EndJob& end)
+{
+  auto job = tmpdir::job_of_stage_out(end.pending);
+  if (!job || *job != end.job_id || end.pending.find('/') != std::string::npos) {
+    return Error::refused("stage-out: \"" + end.pending + "\" is not job " + std::to_string(end.job_id) + "'s directory");
+  }
+  auto base = tmpdir::base_path(m_config, m_node);
+  auto base_fd = base ? fs::open_trusted_dir(*base, fs::CreateMissing::no) : Result<UniqueFd>(base.error());
+  if (!base_fd) {
+    return base_fd.error();
+  }
+  struct stat st {};
+  if (::fstatat(base_fd->get(), end.pending.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
+      st.st_uid == 0) {
+    return Error::refused("stage-out: no job directory " + end.pending);
+  }
+  stageout::PendingCopy p;
+  p.job_id = end.job_id;
+  p.uid = st.st_uid; // the job user owns the directory the prolog made
+  p.gid = st.st_gid;
+  p.dir = end.pending;
+  p.specs = end.stage_out;
+  p.fallback_dir = end.stage_out_dir;
+  {
+    std::lock_guard lock(m_mutex);
+    m_pending.push_back(p);
+    if (auto saved = stageout::save_pending(m_state_dir.get(), m_pending); !saved) {
+      m_pending.pop_back();
+      return saved.error(); // not persisted: the epilog copies itself
+    }
+  }
+  start_worker(p);
+  return ok_status();
+}
+
+std::vector<stageout::PendingCopy> StageOutQueue::pending() const
+{
+  std::lock_guard lock(m_mutex);
+  return m_pending;
+}
+
+void StageOutQueue::start_worker(const stageout::PendingCopy& p)
+{
+  // Detached: the thread holds the queue alive; at exit the copying child dies with it
+  // (parent-death signal) and the persisted entry resumes at the next start.
+  std::thread([self = shared_from_this(), p] { self->work(p); }).detach();
+}
+
+void StageOutQueue::work(stageout::PendingCopy p)
+{
+  tmpdir::JobContext job;
+  job.owner.job_id = p.job_id;
+  job.owner.uid = p.uid;
+  job.owner.gid = p.gid;
+  job.node = m_node;
+  const ipc::StageOutJob out{p.specs, p.fallback_dir};
+  for (;;) {
+    {
+      std::lock_guard lock(m_mutex);
+      for (auto& q : m_pending) {
+        if (q.dir == p.dir) {
+          q.attempts = ++p.attempts;
+        }
+      }
+      save_locked();
+    }
+    auto r = ipc::stage_out(m_config, job, out, p.dir, std::chrono::duration_cast<std::chrono::milliseconds>(k_copy_budget));
+    if (r.outcome == ipc::CopyOutcome::complete) {
+      spdlog::info("job {}: {}", p.job_id, r.said);
+      break;
+    }
+    if (p.attempts >= stageout::k_max_attempts) {
+      spdlog::error("job {}: {} (attempt {} of {}, giving up)", p.job_id, r.said, p.attempts, stageout::k_max_attempts);
+      break;
+    }
+    spdlog::warn("job {}: {} (attempt {} of {}, retrying in {} s)", p.job_id, r.said, p.attempts,
+                 stageout::k_max_attempts, k_retry_pause.count());
+    std::this_thread::sleep_for(k_retry_pause);
+  }
+  // Done with the directory: to the trash, removed now.
+  auto base = tmpdir::base_path(m_config, m_node);
+  auto base_fd = base ? fs::open_trusted_dir(*base, fs::CreateMissing::no) : Result<UniqueFd>(base.error());
+  auto trash = base_fd ? tmpdir::stage_out_to_trash(base_fd->get(), p.dir) : Result<std::string>(base_fd.error());
+  {
+    std::lock_guard lock(m_mutex);
+    std::erase_if(m_pending, [&](const stageout::PendingCopy& q) { return q.dir == p.dir; });
+    save_locked();
+  }
+  if (!trash) {
+    spdlog::error("job {}: stage-out: {}", p.job_id, trash.error().message);
+    return;
+  }
+  spdlog::info("job {}: stage-out done; {}", p.job_id,
+               tmpdir::remove_trash(m_config, m_node, *trash, std::chrono::minutes(10)));
+}
+
+} // namespace stagehand::daemon

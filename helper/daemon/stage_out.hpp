@@ -1,0 +1,49 @@
+// The daemon's side of --stage-out: the epilog renames a job's directory aside and hands the copy
+// over; a worker thread per job copies it as the job user (ipc::stage_out), retries a failed copy
+// a few times, then moves the directory to the trash and removes it. The list is persisted before
+// the epilog is answered, so a copy cut short by kill -9 or a restart resumes at the next start.
+#pragma once
+
+#include "stagehand/config/config.hpp"
+#include "stagehand/proto/messages.hpp"
+#include "stagehand/stageout/pending.hpp"
+#include "stagehand/util/fd.hpp"
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace stagehand::daemon {
+
+class StageOutQueue : public std::enable_shared_from_this<StageOutQueue>
+{
+public:
+  StageOutQueue(Config config, std::string node, int state_dir_fd);
+
+  // Loads the persisted list and starts a worker for every entry (at daemon start).
+  void resume();
+  // Records the epilog's hand-over (persisted before it returns) and starts its worker.
+  Status take(const proto::EndJob& end);
+  // The pending copies, for `stagehand status`.
+  std::vector<stageout::PendingCopy> pending() const;
+
+  // Pause between attempts of a failed copy.
+  static constexpr std::chrono::seconds k_retry_pause{5};
+  // A copy the daemon makes may take this long.
+  static constexpr std::chrono::hours k_copy_budget{6};
+
+private:
+  void start_worker(const stageout::PendingCopy& p);
+  void work(stageout::PendingCopy p);
+  void save_locked();
+
+  Config m_config;
+  std::string m_node;
+  UniqueFd m_state_dir;
+  mutable std::mutex m_mutex;
+  std::vector<stageout::PendingCopy> m_pending;
+};
+
+} // namespace stagehand::daemon
