@@ -61,6 +61,12 @@ wait_running() {
   return 1
 }
 
+@test "--stage-out appears in sbatch, salloc and srun --help" {
+  for cmd in sbatch salloc srun; do
+    as_user "$cmd --help" | grep -q -- '--stage-out=SRC\[:DEST\]\[,...\]'
+  done
+}
+
 @test "a job that ends normally leaves out/ in DEST, owned by the user, a summary line in DEST's log" {
   # (srun inside the job inherits the option: it must neither fail nor copy on its own.)
   submit -N1 --stage-out=out:so/runs/%j --wrap "'srun true && \$PWD/write-out.sh \$SLURM_TMPDIR'"
