@@ -12,6 +12,8 @@
 #   cluster.sh env               print the variables a client needs (eval "$(cluster.sh env)")
 #   cluster.sh daemon-start NODE start stagehandd for NODE (the cluster starts one per node)
 #   cluster.sh daemon-stop NODE [SIGNAL]   stop it (default TERM; KILL leaves its socket file)
+#   cluster.sh node-start NODE | controller-start
+#                                start a slurmd or slurmctld again that a test stopped
 #
 # Everything lives under STAGEHAND_CLUSTER_DIR (default /tmp/stagehand-cluster) and uses ports
 # STAGEHAND_CLUSTER_PORT .. +2 (default 46817), and +10 .. +99 for the steps' reserved ports, so it
@@ -310,5 +312,8 @@ case "${1:-}" in
   env) print_env ;;
   daemon-start) daemon_start "${2:?node}" ;;
   daemon-stop) daemon_stop "${2:?node}" "${3:-TERM}" ;;
-  *) echo "usage: cluster.sh start [--installed] PLUGIN_SO | stop | env | daemon-start NODE | daemon-stop NODE [SIGNAL]" >&2; exit 2 ;;
+  # (for tests that stop one: the same way the cluster started it, never holding bats's pipes)
+  node-start) eval "$(print_env)"; start_node "${2:?node}" </dev/null >/dev/null 2>&1 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- ;;
+  controller-start) eval "$(print_env)"; start_controller </dev/null >/dev/null 2>&1 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- ;;
+  *) echo "usage: cluster.sh start [--installed] PLUGIN_SO | stop | env | daemon-start NODE | daemon-stop NODE [SIGNAL] | node-start NODE | controller-start" >&2; exit 2 ;;
 esac
