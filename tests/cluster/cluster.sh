@@ -85,6 +85,16 @@ ensure_hosts() {
   done
 }
 
+# The steps' reserved ports (MpiParams=ports=) kept out of the kernel's ephemeral ports, as the
+# README asks of a site: else any outgoing connection on the host (srun, slurmd, munge) may hold
+# one, and --ddp-env's check that MASTER_PORT can be bound rightly fails the step.
+reserve_step_ports() {
+  local f=/proc/sys/net/ipv4/ip_local_reserved_ports range="$((PORT + 10))-$((PORT + 99))" cur
+  cur=$(cat "$f" 2>/dev/null) || return 0
+  case ",$cur," in *",$range,"*) return 0 ;; esac
+  echo "${cur:+$cur,}$range" >"$f" 2>/dev/null || log "cannot reserve ports $range in $f: a step may find its port taken"
+}
+
 # plugstack.conf: a copy of a built plugin with the build tree's CLI, or an installed plugin in
 # place with its own default CLI.
 write_plugstack() {
@@ -256,6 +266,10 @@ cmd_start() {
   fi
   ensure_user
   ensure_hosts
+  reserve_step_ports
+  # A fresh work directory: job ids start again at FirstJobId, and files a test left for job N of
+  # an earlier cluster (release-N) must not speak to job N of this one.
+  rm -rf "$DIR/work"
   write_configs "$plugin" "$mode"
   echo "$SLURM_PREFIX" >"$DIR/etc/slurm-prefix"
   eval "$(print_env)"
