@@ -189,22 +189,3 @@ TEST(Lifecycle, StartEndAndKeep)
   EXPECT_EQ(effective_request(config, std::nullopt), Request::create);
   EXPECT_EQ(effective_request(config, Request::keep), Request::keep);
 }
-
-TEST(JobDir, StageOutNamesAreOutsideGcAndGoToTheTrash)
-{
-  test::TempDir base;
-  JobOwner owner{77, ::getuid(), ::getgid()};
-  int fd = ::open(base.path().c_str(), O_RDONLY | O_DIRECTORY);
-  ASSERT_TRUE(create_job_dir(fd, owner));
-  auto pending = move_to_stage_out(fd, 77);
-  ASSERT_TRUE(pending && *pending);
-  EXPECT_TRUE((*pending)->starts_with(".stageout.job_77."));
-  EXPECT_EQ(job_of_stage_out(**pending), 77U);
-  EXPECT_FALSE(job_of_stage_out(".stageout.job_.1"));
-  EXPECT_FALSE(job_of_stage_out(".trash.job_77.1"));
-  auto trash = stage_out_to_trash(fd, **pending);
-  ASSERT_TRUE(trash) << trash.error().message;
-  EXPECT_TRUE(trash->starts_with(".trash."));
-  EXPECT_FALSE(stage_out_to_trash(fd, "job_77"));
-  ::close(fd);
-}
