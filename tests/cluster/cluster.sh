@@ -12,6 +12,8 @@
 #   cluster.sh env               print the variables a client needs (eval "$(cluster.sh env)")
 #   cluster.sh daemon-start NODE start stagehandd for NODE (the cluster starts one per node)
 #   cluster.sh daemon-stop NODE [SIGNAL]   stop it (default TERM; KILL leaves its socket file)
+#   cluster.sh node-start NODE | controller-start
+#                                start a slurmd or slurmctld again that a test stopped
 #
 # Everything lives under STAGEHAND_CLUSTER_DIR (default /tmp/stagehand-cluster) and uses ports
 # STAGEHAND_CLUSTER_PORT .. +2 (default 46817), and +10 .. +99 for the steps' reserved ports, so it
@@ -81,6 +83,16 @@ ensure_hosts() {
   for n in "${NODES[@]}"; do
     getent hosts "$n" >/dev/null || echo "127.0.0.1 $n # stagehand test cluster" >>/etc/hosts
   done
+}
+
+# The steps' reserved ports (MpiParams=ports=) kept out of the kernel's ephemeral ports, as the
+# README asks of a site: else any outgoing connection on the host (srun, slurmd, munge) may hold
+# one, and --ddp-env's check that MASTER_PORT can be bound rightly fails the step.
+reserve_step_ports() {
+  local f=/proc/sys/net/ipv4/ip_local_reserved_ports range="$((PORT + 10))-$((PORT + 99))" cur
+  cur=$(cat "$f" 2>/dev/null) || return 0
+  case ",$cur," in *",$range,"*) return 0 ;; esac
+  echo "${cur:+$cur,}$range" >"$f" 2>/dev/null || log "cannot reserve ports $range in $f: a step may find its port taken"
 }
 
 # plugstack.conf: a copy of a built plugin with the build tree's CLI, or an installed plugin in
@@ -254,6 +266,10 @@ cmd_start() {
   fi
   ensure_user
   ensure_hosts
+  reserve_step_ports
+  # A fresh work directory: job ids start again at FirstJobId, and files a test left for job N of
+  # an earlier cluster (release-N) must not speak to job N of this one.
+  rm -rf "$DIR/work"
   write_configs "$plugin" "$mode"
   echo "$SLURM_PREFIX" >"$DIR/etc/slurm-prefix"
   eval "$(print_env)"
@@ -310,5 +326,8 @@ case "${1:-}" in
   env) print_env ;;
   daemon-start) daemon_start "${2:?node}" ;;
   daemon-stop) daemon_stop "${2:?node}" "${3:-TERM}" ;;
-  *) echo "usage: cluster.sh start [--installed] PLUGIN_SO | stop | env | daemon-start NODE | daemon-stop NODE [SIGNAL]" >&2; exit 2 ;;
+  # (for tests that stop one: the same way the cluster started it, never holding bats's pipes)
+  node-start) eval "$(print_env)"; start_node "${2:?node}" </dev/null >/dev/null 2>&1 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- ;;
+  controller-start) eval "$(print_env)"; start_controller </dev/null >/dev/null 2>&1 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- ;;
+  *) echo "usage: cluster.sh start [--installed] PLUGIN_SO | stop | env | daemon-start NODE | daemon-stop NODE [SIGNAL] | node-start NODE | controller-start" >&2; exit 2 ;;
 esac
