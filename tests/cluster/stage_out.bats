@@ -189,8 +189,10 @@ mkdir -p "$SLURM_TMPDIR/big"
 head -c 1048576 /dev/urandom >"$SLURM_TMPDIR/one"
 for i in $(seq 1 4000); do cp "$SLURM_TMPDIR/one" "$SLURM_TMPDIR/big/f$i"; done
 EOF2
-  submit -N1 -w node1 --stage-out=big:so/big/%j "$WORK/write-many.sh"
-  [ "$JOB_RC" -eq 0 ]
+  # Not sbatch --wait: its polling backs off to many seconds, and the copy takes about ten.
+  JOB_ID=$(as_user "sbatch --parsable -N1 -w node1 --stage-out=big:so/big/%j -o out.%j $WORK/write-many.sh")
+  wait_job_done "$JOB_ID" || wait_job_done "$JOB_ID" # writing 4000 files may take more than 30 s
+  [ "$(scontrol show job "$JOB_ID" -o | grep -o 'JobState=[A-Z]*')" = JobState=COMPLETED ]
   dest=$WORK/so/big/$JOB_ID
   grep "job $JOB_ID" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log" || true
   # The job has left the node; the daemon copies in the background and lists it as pending.
