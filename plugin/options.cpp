@@ -2,6 +2,7 @@
 #include "plugin.hpp"
 
 #include "stagehand/stage/spec.hpp"
+#include "stagehand/util/strings.hpp"
 
 #include <cstring>
 
@@ -34,7 +35,11 @@ int on_option(int val, const char* optarg, int /*remote*/)
         slurm_error("stagehand: %s", r.error().message.c_str());
         return -1;
       }
-      options().stage_data = optarg;
+      // Each --stage-data adds up (one per #SBATCH line, then the command line, in Slurm's order);
+      // identical specs count once (check_sources). Slurm itself forwards only the last value:
+      // submit_init_post_opt forwards the whole list.
+      std::string& all = options().stage_data ? *options().stage_data : options().stage_data.emplace();
+      append_joined(all, ",", optarg);
       if (!options().tmpdir) {
         options().tmpdir = tmpdir::Request::create; // --stage-data implies --tmpdir
       }
