@@ -336,3 +336,35 @@ TEST(StageAll, ALimitNamesTheSourceOnce)
   EXPECT_EQ(pack.kind, ErrorKind::limit);
   EXPECT_EQ(sh("test -z \"$(ls -A '" + dir / "tmp" + "')\""), 0) << "partial data left behind";
 }
+
+// Issue 10 item 9: max_bytes counts what will be written. A tar of many small files is far larger
+// than its content (512-byte headers, padding): it stages under a limit its packed size exceeds;
+// a small gzip that unpacks past the limit stops there with one line and leaves nothing.
+TEST(StageAll, MaxBytesCountsWhatIsWrittenNotThePackedSize)
+{
+  TempDir dir;
+  sh("cd '" + dir.path() + "' && mkdir -p tmp tmp2 data/small && cd data/small && for i in $(seq 1 300); do echo $i > f$i; done && "
+     "cd .. && tar cf small.tar -C small . && "
+     "head -c 3000000 /dev/zero > zeros && tar czf zeros.tar.gz zeros");
+  StageConfig config;
+  config.max_bytes = 100000; // small.tar is >= 300 * 1024 bytes packed, ~1.2 kB of content
+  for (const ArchiveProbe& probe : {ArchiveProbe(), ArchiveProbe([](int) { return true; })}) {
+    auto sources = check_sources(*parse_stage_option("data/small.tar"), dir.path(), config, probe);
+    ASSERT_TRUE(sources) << sources.error().message;
+  }
+  StageLimits limits;
+  limits.max_bytes = config.max_bytes;
+  auto sources = check_sources(*parse_stage_option("data/small.tar"), dir.path(), config, [](int) { return true; });
+  UniqueFd tmp(::open((dir / "tmp").c_str(), O_RDONLY | O_DIRECTORY));
+  auto r = stage_all(*sources, tmp.get(), dir / "tmp", limits);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(read_file(dir / "tmp/data/small/f300"), "300\n");
+  // 3 MB of zeros packed into a few kB: allowed at submit, stopped while unpacking.
+  auto bomb = check_sources(*parse_stage_option("data/zeros.tar.gz"), dir.path(), config, [](int) { return true; });
+  ASSERT_TRUE(bomb) << bomb.error().message;
+  UniqueFd tmp2(::open((dir / "tmp2").c_str(), O_RDONLY | O_DIRECTORY));
+  auto stopped = stage_all(*bomb, tmp2.get(), dir / "tmp2", limits);
+  ASSERT_FALSE(stopped);
+  EXPECT_EQ(stopped.error().message, "--stage-data: data/zeros.tar.gz: unpacks to more than 100000 bytes (limit)");
+  EXPECT_EQ(sh("test -z \"$(ls -A '" + dir / "tmp2" + "')\""), 0) << "partial data left behind";
+}

@@ -311,7 +311,12 @@ Result<std::vector<CheckedSource>> check_sources(const std::vector<StageSpec>& s
     if (merged) {
       continue;
     }
-    total += c.bytes;
+    // max_bytes counts what will be written: an archive that unpacks counts while it unpacks (the
+    // extractor stops at the limit), never by its packed size; without a probe, a file named like
+    // an archive is taken for one.
+    const bool unpacks = !c.is_dir && c.unpack &&
+                         (c.decided || strip_archive_suffix(c.named_dest) != c.named_dest);
+    total += unpacks ? 0 : c.bytes;
     if (total > config.max_bytes) {
       return refuse(spec.src,
                     "the sources total " + std::to_string(total) + " bytes, over [stage] max_bytes " +
