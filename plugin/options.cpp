@@ -59,7 +59,8 @@ char k_name_stage_data[] = "stage-data";
 char k_arg_stage_data[] = "SRC[:DEST][,...]";
 char k_usage_stage_data[] =
   "Copy files and directories, or unpack archives (tar, tar.gz/bz2/xz/zst, zip), into SLURM_TMPDIR on every node "
-  "before the job's first task there (implies --tmpdir; SRC:DEST:copy keeps an archive packed) [stagehand]";
+  "before the job's first task there (implies --tmpdir; SRC:DEST:copy keeps an archive packed; repeatable, all "
+  "add up; ~/ expands; \\, and \\: escape a comma or colon) [stagehand]";
 char k_name_ddp_env[] = "ddp-env";
 char k_arg_ddp_env[] = "auto|tasks|torchrun";
 char k_usage_ddp_env[] =
