@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# CI phase: stagehand once more under AddressSanitizer + UndefinedBehaviorSanitizer (halt on the
+# first report, leak detection on; libslurm's own leaks suppressed by tests/sanitize/lsan.supp,
+# nothing of ours). Zero reports allowed.
+#   sanitize.sh BUILD_DIR    (BUILD_DIR: the ordinary build; the sanitizer build is BUILD_DIR-sanitize)
+#
+# 1. every unit test (the core, the plugin's parsers, the root code paths, the extractor);
+# 2. a representative subset of the cluster suite (SANITIZE_CLUSTER_FILES) with the sanitized
+#    stagehand CLI (the stage-run helper every --stage-data job runs, gc, status, cache) and the
+#    sanitized stagehandd. The plugin itself stays the ordinary build's: it is loaded into
+#    Slurm's own uninstrumented processes (sbatch, srun, slurmd, slurmstepd), where an ASan-built
+#    library cannot load without preloading the runtime into Slurm and every job's tasks; its code
+#    is sanitized through the unit tests. The subset is the files that drive the helper and the
+#    daemon (staging, the cache, scratch directories, root paths); the DDP and --export files
+#    run plugin code only and are left to the ordinary cluster phases, which keeps this phase to
+#    a few minutes of cluster time.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+build=${1:?usage: sanitize.sh BUILD_DIR}
+san=$build-sanitize
+files=${SANITIZE_CLUSTER_FILES:-stage.bats stage_engine.bats stage_grammar.bats daemon.bats tmpdir.bats root_paths.bats}
+
+export ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1:check_initialization_order=1:strict_init_order=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export LSAN_OPTIONS=suppressions=$CI_ROOT/tests/sanitize/lsan.supp:print_suppressions=0
+
+slurm_root=$(sed -n 's/^SLURM_ROOT:PATH=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
+cmake -S "$CI_ROOT" -B "$san" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTAGEHAND_SANITIZE=address,undefined \
+  -DSTAGEHAND_BUILD_EXAMPLES=OFF -DSTAGEHAND_BUILD_MAN=OFF ${slurm_root:+-DSLURM_ROOT="$slurm_root"} >/dev/null
+cmake --build "$san" -j"$(nproc)"
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+(cd "$san" && ctest --output-on-failure -j"$(nproc)") 2>&1 | tee "$log"
+if grep -qE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$log"; then
+  ci_die "sanitizer reports in the unit tests (above)"
+fi
+unit=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -n1 | sed -E 's/.*out of ([0-9]+).*/\1/')
+
+# The cluster tree: the ordinary plugin, the sanitized CLI and daemon (cluster.sh installs the
+# helper and daemon found beside the plugin's directory).
+tree=$san/cluster-tree
+rm -rf "$tree" && mkdir -p "$tree/plugin" "$tree/helper"
+cp "$san/CMakeCache.txt" "$tree/"
+cp "$build/plugin/stagehand.so" "$tree/plugin/"
+cp "$san/helper/stagehand" "$san/helper/stagehandd" "$tree/helper/"
+paths=()
+for f in $files; do paths+=("$CI_ROOT/tests/cluster/$f"); done
+status=0
+"$CI_ROOT/tests/cluster/run.sh" "$tree" "${paths[@]}" 2>&1 | tee "$log" || status=$?
+cluster_dir=${STAGEHAND_CLUSTER_DIR:-/tmp/stagehand-cluster}
+reports=$( (grep -rlE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$cluster_dir/log" "$cluster_dir/work" 2>/dev/null || true) | wc -l)
+counts=$(grep -E '^cluster \(Slurm ' "$log" | tail -n1 || true)
+ci_result "sanitize: unit ${unit:-?} passed; ${counts:-cluster: no result line} ($files); $reports files with sanitizer reports"
+[ "$reports" -eq 0 ] || { grep -rE -A20 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$cluster_dir/log" "$cluster_dir/work" | head -n 80; ci_die "sanitizer reports in the cluster run"; }
+exit "$status"
