@@ -44,13 +44,19 @@ rm -rf "$tree" && mkdir -p "$tree/plugin" "$tree/helper"
 cp "$san/CMakeCache.txt" "$tree/"
 cp "$build/plugin/stagehand.so" "$tree/plugin/"
 cp "$san/helper/stagehand" "$san/helper/stagehandd" "$tree/helper/"
+# Reports of the processes started from here (stagehandd, the CLI run by the tests) land in
+# $reports (the cluster's logs go when it stops); the stage-run helper's go to the job's output.
+reports_dir=$san/reports
+rm -rf "$reports_dir" && mkdir -m 1777 "$reports_dir"
+export ASAN_OPTIONS=$ASAN_OPTIONS:log_path=$reports_dir/asan
+export UBSAN_OPTIONS=$UBSAN_OPTIONS:log_path=$reports_dir/ubsan
 paths=()
 for f in $files; do paths+=("$CI_ROOT/tests/cluster/$f"); done
 status=0
 "$CI_ROOT/tests/cluster/run.sh" "$tree" "${paths[@]}" 2>&1 | tee "$log" || status=$?
 cluster_dir=${STAGEHAND_CLUSTER_DIR:-/tmp/stagehand-cluster}
-reports=$( (grep -rlE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$cluster_dir/log" "$cluster_dir/work" 2>/dev/null || true) | wc -l)
+reports=$( (ls "$reports_dir"; grep -rlE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$cluster_dir/work" 2>/dev/null || true) | wc -l)
 counts=$(grep -E '^cluster \(Slurm ' "$log" | tail -n1 || true)
 ci_result "sanitize: unit ${unit:-?} passed; ${counts:-cluster: no result line} ($files); $reports files with sanitizer reports"
-[ "$reports" -eq 0 ] || { grep -rE -A20 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$cluster_dir/log" "$cluster_dir/work" | head -n 80; ci_die "sanitizer reports in the cluster run"; }
+[ "$reports" -eq 0 ] || { head -n 60 "$reports_dir"/* 2>/dev/null; grep -rE -A20 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$cluster_dir/work" | head -n 60; ci_die "sanitizer reports in the cluster run"; }
 exit "$status"
