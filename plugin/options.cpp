@@ -4,6 +4,7 @@
 #include "stagehand/stage/spec.hpp"
 #include "stagehand/util/strings.hpp"
 
+#include <cstdlib>
 #include <cstring>
 
 namespace stagehand::plugin {
@@ -12,7 +13,17 @@ namespace detail {
 
 enum OptionVal : int { k_opt_tmpdir = 1, k_opt_ddp_env = 2, k_opt_stage_data = 3 };
 
-int on_option(int val, const char* optarg, int /*remote*/)
+// In sbatch/srun inside a job, Slurm passes the enclosing job's --stage-data (from
+// SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_stage_data) to the option callback like a value the
+// user typed. That list is the job's, staged already: an srun step's own --stage-data stages only
+// its own sources on top, as before they added up.
+bool inherited_stage_data(const char* optarg, int remote)
+{
+  const char* job_value = std::getenv("SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_stage_data");
+  return remote == 0 && optarg && job_value && std::getenv("SLURM_JOB_ID") && std::strcmp(optarg, job_value) == 0;
+}
+
+int on_option(int val, const char* optarg, int remote)
 {
   try {
     if (val == k_opt_tmpdir) {
@@ -34,6 +45,9 @@ int on_option(int val, const char* optarg, int /*remote*/)
       if (!r) {
         slurm_error("stagehand: %s", r.error().message.c_str());
         return -1;
+      }
+      if (inherited_stage_data(optarg, remote)) {
+        return 0;
       }
       // Each --stage-data adds up (one per #SBATCH line, then the command line, in Slurm's order);
       // identical specs count once (check_sources). Slurm itself forwards only the last value:
