@@ -13,14 +13,15 @@ namespace detail {
 
 enum OptionVal : int { k_opt_tmpdir = 1, k_opt_ddp_env = 2, k_opt_stage_data = 3 };
 
-// In sbatch/srun inside a job, Slurm passes the enclosing job's --stage-data (from
+// In srun inside a job, Slurm passes the job's --stage-data (from
 // SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_stage_data) to the option callback like a value the
-// user typed. That list is the job's, staged already: an srun step's own --stage-data stages only
-// its own sources on top, as before they added up.
+// user typed. That list is the job's, staged already: a step's own --stage-data stages only its
+// own sources on top. (sbatch in a job takes it as Slurm means it: an option given.)
 bool inherited_stage_data(const char* optarg, int remote)
 {
   const char* job_value = std::getenv("SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_stage_data");
-  return remote == 0 && optarg && job_value && std::getenv("SLURM_JOB_ID") && std::strcmp(optarg, job_value) == 0;
+  return remote == 0 && spank_context() == S_CTX_LOCAL && optarg && job_value && std::getenv("SLURM_JOB_ID") &&
+         std::strcmp(optarg, job_value) == 0;
 }
 
 int on_option(int val, const char* optarg, int remote)
