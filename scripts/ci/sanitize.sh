@@ -2,7 +2,8 @@
 # CI phase: stagehand once more under AddressSanitizer + UndefinedBehaviorSanitizer (halt on the
 # first report, leak detection on; libslurm's own leaks suppressed by tests/sanitize/lsan.supp,
 # nothing of ours). Zero reports allowed.
-#   sanitize.sh BUILD_DIR    (BUILD_DIR: the ordinary build; the sanitizer build is BUILD_DIR-sanitize)
+#   sanitize.sh BUILD_DIR    (BUILD_DIR: the ordinary build; the sanitizer build is BUILD_DIR-sanitize,
+#                            or SANITIZE_BUILD_DIR)
 #
 # 1. every unit test (the core, the plugin's parsers, the root code paths, the extractor);
 # 2. a representative subset of the cluster suite (SANITIZE_CLUSTER_FILES) with the sanitized
@@ -17,7 +18,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 build=${1:?usage: sanitize.sh BUILD_DIR}
-san=$build-sanitize
+san=${SANITIZE_BUILD_DIR:-$build-sanitize}
 files=${SANITIZE_CLUSTER_FILES:-stage.bats stage_engine.bats stage_grammar.bats daemon.bats tmpdir.bats root_paths.bats}
 
 export ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1:check_initialization_order=1:strict_init_order=1
