@@ -45,6 +45,8 @@ rm -rf "$tree" && mkdir -p "$tree/plugin" "$tree/helper"
 cp "$san/CMakeCache.txt" "$tree/"
 cp "$build/plugin/stagehand.so" "$tree/plugin/"
 cp "$san/helper/stagehand" "$san/helper/stagehandd" "$tree/helper/"
+# The LibTorch example (stage.bats trains it on staged data) as the ordinary build made it.
+[ ! -d "$build/examples" ] || ln -s "$build/examples" "$tree/examples"
 # Reports of the processes started from here (stagehandd, the CLI run by the tests) land in
 # $reports (the cluster's logs go when it stops); the stage-run helper's go to the job's output.
 reports_dir=$san/reports
