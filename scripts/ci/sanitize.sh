@@ -7,8 +7,8 @@
 #
 # 1. every unit test (the core, the plugin's parsers, the root code paths, the extractor);
 # 2. a representative subset of the cluster suite (SANITIZE_CLUSTER_FILES) with the sanitized
-#    stagehand CLI (the stage-run helper every --stage-data job runs, gc, status, cache) and the
-#    sanitized stagehandd. The plugin itself stays the ordinary build's: it is loaded into
+#    stagehand CLI (the stage-run helper every --stage-data job runs, gc, status, cache; the
+#    daemon stays the ordinary build's, see below). The plugin itself stays the ordinary build's: it is loaded into
 #    Slurm's own uninstrumented processes (sbatch, srun, slurmd, slurmstepd), where an ASan-built
 #    library cannot load without preloading the runtime into Slurm and every job's tasks; its code
 #    is sanitized through the unit tests. The subset is the files that drive the helper and the
@@ -44,7 +44,13 @@ tree=$san/cluster-tree
 rm -rf "$tree" && mkdir -p "$tree/plugin" "$tree/helper"
 cp "$san/CMakeCache.txt" "$tree/"
 cp "$build/plugin/stagehand.so" "$tree/plugin/"
-cp "$san/helper/stagehand" "$san/helper/stagehandd" "$tree/helper/"
+# stagehandd stays the ordinary build's too: it forks its user-side children (ipc/child.cpp) from
+# a multithreaded process and they allocate before any exec; ASan's allocator (GCC 12, clang 14)
+# has no fork handler, so such a child can block forever on an allocator lock another thread held
+# (seen here: a staging job hung in fdopendir). glibc's malloc is fork-safe, so the ordinary
+# daemon does not hang; the daemon's code runs under the sanitizers in the unit tests.
+cp "$san/helper/stagehand" "$tree/helper/"
+cp "$build/helper/stagehandd" "$tree/helper/"
 # The LibTorch example (stage.bats trains it on staged data) as the ordinary build made it.
 [ ! -d "$build/examples" ] || ln -s "$build/examples" "$tree/examples"
 # Reports of the processes started from here (stagehandd, the CLI run by the tests) land in
