@@ -95,10 +95,6 @@ std::string relative_default(const std::string& src, const std::string& canonica
   return canonical.substr(canonical.rfind('/') + 1);
 }
 
-} // namespace
-
-namespace {
-
 constexpr std::string_view k_need = "--stage-data: needs SRC[:DEST][,SRC[:DEST]...]";
 
 // One spec from its fields (already unescaped); `item` is the spec as written, for messages.
