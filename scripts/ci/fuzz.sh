@@ -9,6 +9,6 @@ seconds=${STAGEHAND_FUZZ_SECONDS:-30}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-"$CI_ROOT/tests/fuzz/run.sh" "$build" "$seconds" | tee "$log" || status=$?
+"$CI_ROOT/tests/fuzz/run.sh" "$build" "$seconds" 2>&1 | tee "$log" || status=$?
 grep '^fuzz: ' "$log" | while read -r line; do ci_result "$line"; done
 exit "$status"
