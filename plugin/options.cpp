@@ -3,7 +3,9 @@
 
 #include "stagehand/stage/spec.hpp"
 #include "stagehand/stageout/spec.hpp"
+#include "stagehand/util/strings.hpp"
 
+#include <cstdlib>
 #include <cstring>
 
 namespace stagehand::plugin {
@@ -12,7 +14,18 @@ namespace detail {
 
 enum OptionVal : int { k_opt_tmpdir = 1, k_opt_ddp_env = 2, k_opt_stage_data = 3, k_opt_stage_out = 4 };
 
-int on_option(int val, const char* optarg, int /*remote*/)
+// In srun inside a job, Slurm passes the job's --stage-data (from
+// SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_stage_data) to the option callback like a value the
+// user typed. That list is the job's, staged already: a step's own --stage-data stages only its
+// own sources on top. (sbatch in a job takes it as Slurm means it: an option given.)
+bool inherited_stage_data(const char* optarg, int remote)
+{
+  const char* job_value = std::getenv("SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_stage_data");
+  return remote == 0 && spank_context() == S_CTX_LOCAL && optarg && job_value && std::getenv("SLURM_JOB_ID") &&
+         std::strcmp(optarg, job_value) == 0;
+}
+
+int on_option(int val, const char* optarg, int remote)
 {
   try {
     if (val == k_opt_tmpdir) {
@@ -35,7 +48,14 @@ int on_option(int val, const char* optarg, int /*remote*/)
         slurm_error("stagehand: %s", r.error().message.c_str());
         return -1;
       }
-      options().stage_data = optarg;
+      if (inherited_stage_data(optarg, remote)) {
+        return 0;
+      }
+      // Each --stage-data adds up (one per #SBATCH line, then the command line, in Slurm's order);
+      // identical specs count once (check_sources). Slurm itself forwards only the last value:
+      // submit_init_post_opt forwards the whole list.
+      std::string& all = options().stage_data ? *options().stage_data : options().stage_data.emplace();
+      append_joined(all, ",", optarg);
       if (!options().tmpdir) {
         options().tmpdir = tmpdir::Request::create; // --stage-data implies --tmpdir
       }
@@ -65,7 +85,8 @@ char k_name_stage_data[] = "stage-data";
 char k_arg_stage_data[] = "SRC[:DEST][,...]";
 char k_usage_stage_data[] =
   "Copy files and directories, or unpack archives (tar, tar.gz/bz2/xz/zst, zip), into SLURM_TMPDIR on every node "
-  "before the job's first task there (implies --tmpdir; SRC:DEST:copy keeps an archive packed) [stagehand]";
+  "before the job's first task there (implies --tmpdir; SRC:DEST:copy keeps an archive packed; repeatable, all "
+  "add up; ~/ expands; \\, and \\: escape a comma or colon) [stagehand]";
 char k_name_stage_out[] = "stage-out";
 char k_arg_stage_out[] = "SRC[:DEST][,...]";
 char k_usage_stage_out[] =

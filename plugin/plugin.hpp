@@ -24,7 +24,7 @@ struct Options
 {
   std::optional<tmpdir::Request> tmpdir;
   std::optional<ddp::Mode> ddp_env;
-  std::optional<std::string> stage_data; // the raw value, syntax already checked
+  std::optional<std::string> stage_data; // every value given, ','-joined, syntax already checked
   std::optional<std::string> stage_out;  // the raw value, syntax already checked
 };
 
@@ -53,6 +53,9 @@ Result<Config> load(int ac, char** av);
 
 // Environment variable carrying the canonical --stage-data specs from sbatch/srun to the steps.
 inline constexpr const char* k_stage_env = "STAGEHAND_STAGE_DATA";
+// Where Slurm carries --stage-data's value to the remote side (sbatch's environment, and prefixed
+// with SLURM_SPANK_ in the job's control environment, which survives --export=NONE).
+inline constexpr const char* k_stage_option_env = "_SLURM_SPANK_OPTION_stagehand_stage_data";
 
 // Job control variables (spank_job_control_setenv) carrying --stage-out from sbatch/salloc/srun to
 // the epilog, which sees them with a "SPANK_" prefix: the canonical entries (absolute DESTs) and

@@ -86,7 +86,12 @@ int submit_init_post_opt(spank_t sp, int ac, char** av)
       return -1;
     }
     // Canonical absolute sources reach the steps through the job's environment.
-    ::setenv(k_stage_env, stage::canonical_option(*sources).c_str(), 1);
+    const std::string canonical = stage::canonical_option(*sources);
+    ::setenv(k_stage_env, canonical.c_str(), 1);
+    // Slurm forwards only the last of several --stage-data (it keeps one value per option): put
+    // all of them, checked, where the batch step reads the option, with or without --export=NONE.
+    ::setenv(k_stage_option_env, canonical.c_str(), 1);
+    spank_job_control_setenv(sp, k_stage_option_env, canonical.c_str(), 1);
   }
   return 0;
 }

@@ -3,7 +3,8 @@
 # then runs the phases in scripts/ci/ in order, stopping at the first failure, and always ends
 # with a summary (pass counts per Slurm release) and the total time:
 #
-#   1. Debian's Slurm 22.05: build from scratch (-Werror), unit tests, fuzzing, cluster suite
+#   1. Debian's Slurm 22.05: build from scratch (-Werror), unit tests, fuzzing, cluster suite, then
+#      ASan+UBSan: the unit tests and a subset of the cluster suite once more (scripts/ci/sanitize.sh)
 #   2. Slurm 25.11.7 built from ../shared/slurm (once per machine, cached by the tarball's
 #      sha256 under /var/cache/stagehand-ci): build with -DSLURM_ROOT, unit tests, cluster suite
 #   3. packages: the .deb (lintian, systemd-analyze, man -l), installed and used by a two-node
@@ -31,6 +32,7 @@ ci_phase "build (Debian's Slurm)" "$ci/build.sh" "$build"
 ci_phase "unit tests (Debian's Slurm)" "$ci/unit.sh" "$build"
 ci_phase "fuzzing" "$ci/fuzz.sh" "$build"
 ci_phase "cluster tests (Debian's Slurm)" "$ci/cluster.sh" "$build"
+ci_phase "sanitizers (ASan+UBSan: unit tests, cluster subset)" "$ci/sanitize.sh" "$build"
 
 slurm_prefix_file=$(mktemp)
 ci_phase "Slurm 25.11.7 (cached by sha256)" bash -c '"$1" >"$2"' _ "$ci/build-slurm.sh" "$slurm_prefix_file"

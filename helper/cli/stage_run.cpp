@@ -197,8 +197,9 @@ int stage_run_checked(const std::vector<std::string>& args)
     return kind && *kind == stage::ArchiveKind::archive;
   };
   const bool daemon = !a.socket.empty() && a.job_id != 0;
-  // With a daemon the content decides there (as the service user); without one, here.
-  auto sources = stage::check_sources(*specs, base, config, daemon ? stage::ArchiveProbe() : is_archive);
+  // The content decides here, as the user, whether a file unpacks and so what its default
+  // destination is called (the daemon reads the same content with the same formats).
+  auto sources = stage::check_sources(*specs, base, config, is_archive);
   if (!sources) {
     return fail(sources.error().message);
   }
@@ -218,10 +219,6 @@ int stage_run_checked(const std::vector<std::string>& args)
     case DaemonOutcome::failed:
       return fail(failure);
     case DaemonOutcome::unavailable:
-      sources = stage::check_sources(*specs, base, config, is_archive); // decide unpacking by content here
-      if (!sources) {
-        return fail(sources.error().message);
-      }
       break;
     }
   }

@@ -249,3 +249,26 @@ TEST(ExtractHostile, ErrorsCarryTheirKind)
   EXPECT_EQ(kind_of("bomb.tar.gz", limits), ErrorKind::limit);
   EXPECT_EQ(kind_of("truncated.tar.gz"), ErrorKind::corrupt);
 }
+
+// Issue 10 item 23: Python's tarfile writes a pax header before a non-ASCII first name; libarchive
+// reads it with a warning under the C locale (slurmstepd's): still an archive, and unpacked with
+// the name's UTF-8 bytes.
+TEST(Extract, PaxHeaderFirstEntryIsAnArchive)
+{
+  Sandbox box;
+  const std::string tar = box.archives + "/pax.tar";
+  ASSERT_EQ(sh("cd '" + box.archives + "' && python3 -c \"import io, tarfile\n"
+               "with tarfile.open('pax.tar', 'w', format=tarfile.PAX_FORMAT) as t:\n"
+               "    for name in ('d\\u00e9j\\u00e0-vu.txt', 'plain.txt'):\n"
+               "        data = name.encode() + b'\\\\n'\n"
+               "        info = tarfile.TarInfo(name); info.size = len(data)\n"
+               "        t.addfile(info, io.BytesIO(data))\n\""),
+            0);
+  ASSERT_EQ(sh("head -c 512 '" + tar + "' | grep -q 'PaxHeader\\|path='"), 0) << "no pax header first";
+  EXPECT_EQ(box.probe(tar), ArchiveKind::archive);
+  auto stats = box.extract(tar);
+  ASSERT_TRUE(stats) << stats.error().message;
+  EXPECT_EQ(stats->files, 2U);
+  EXPECT_EQ(read_file(box.dest + "/d\xc3\xa9j\xc3\xa0-vu.txt"), "d\xc3\xa9j\xc3\xa0-vu.txt\n");
+  EXPECT_EQ(read_file(box.dest + "/plain.txt"), "plain.txt\n");
+}

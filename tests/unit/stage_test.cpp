@@ -40,9 +40,107 @@ TEST(StageSpec, Grammar)
   EXPECT_EQ((*specs)[2].unpack, Unpack::never);
   EXPECT_EQ((*specs)[3].dest, "y");
   EXPECT_EQ(parse_stage_option("a,,b").error().message, "--stage-data: empty entry in \"a,,b\"");
-  EXPECT_EQ(parse_stage_option("a:b:zip").error().message, "--stage-data: a:b:zip: unknown flag \"zip\" (the only one is :copy)");
+  EXPECT_EQ(parse_stage_option("a:b:zip").error().message, "--stage-data: a:b:zip: unknown flag \"zip\" (the only one is :copy; write \\: for a colon in a name)");
   EXPECT_FALSE(parse_stage_option(""));
   EXPECT_FALSE(parse_stage_option(":dest"));
+}
+
+// Issue 10 items 11 and 24: "\," and "\:" put a comma or colon into a name; "\~" a literal tilde.
+TEST(StageSpec, BackslashEscapes)
+{
+  auto specs = parse_stage_option("data/a\\,b:x\\:y,c\\\\d,\\~lit,~/home:h:copy");
+  ASSERT_TRUE(specs) << specs.error().message;
+  ASSERT_EQ(specs->size(), 4U);
+  EXPECT_EQ((*specs)[0].src, "data/a,b");
+  EXPECT_EQ((*specs)[0].dest, "x:y");
+  EXPECT_EQ((*specs)[1].src, "c\\d");
+  EXPECT_EQ((*specs)[2].src, "~lit");
+  EXPECT_EQ((*specs)[2].tilde, Tilde::literal);
+  EXPECT_EQ((*specs)[3].src, "~/home");
+  EXPECT_EQ((*specs)[3].tilde, Tilde::expand);
+  EXPECT_EQ((*specs)[3].unpack, Unpack::never);
+  EXPECT_FALSE(parse_stage_option("data/a\\"));
+  EXPECT_EQ(escape_spec_field("a,b:c\\d"), "a\\,b\\:c\\\\d");
+  auto again = parse_stage_option(escape_spec_field("/x/a,b:c") + ":" + escape_spec_field("d:e,f"));
+  ASSERT_TRUE(again);
+  ASSERT_EQ(again->size(), 1U);
+  EXPECT_EQ((*again)[0].src, "/x/a,b:c");
+  EXPECT_EQ((*again)[0].dest, "d:e,f");
+}
+
+// Issue 10 item 21: "~/x" and "~name/x" as the shell expands them.
+TEST(StageSpec, TildeExpandsLikeTheShell)
+{
+  const char* old = std::getenv("HOME");
+  const std::string saved = old ? old : "";
+  ::setenv("HOME", "/home/someone", 1);
+  EXPECT_EQ(expand_tilde("~/datasets/x", Tilde::expand), "/home/someone/datasets/x");
+  EXPECT_EQ(expand_tilde("~", Tilde::expand), "/home/someone");
+  EXPECT_EQ(expand_tilde("~/datasets/x", Tilde::literal), "~/datasets/x");
+  EXPECT_EQ(expand_tilde("~root/x", Tilde::expand), "/root/x");
+  EXPECT_EQ(expand_tilde("~no-such-user-h10/x", Tilde::expand), "~no-such-user-h10/x");
+  TempDir dir;
+  sh("mkdir -p '" + dir.path() + "/datasets/x' && head -c 10 /dev/zero > '" + dir.path() + "/datasets/x/f'");
+  ::setenv("HOME", dir.path().c_str(), 1);
+  auto ok = check_sources(*parse_stage_option("~/datasets/x"), "/nonexistent", StageConfig{});
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_EQ((*ok)[0].path, dir.path() + "/datasets/x");
+  EXPECT_EQ((*ok)[0].dest, "x");
+  EXPECT_EQ(error_of(check_sources(*parse_stage_option("~/nope"), "/nonexistent", StageConfig{})),
+            "--stage-data: ~/nope: no such file or directory (" + dir.path() + "/nope)");
+  if (old) {
+    ::setenv("HOME", saved.c_str(), 1);
+  } else {
+    ::unsetenv("HOME");
+  }
+}
+
+// Issue 10 items 11 and 22: names with ',' and ':' survive the canonical form; the same source
+// given twice (two #SBATCH lines) counts once; different ones add up.
+TEST(StageCheck, EscapedCanonicalAndMergedRepeats)
+{
+  TempDir dir;
+  sh("cd '" + dir.path() + "' && mkdir -p 'data/a,b:c' && head -c 100 /dev/zero > 'data/a,b:c/f' && "
+     "head -c 50 /dev/zero > 'data/x:y,z.bin'");
+  StageConfig config;
+  config.max_bytes = 160; // both once fit; counted twice they would not
+  auto ok = check_sources(*parse_stage_option("data/a\\,b\\:c,data/x\\:y\\,z.bin,data/a\\,b\\:c"), dir.path(), config);
+  ASSERT_TRUE(ok) << ok.error().message;
+  ASSERT_EQ(ok->size(), 2U);
+  EXPECT_EQ((*ok)[0].dest, "data/a,b:c");
+  EXPECT_EQ((*ok)[1].dest, "data/x:y,z.bin");
+  auto node = check_sources(*parse_stage_option(canonical_option(*ok)), "/", config, [](int) { return false; });
+  ASSERT_TRUE(node) << node.error().message;
+  ASSERT_EQ(node->size(), 2U);
+  EXPECT_EQ((*node)[0].path, dir.path() + "/data/a,b:c");
+  EXPECT_EQ((*node)[0].dest, "data/a,b:c");
+  EXPECT_EQ((*node)[1].path, dir.path() + "/data/x:y,z.bin");
+  EXPECT_EQ((*node)[1].dest, "data/x:y,z.bin");
+  // The same source to two places is two copies; two sources to one place is refused.
+  EXPECT_EQ(check_sources(*parse_stage_option("data/x\\:y\\,z.bin:p,data/x\\:y\\,z.bin:q"), dir.path(), {})->size(), 2U);
+  EXPECT_NE(error_of(check_sources(*parse_stage_option("data/x\\:y\\,z.bin:p,data/a\\,b\\:c:p"), dir.path(), {}))
+              .find("overlaps"),
+            std::string::npos);
+}
+
+// Issue 10 item 23: a file not looked at at submit keeps its name when the node finds it is not
+// an archive (and drops the suffix when it is).
+TEST(StageCheck, AutoDestinationKeepsTheNameOfACopiedFile)
+{
+  TempDir dir;
+  sh("cd '" + dir.path() + "' && mkdir data && echo not-a-tar > data/notes.tar");
+  auto submit = check_sources(*parse_stage_option("data/notes.tar"), dir.path(), StageConfig{});
+  ASSERT_TRUE(submit) << submit.error().message;
+  const std::string canonical = canonical_option(*submit);
+  EXPECT_EQ(canonical, dir.path() + "/data/notes.tar:data/notes.tar:auto");
+  auto as_copy = check_sources(*parse_stage_option(canonical), "/", StageConfig{}, [](int) { return false; });
+  ASSERT_TRUE(as_copy);
+  EXPECT_EQ((*as_copy)[0].dest, "data/notes.tar");
+  EXPECT_FALSE((*as_copy)[0].unpack);
+  auto as_archive = check_sources(*parse_stage_option(canonical), "/", StageConfig{}, [](int) { return true; });
+  ASSERT_TRUE(as_archive);
+  EXPECT_EQ((*as_archive)[0].dest, "data/notes");
+  EXPECT_TRUE((*as_archive)[0].unpack);
 }
 
 TEST(StageSpec, ArchiveSuffixes)
@@ -71,8 +169,9 @@ TEST(StageCheck, DestinationsAndSizes)
   EXPECT_EQ((*ok)[1].dest, "x/y.bin");
   EXPECT_EQ((*ok)[2].dest, "pack"); // absolute: basename without the archive suffix
   EXPECT_EQ((*ok)[2].path, dir.path() + "/data/pack.tar");
+  // Content not looked at (no probe): the node names it "pack" only if it unpacks (":auto").
   EXPECT_EQ(canonical_option(*ok), dir.path() + "/data/tree:data/tree," + dir.path() + "/data/file.bin:x/y.bin," +
-                                     dir.path() + "/data/pack.tar:pack");
+                                     dir.path() + "/data/pack.tar:pack.tar:auto");
 
   auto up = check_sources(*parse_stage_option("../data/file.bin"), dir.path() + "/data", config);
   ASSERT_TRUE(up) << up.error().message;
@@ -236,4 +335,36 @@ TEST(StageAll, ALimitNamesTheSourceOnce)
   EXPECT_EQ(pack.message, "--stage-data: data/pack.tar: unpacks to more than 1000 bytes (limit)");
   EXPECT_EQ(pack.kind, ErrorKind::limit);
   EXPECT_EQ(sh("test -z \"$(ls -A '" + dir / "tmp" + "')\""), 0) << "partial data left behind";
+}
+
+// Issue 10 item 9: max_bytes counts what will be written. A tar of many small files is far larger
+// than its content (512-byte headers, padding): it stages under a limit its packed size exceeds;
+// a small gzip that unpacks past the limit stops there with one line and leaves nothing.
+TEST(StageAll, MaxBytesCountsWhatIsWrittenNotThePackedSize)
+{
+  TempDir dir;
+  sh("cd '" + dir.path() + "' && mkdir -p tmp tmp2 data/small && cd data/small && for i in $(seq 1 300); do echo $i > f$i; done && "
+     "cd .. && tar cf small.tar -C small . && "
+     "head -c 3000000 /dev/zero > zeros && tar czf zeros.tar.gz zeros");
+  StageConfig config;
+  config.max_bytes = 100000; // small.tar is >= 300 * 1024 bytes packed, ~1.2 kB of content
+  for (const ArchiveProbe& probe : {ArchiveProbe(), ArchiveProbe([](int) { return true; })}) {
+    auto sources = check_sources(*parse_stage_option("data/small.tar"), dir.path(), config, probe);
+    ASSERT_TRUE(sources) << sources.error().message;
+  }
+  StageLimits limits;
+  limits.max_bytes = config.max_bytes;
+  auto sources = check_sources(*parse_stage_option("data/small.tar"), dir.path(), config, [](int) { return true; });
+  UniqueFd tmp(::open((dir / "tmp").c_str(), O_RDONLY | O_DIRECTORY));
+  auto r = stage_all(*sources, tmp.get(), dir / "tmp", limits);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(read_file(dir / "tmp/data/small/f300"), "300\n");
+  // 3 MB of zeros packed into a few kB: allowed at submit, stopped while unpacking.
+  auto bomb = check_sources(*parse_stage_option("data/zeros.tar.gz"), dir.path(), config, [](int) { return true; });
+  ASSERT_TRUE(bomb) << bomb.error().message;
+  UniqueFd tmp2(::open((dir / "tmp2").c_str(), O_RDONLY | O_DIRECTORY));
+  auto stopped = stage_all(*bomb, tmp2.get(), dir / "tmp2", limits);
+  ASSERT_FALSE(stopped);
+  EXPECT_EQ(stopped.error().message, "--stage-data: data/zeros.tar.gz: unpacks to more than 100000 bytes (limit)");
+  EXPECT_EQ(sh("test -z \"$(ls -A '" + dir / "tmp2" + "')\""), 0) << "partial data left behind";
 }

@@ -1,5 +1,6 @@
 // Config parsing: every unknown key, wrong type and bad value is an error naming file, line, key.
 #include "stagehand/config/config.hpp"
+#include "stagehand/config/text_check.hpp"
 
 #include "stagehand/config/keys.hpp"
 #include "stagehand/fs/io.hpp"
@@ -344,6 +345,10 @@ Status parse_daemon(const Parser& p, const toml::node& node, DaemonConfig& c)
 
 Result<Config> parse_config(std::string_view text, std::string_view source)
 {
+  if (auto at = unsafe_non_ascii(text)) { // never hand toml++ 3.3 what it mishandles (text_check.hpp)
+    return Error::config(std::string(source) + ":" + std::to_string(at->line) + ":" + std::to_string(at->column) +
+                         ": a non-ASCII character (allowed only in whole-line # comments)");
+  }
   toml::table root;
   try {
     root = toml::parse(text, source);

@@ -91,7 +91,8 @@ Result<ArchiveKind> probe_archive(int fd)
   ArchiveKind kind = ArchiveKind::not_an_archive;
   if (a) {
     struct archive_entry* e = nullptr;
-    if (archive_read_next_header(a->get(), &e) == ARCHIVE_OK) {
+    // ARCHIVE_WARN: readable with a remark (a pax header whose UTF-8 name this locale cannot show).
+    if (const int r = archive_read_next_header(a->get(), &e); r == ARCHIVE_OK || r == ARCHIVE_WARN) {
       kind = ArchiveKind::archive;
     }
   }

@@ -9,6 +9,7 @@
 #include "stagehand/util/strings.hpp"
 
 #include <dirent.h>
+#include <pwd.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,12 +27,15 @@ namespace {
 constexpr std::string_view k_archive_suffixes[] = {".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tgz", ".tbz2",
                                                    ".txz",    ".tzst",    ".tar",    ".zip"};
 
-Error refuse(const std::string& shown, const std::string& why, const std::string& base_dir = {},
+// `where`: the directory a relative source was looked for in, or "= PATH" for what "~" became.
+Error refuse(const std::string& shown, const std::string& why, const std::string& where = {},
              ErrorKind kind = ErrorKind::refused)
 {
   std::string msg = "--stage-data: " + shown + ": " + why;
-  if (!base_dir.empty() && !shown.empty() && shown.front() != '/') {
-    msg += " (relative to " + base_dir + ")";
+  if (where.starts_with("= ")) {
+    msg += " (" + where.substr(2) + ")";
+  } else if (!where.empty()) {
+    msg += " (relative to " + where + ")";
   }
   return Error{kind, kind == ErrorKind::limit ? EFBIG : EINVAL, std::move(msg)};
 }
@@ -91,40 +95,136 @@ std::string relative_default(const std::string& src, const std::string& canonica
   return canonical.substr(canonical.rfind('/') + 1);
 }
 
+constexpr std::string_view k_need = "--stage-data: needs SRC[:DEST][,SRC[:DEST]...]";
+
+// One spec from its fields (already unescaped); `item` is the spec as written, for messages.
+Result<StageSpec> make_spec(std::vector<std::string>& fields, Tilde tilde, const std::string& item)
+{
+  StageSpec spec;
+  spec.src = std::move(fields[0]);
+  spec.tilde = tilde;
+  if (fields.size() > 1) {
+    spec.dest = std::move(fields[1]);
+  }
+  if (fields.size() > 2) {
+    std::string flag = fields[2];
+    for (std::size_t i = 3; i < fields.size(); ++i) {
+      flag += ":" + fields[i];
+    }
+    if (flag == "copy") {
+      spec.unpack = Unpack::never;
+    } else if (flag == "auto" && !spec.dest.empty()) {
+      spec.dest_from = DestFrom::source_name;
+    } else {
+      return Error::refused("--stage-data: " + item + ": unknown flag \"" + flag +
+                            "\" (the only one is :copy; write \\: for a colon in a name)");
+    }
+  }
+  if (spec.src.empty()) {
+    return Error::refused("--stage-data: " + item + ": no source");
+  }
+  return spec;
+}
+
 } // namespace
 
 Result<std::vector<StageSpec>> parse_stage_option(std::string_view value)
 {
   std::vector<StageSpec> specs;
   if (value.empty() || value == "(null)") {
-    return Error::refused("--stage-data: needs SRC[:DEST][,SRC[:DEST]...]");
+    return Error::refused(std::string(k_need));
   }
-  for (std::string_view item : split(value, ',')) {
+  std::vector<std::string> fields(1);
+  std::string item; // as written
+  Tilde tilde = Tilde::literal;
+  auto finish = [&]() -> Status {
     if (item.empty()) {
       return Error::refused("--stage-data: empty entry in \"" + std::string(value) + "\"");
     }
-    StageSpec spec;
-    std::size_t c1 = item.find(':');
-    spec.src = std::string(item.substr(0, c1));
-    if (c1 != std::string_view::npos) {
-      std::string_view rest = item.substr(c1 + 1);
-      std::size_t c2 = rest.find(':');
-      spec.dest = std::string(rest.substr(0, c2));
-      if (c2 != std::string_view::npos) {
-        std::string_view flag = rest.substr(c2 + 1);
-        if (flag != "copy") {
-          return Error::refused("--stage-data: " + std::string(item) + ": unknown flag \"" + std::string(flag) +
-                                "\" (the only one is :copy)");
-        }
-        spec.unpack = Unpack::never;
+    auto spec = make_spec(fields, tilde, item);
+    if (!spec) {
+      return spec.error();
+    }
+    specs.push_back(std::move(*spec));
+    fields.assign(1, std::string());
+    item.clear();
+    tilde = Tilde::literal;
+    return ok_status();
+  };
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const char ch = value[i];
+    if (ch == '\\') {
+      if (i + 1 == value.size()) {
+        return Error::refused("--stage-data: \"" + std::string(value) + "\" ends with a lone backslash");
       }
+      fields.back() += value[++i];
+      item += value.substr(i - 1, 2);
+      continue;
     }
-    if (spec.src.empty()) {
-      return Error::refused("--stage-data: " + std::string(item) + ": no source");
+    if (ch == ',') {
+      if (auto done = finish(); !done) {
+        return done.error();
+      }
+      continue;
     }
-    specs.push_back(std::move(spec));
+    if (ch == ':') {
+      fields.emplace_back();
+    } else {
+      if (ch == '~' && item.empty()) {
+        tilde = Tilde::expand;
+      }
+      fields.back() += ch;
+    }
+    item += ch;
+  }
+  if (auto done = finish(); !done) {
+    return done.error();
   }
   return specs;
+}
+
+std::string escape_spec_field(std::string_view name)
+{
+  std::string out;
+  out.reserve(name.size());
+  for (char ch : name) {
+    if (ch == '\\' || ch == ',' || ch == ':') {
+      out += '\\';
+    }
+    out += ch;
+  }
+  return out;
+}
+
+std::string expand_tilde(std::string_view src, Tilde tilde)
+{
+  if (tilde != Tilde::expand || src.empty() || src.front() != '~') {
+    return std::string(src);
+  }
+  const std::size_t slash = src.find('/');
+  const std::string user(src.substr(1, slash == std::string_view::npos ? std::string_view::npos : slash - 1));
+  const std::string_view rest = slash == std::string_view::npos ? std::string_view() : src.substr(slash);
+  std::string home;
+  std::vector<char> buf(16384);
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  if (user.empty()) {
+    const char* env_home = std::getenv("HOME");
+    if (env_home && env_home[0] == '/') {
+      home = env_home;
+    } else if (::getpwuid_r(::getuid(), &pw, buf.data(), buf.size(), &found) == 0 && found) {
+      home = found->pw_dir;
+    }
+  } else if (::getpwnam_r(user.c_str(), &pw, buf.data(), buf.size(), &found) == 0 && found) {
+    home = found->pw_dir;
+  }
+  if (home.empty()) {
+    return std::string(src); // as the shell: an unknown name stays as written
+  }
+  while (home.size() > 1 && home.back() == '/' && !rest.empty()) {
+    home.pop_back();
+  }
+  return home == "/" && !rest.empty() ? std::string(rest) : home + std::string(rest);
 }
 
 std::string strip_archive_suffix(std::string_view name)
@@ -146,16 +246,19 @@ Result<std::vector<CheckedSource>> check_sources(const std::vector<StageSpec>& s
     CheckedSource c;
     c.shown = spec.src;
     c.mode = spec.unpack;
-    std::string joined = spec.src.front() == '/' ? spec.src : base_dir + "/" + spec.src;
+    const std::string src = expand_tilde(spec.src, spec.tilde);
+    // Said after a message: where a relative source was looked for, or what "~" became.
+    const std::string where = src.front() != '/' ? base_dir : src != spec.src ? "= " + src : std::string();
+    std::string joined = src.front() == '/' ? src : base_dir + "/" + src;
     char resolved[PATH_MAX];
     if (!::realpath(joined.c_str(), resolved)) {
-      return refuse(spec.src, errno == ENOENT ? "no such file or directory" : std::strerror(errno), base_dir);
+      return refuse(spec.src, errno == ENOENT ? "no such file or directory" : std::strerror(errno), where);
     }
     c.path = resolved;
     // One open, every decision on the descriptor (the node opens the same way while staging).
     auto opened = open_source(c.path, SourceKind::any, config.allowed_roots);
     if (!opened) {
-      return refuse(spec.src, opened.error().message, base_dir);
+      return refuse(spec.src, opened.error().message, where);
     }
     const int fd = opened->fd.get();
     const struct stat& st = opened->st;
@@ -165,29 +268,51 @@ Result<std::vector<CheckedSource>> check_sources(const std::vector<StageSpec>& s
       auto bytes = tree_bytes(fd, spec.src);
       if (!bytes) {
         const bool mount = bytes.error().code == EXDEV; // a mount inside: said as it is
-        return refuse(spec.src, (mount ? "" : "unreadable: ") + bytes.error().message, base_dir);
+        return refuse(spec.src, (mount ? "" : "unreadable: ") + bytes.error().message, where);
       }
       c.bytes = *bytes;
-      default_dest = relative_default(spec.src, c.path);
+      default_dest = relative_default(src, c.path);
     } else { // open_source let only a file or a directory through
       c.bytes = static_cast<std::uint64_t>(st.st_size);
       if (spec.unpack == Unpack::if_archive) {
         c.unpack = probe ? probe(fd) : true; // without a probe: decided on the node
+        c.decided = static_cast<bool>(probe);
       }
-      std::string name = relative_default(spec.src, c.path);
-      default_dest = c.unpack ? strip_archive_suffix(name) : name;
+      default_dest = relative_default(src, c.path);
     }
-    auto dest = normal_dest(spec.src, spec.dest.empty() ? default_dest : spec.dest);
-    if (!dest) {
-      return dest.error();
+    c.dest_from = spec.dest.empty() ? DestFrom::source_name : spec.dest_from;
+    auto named = normal_dest(spec.src, spec.dest.empty() ? default_dest : spec.dest);
+    if (!named) {
+      return named.error();
     }
-    c.dest = *dest;
+    c.named_dest = *named;
+    c.dest = c.named_dest;
+    if (!c.is_dir && c.unpack && c.dest_from == DestFrom::source_name) {
+      auto stripped = normal_dest(spec.src, strip_archive_suffix(c.named_dest)); // only an archive that unpacks
+      if (!stripped) {
+        return stripped.error();
+      }
+      c.dest = *stripped;
+    }
+    bool merged = false; // the same source to the same place (one per #SBATCH line, twice): once
     for (const auto& other : out) {
+      if (other.path == c.path && other.dest == c.dest && other.mode == c.mode) {
+        merged = true;
+        break;
+      }
       if (path_under(c.dest, other.dest) || path_under(other.dest, c.dest)) {
         return refuse(spec.src, "destination \"" + c.dest + "\" overlaps \"" + other.dest + "\" (from " + other.shown + ")");
       }
     }
-    total += c.bytes;
+    if (merged) {
+      continue;
+    }
+    // max_bytes counts what will be written: an archive that unpacks counts while it unpacks (the
+    // extractor stops at the limit), never by its packed size; without a probe, a file named like
+    // an archive is taken for one.
+    const bool unpacks = !c.is_dir && c.unpack &&
+                         (c.decided || strip_archive_suffix(c.named_dest) != c.named_dest);
+    total += unpacks ? 0 : c.bytes;
     if (total > config.max_bytes) {
       return refuse(spec.src,
                     "the sources total " + std::to_string(total) + " bytes, over [stage] max_bytes " +
@@ -203,7 +328,14 @@ std::string canonical_option(const std::vector<CheckedSource>& sources)
 {
   std::string out;
   for (const auto& s : sources) {
-    append_joined(out, ",", s.path + ":" + s.dest + (s.mode == Unpack::never ? ":copy" : ""));
+    std::string spec = escape_spec_field(s.path) + ":";
+    if (!s.is_dir && !s.decided && s.dest_from == DestFrom::source_name) {
+      // Not looked at: the name as it is; the node drops the suffix if it unpacks.
+      spec += escape_spec_field(s.named_dest) + ":auto";
+    } else {
+      spec += escape_spec_field(s.dest) + (s.mode == Unpack::never ? ":copy" : "");
+    }
+    append_joined(out, ",", spec);
   }
   return out;
 }
