@@ -4,6 +4,8 @@
 // when the daemon cannot (not running, crashed, no cache), it stages in this process.
 #include "stage_run.hpp"
 
+#include "progress_reporter.hpp"
+
 #include "stagehand/fs/io.hpp"
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/fs/walk.hpp"
@@ -13,7 +15,6 @@
 #include "stagehand/stage/run.hpp"
 #include "stagehand/stage/spec.hpp"
 #include "stagehand/util/fd.hpp"
-#include "stagehand/util/units.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -33,22 +34,6 @@ void write_marker(int dir_fd, const std::string& name, const std::string& text)
   if (fd.valid()) {
     (void)fs::write_all(fd.get(), text, name); // best effort: the job's output has the line already
   }
-}
-
-// One progress line: source, percent, bytes done of total, rate, time left.
-void print_progress(const std::string& node, const proto::Progress& p)
-{
-  const double rate = p.seconds > 0 ? static_cast<double>(p.done_bytes) / p.seconds : 0;
-  if (p.total_bytes > 0 && p.done_bytes > 0) {
-    const double pct = 100.0 * static_cast<double>(p.done_bytes) / static_cast<double>(p.total_bytes);
-    const double left = rate > 0 ? static_cast<double>(p.total_bytes - std::min(p.total_bytes, p.done_bytes)) / rate : 0;
-    std::printf("stagehand: %s: staging %s: %.0f%%, %s of %s, %s/s, %.0f s left\n", node.c_str(), p.source.c_str(), pct,
-                human_bytes(p.done_bytes).c_str(), human_bytes(p.total_bytes).c_str(), human_bytes(static_cast<std::uint64_t>(rate)).c_str(),
-                left);
-  } else {
-    std::printf("stagehand: %s: staging %s: %.0f s so far\n", node.c_str(), p.source.c_str(), p.seconds);
-  }
-  std::fflush(stdout);
 }
 
 // The outermost component of `dest` that does not exist yet ("data/x.bin" when the job made
@@ -228,7 +213,12 @@ int stage_run_checked(const std::vector<std::string>& args)
   stage::StageLimits limits;
   limits.max_bytes = config.max_bytes;
   limits.allowed_roots = config.allowed_roots;
-  auto lines = stage::stage_all(*sources, root.get(), a.tmpdir, limits);
+  stage::ProgressBoard board;
+  limits.progress = &board;
+  auto lines = [&] {
+    const ProgressReporter reporter(a.node, std::chrono::seconds(a.progress_interval), state.get(), board);
+    return stage::stage_all(*sources, root.get(), a.tmpdir, limits);
+  }();
   if (!lines) {
     return fail(lines.error().message);
   }
