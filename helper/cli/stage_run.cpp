@@ -4,6 +4,7 @@
 // when the daemon cannot (not running, crashed, no cache), it stages in this process.
 #include "stage_run.hpp"
 
+#include "broadcast.hpp"
 #include "progress_reporter.hpp"
 
 #include "stagehand/fs/io.hpp"
@@ -198,6 +199,7 @@ int stage_run_checked(const std::vector<std::string>& args)
     std::string failure;
     switch (stage_via_daemon(a, *sources, root.get(), failure)) {
     case DaemonOutcome::staged:
+      remove_delivery(a, root.get(), sources->size()); // a reader without a daemon may have sent one
       write_marker(state.get(), done, "");
       return 0;
     case DaemonOutcome::failed:
@@ -210,19 +212,30 @@ int stage_run_checked(const std::vector<std::string>& args)
       break;
     }
   }
+  // Multi-node jobs: file sources read once and delivered by Slurm's broadcast (broadcast.hpp).
+  const Delivery delivery = take_part(a, root.get(), *sources);
   stage::StageLimits limits;
   limits.max_bytes = config.max_bytes;
   limits.allowed_roots = config.allowed_roots;
+  if (delivery.used && !limits.allowed_roots.empty()) {
+    limits.allowed_roots.push_back(a.tmpdir); // the delivered copies; the sources were checked by the reader
+  }
   stage::ProgressBoard board;
   limits.progress = &board;
   auto lines = [&] {
     const ProgressReporter reporter(a.node, std::chrono::seconds(a.progress_interval), state.get(), board);
-    return stage::stage_all(*sources, root.get(), a.tmpdir, limits);
+    return stage::stage_all(delivery.sources, root.get(), a.tmpdir, limits);
   }();
+  remove_delivery(a, root.get(), sources->size());
   if (!lines) {
     return fail(lines.error().message);
   }
-  for (const auto& line : *lines) {
+  for (std::size_t i = 0; i < lines->size(); ++i) {
+    std::string line = (*lines)[i];
+    const std::string tail = " (no cache)";
+    if (delivery.used && i < delivery.sources.size() && !delivery.sources[i].is_dir && line.ends_with(tail)) {
+      line.insert(line.size() - tail.size(), ", " + delivery.note);
+    }
     std::printf("stagehand: %s: %s\n", a.node.c_str(), line.c_str());
   }
   std::fflush(stdout);
