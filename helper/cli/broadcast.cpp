@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -176,6 +177,8 @@ Delivery read_and_broadcast(const stage::StageRequest& a, int root_fd, const std
     // sbcast reads that very file through /dev/fd.
     auto in = stage::open_source(s.path, stage::SourceKind::file, a.allowed_roots);
     if (!in) {
+      (void)broadcast_marker(a, root_fd, stage::bcast_failed_name(a.specs)); // receivers stop waiting
+      remove_delivery(a, root_fd, sources.size());
       return unchanged; // staging below says why, naming the source
     }
     std::string local;
@@ -256,6 +259,9 @@ Delivery await_delivery(const stage::StageRequest& a, int root_fd, const std::ve
 Delivery take_part(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources)
 {
   Delivery unchanged{sources, "", false};
+  if (std::none_of(sources.begin(), sources.end(), [](const auto& s) { return !s.is_dir; })) {
+    return unchanged; // directories only: every node reads them, nobody broadcasts or waits
+  }
   const bool delivered = exists(root_fd, stage::bcast_done_name(a.specs)) && all_copies_here(a, root_fd, sources);
   switch (a.bcast) {
   case stage::BcastRole::none:

@@ -24,6 +24,7 @@ setup_file() {
   # 48 MiB: the archive probes (up to 1 MiB at submission and on each node) stay under 10%.
   mkdir -p "$W/bc-src/s" && seq 1 100000 >"$W/bc-src/s/numbers.txt" && head -c 48M /dev/urandom >"$W/bc-src/s/blob"
   tar -C "$W/bc-src" -czf "$W/bc-src/small.tar.gz" s && rm -rf "$W/bc-src/s"
+  mkdir -p "$W/bc-src/tree/sub" && echo leaf >"$W/bc-src/tree/sub/f"
   chown -R "$STAGEHAND_TEST_USER:" "$W/bc-src" "$W/bshared"
   # Mounted before the nodes move into their namespaces: they keep a view of it.
   setsid /usr/bin/python3 "$SHAREDFS" "$W/bc-src" "$W/bshared" >"$STAGEHAND_CLUSTER_DIR/log/bcastfs.log" 2>&1 &
@@ -98,6 +99,20 @@ EOF2
   echo "$LAST_OUTPUT" | grep -qx "small ok on node2"
   echo "$LAST_OUTPUT" | grep -q '^stagehand: node2: unpacked .*small.tar.gz -> .* from the broadcast (sbcast) (no cache)$'
   [ "$read" -le $(( size * 11 / 10 )) ]
+}
+
+@test "a directory source is read on every node: no broadcast, nobody waits for one" {
+  script dirstep.sh <<'EOF2'
+#!/bin/bash
+srun -N2 --ntasks-per-node=1 --stage-data=bshared/tree:tree bash -c '
+  test "$(cat "$SLURM_TMPDIR/tree/sub/f")" = leaf && echo "tree ok on $SLURMD_NODENAME"'
+EOF2
+  submit -N2 dirstep.sh
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -qx "tree ok on node1"
+  echo "$LAST_OUTPUT" | grep -qx "tree ok on node2"
+  [ "$(echo "$LAST_OUTPUT" | grep -c '^stagehand: node[12]: copied .*/tree -> .*/tree: 1 files, .* (no cache)$')" -eq 2 ]
+  ! echo "$LAST_OUTPUT" | grep -q 'broadcast'
 }
 
 @test "when sbcast cannot run, the waiting node says so in one line and reads the source itself" {
