@@ -121,8 +121,9 @@ bool mappable(int fd)
 // What sbcast reads for a source open at `fd`: /dev/fd/N, the very file checked; or, when it
 // cannot be mapped, a node-local copy in the state directory (read once all the same) that
 // `local` names for removal.
-Result<std::string> sbcast_input(const stage::StageRequest& a, int root_fd, int fd, std::size_t index,
-                                 const std::string& shown, std::string& local)
+Result<std::string> sbcast_input(const stage::StageRequest& a, int root_fd, int fd, std::uint64_t size,
+                                 std::size_t index, const std::string& shown, std::string& local,
+                                 stage::ProgressBoard* board)
 {
   if (mappable(fd)) {
     return "/dev/fd/" + std::to_string(fd);
@@ -134,10 +135,24 @@ Result<std::string> sbcast_input(const stage::StageRequest& a, int root_fd, int 
     return Error::from_errno(local);
   }
   stage::CopyStats stats;
+  const stage::ProgressScope progress(board, shown, fd, size);
   if (auto st = stage::copy_into(fd, out.get(), a.max_bytes, stats, shown); !st) {
     return st.error();
   }
   return a.tmpdir + "/" + local;
+}
+
+std::string seconds_since(Clock::time_point t0)
+{
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f s", std::chrono::duration<double>(Clock::now() - t0).count());
+  return buf;
+}
+
+std::uint64_t size_at(int root_fd, const std::string& name)
+{
+  struct stat st {};
+  return ::fstatat(root_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
 }
 
 // The sources with each file source read from its delivered copy.
@@ -163,8 +178,10 @@ bool all_copies_here(const stage::StageRequest& a, int root_fd, const std::vecto
   return true;
 }
 
-Delivery read_and_broadcast(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources)
+Delivery read_and_broadcast(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources,
+                            stage::ProgressBoard* board)
 {
+  const auto t0 = Clock::now();
   Delivery unchanged{sources, "", false};
   std::size_t files = 0;
   for (std::size_t i = 0; i < sources.size(); ++i) {
@@ -182,11 +199,18 @@ Delivery read_and_broadcast(const stage::StageRequest& a, int root_fd, const std
       return unchanged; // staging below says why, naming the source
     }
     std::string local;
-    auto input = sbcast_input(a, root_fd, in->fd.get(), i, s.shown, local);
-    Status sent = input ? run_sbcast({"-f", "-j", a.bcast_scope, *input,
-                                      a.tmpdir + "/" + stage::bcast_copy_name(a.specs, i)},
-                                     in->fd.get())
-                        : Status(input.error());
+    const auto size = static_cast<std::uint64_t>(in->st.st_size);
+    auto input = sbcast_input(a, root_fd, in->fd.get(), size, i, s.shown, local, board);
+    Status sent = Status(Error::internal("not sent"));
+    if (input) {
+      // This node receives its own copy too: its size is the broadcast's progress.
+      const std::string copy = stage::bcast_copy_name(a.specs, i);
+      const stage::ProgressScope progress(board, s.shown + " (broadcast)", [root_fd, copy] { return size_at(root_fd, copy); },
+                                          size);
+      sent = run_sbcast({"-f", "-j", a.bcast_scope, *input, a.tmpdir + "/" + copy}, in->fd.get());
+    } else {
+      sent = input.error();
+    }
     if (!local.empty()) {
       (void)::unlinkat(root_fd, local.c_str(), 0);
     }
@@ -208,14 +232,30 @@ Delivery read_and_broadcast(const stage::StageRequest& a, int root_fd, const std
              "); every node reads the sources itself");
     return unchanged;
   }
-  return from_copies(a, sources, "read once, broadcast by sbcast");
+  return from_copies(a, sources, "read once, broadcast by sbcast in " + seconds_since(t0));
 }
 
 // Waits for the step's reader: its "done" or "failed" marker, with a deadline for the first sign
 // of it and for a delivery that stops growing.
-Delivery await_delivery(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources)
+Delivery await_delivery(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources,
+                        stage::ProgressBoard* board)
 {
   Delivery unchanged{sources, "", false};
+  std::string shown;
+  std::uint64_t total = 0;
+  for (const auto& s : sources) {
+    if (!s.is_dir) {
+      shown += (shown.empty() ? "" : ",") + s.shown;
+      total += s.bytes;
+    }
+  }
+  const stage::ProgressScope progress(board, shown + " (broadcast)", [&a, root_fd, n = sources.size()] {
+    std::uint64_t done = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      done += size_at(root_fd, stage::bcast_copy_name(a.specs, i));
+    }
+    return done;
+  }, total);
   const auto t0 = Clock::now();
   auto last_change = t0;
   std::uint64_t last_bytes = 0;
@@ -226,7 +266,7 @@ Delivery await_delivery(const stage::StageRequest& a, int root_fd, const std::ve
         say(a, "--stage-data: the broadcast said done but a copy is missing on this node; reading the sources here");
         return unchanged;
       }
-      return from_copies(a, sources, "from the broadcast (sbcast)");
+      return from_copies(a, sources, "from the broadcast (sbcast), waited " + seconds_since(t0));
     }
     if (exists(root_fd, stage::bcast_failed_name(a.specs))) {
       return unchanged; // the reader said why
@@ -256,7 +296,8 @@ Delivery await_delivery(const stage::StageRequest& a, int root_fd, const std::ve
 
 } // namespace
 
-Delivery take_part(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources)
+Delivery take_part(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources,
+                   stage::ProgressBoard* board)
 {
   Delivery unchanged{sources, "", false};
   if (std::none_of(sources.begin(), sources.end(), [](const auto& s) { return !s.is_dir; })) {
@@ -270,9 +311,9 @@ Delivery take_part(const stage::StageRequest& a, int root_fd, const std::vector<
     return delivered ? from_copies(a, sources, "from the broadcast (sbcast)") : unchanged;
   case stage::BcastRole::reader:
     // An earlier reader (the batch step) delivered here already: use it.
-    return delivered ? from_copies(a, sources, "from the broadcast (sbcast)") : read_and_broadcast(a, root_fd, sources);
+    return delivered ? from_copies(a, sources, "from the broadcast (sbcast)") : read_and_broadcast(a, root_fd, sources, board);
   case stage::BcastRole::receiver:
-    return delivered ? from_copies(a, sources, "from the broadcast (sbcast)") : await_delivery(a, root_fd, sources);
+    return delivered ? from_copies(a, sources, "from the broadcast (sbcast)") : await_delivery(a, root_fd, sources, board);
   }
   return unchanged;
 }

@@ -6,6 +6,7 @@
 // itself after one line saying why.
 #pragma once
 
+#include "stagehand/stage/progress.hpp"
 #include "stagehand/stage/request.hpp"
 #include "stagehand/stage/spec.hpp"
 
@@ -21,8 +22,10 @@ struct Delivery
   bool used = false;                         // whether any source comes from a delivered copy
 };
 
-// This node's part for `request.bcast`. `root_fd`: the job's directory.
-Delivery take_part(const stage::StageRequest& request, int root_fd, const std::vector<stage::CheckedSource>& sources);
+// This node's part for `request.bcast`. `root_fd`: the job's directory. The read and the
+// delivery show on `board` (the bytes of this node's copy), so progress lines go on meanwhile.
+Delivery take_part(const stage::StageRequest& request, int root_fd, const std::vector<stage::CheckedSource>& sources,
+                   stage::ProgressBoard* board);
 
 // Removes what a broadcast of these specs left in the job's directory (copies and markers).
 void remove_delivery(const stage::StageRequest& request, int root_fd, std::size_t sources);

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <optional>
 #include <cstdio>
 
 namespace stagehand::cli {
@@ -212,20 +213,20 @@ int stage_run_checked(const std::vector<std::string>& args)
       break;
     }
   }
+  stage::ProgressBoard board;
+  std::optional<ProgressReporter> reporter;
+  reporter.emplace(a.node, std::chrono::seconds(a.progress_interval), state.get(), board);
   // Multi-node jobs: file sources read once and delivered by Slurm's broadcast (broadcast.hpp).
-  const Delivery delivery = take_part(a, root.get(), *sources);
+  const Delivery delivery = take_part(a, root.get(), *sources, &board);
   stage::StageLimits limits;
   limits.max_bytes = config.max_bytes;
   limits.allowed_roots = config.allowed_roots;
   if (delivery.used && !limits.allowed_roots.empty()) {
     limits.allowed_roots.push_back(a.tmpdir); // the delivered copies; the sources were checked by the reader
   }
-  stage::ProgressBoard board;
   limits.progress = &board;
-  auto lines = [&] {
-    const ProgressReporter reporter(a.node, std::chrono::seconds(a.progress_interval), state.get(), board);
-    return stage::stage_all(delivery.sources, root.get(), a.tmpdir, limits);
-  }();
+  auto lines = stage::stage_all(delivery.sources, root.get(), a.tmpdir, limits);
+  reporter.reset();
   remove_delivery(a, root.get(), sources->size());
   if (!lines) {
     return fail(lines.error().message);

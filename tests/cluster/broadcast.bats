@@ -26,10 +26,15 @@ setup_file() {
   tar -C "$W/bc-src" -czf "$W/bc-src/small.tar.gz" s && rm -rf "$W/bc-src/s"
   mkdir -p "$W/bc-src/tree/sub" && echo leaf >"$W/bc-src/tree/sub/f"
   chown -R "$STAGEHAND_TEST_USER:" "$W/bc-src" "$W/bshared"
-  # Mounted before the nodes move into their namespaces: they keep a view of it.
+  rm -rf "$W/bc-slow-src" "$W/bslow" && mkdir -p "$W/bc-slow-src/p" "$W/bslow"
+  head -c 24M /dev/urandom >"$W/bc-slow-src/p/blob" && tar -C "$W/bc-slow-src" -cf "$W/bc-slow-src/slow.tar" p
+  rm -rf "$W/bc-slow-src/p"
+  chown -R "$STAGEHAND_TEST_USER:" "$W/bc-slow-src" "$W/bslow"
+  # Mounted before the nodes move into their namespaces: they keep a view of them.
   setsid /usr/bin/python3 "$SHAREDFS" "$W/bc-src" "$W/bshared" >"$STAGEHAND_CLUSTER_DIR/log/bcastfs.log" 2>&1 &
-  for _ in $(seq 1 50); do [ -e "$W/bshared/.sharedfs-stats" ] && break; sleep 0.1; done
-  [ -e "$W/bshared/.sharedfs-stats" ]
+  setsid /usr/bin/python3 "$SHAREDFS" "$W/bc-slow-src" "$W/bslow" --mbps 6 >"$STAGEHAND_CLUSTER_DIR/log/bcastslowfs.log" 2>&1 &
+  for _ in $(seq 1 50); do [ -e "$W/bshared/.sharedfs-stats" ] && [ -e "$W/bslow/.sharedfs-stats" ] && break; sleep 0.1; done
+  [ -e "$W/bshared/.sharedfs-stats" ] && [ -e "$W/bslow/.sharedfs-stats" ]
   for n in node1 node2; do
     "$CLUSTER" daemon-stop "$n"
     "$CLUSTER" node-restart "$n" private
@@ -40,7 +45,9 @@ teardown_file() {
   for n in node1 node2; do "$CLUSTER" node-restart "$n"; done
   TMPDIR_BASE="" set_tmpdir_config ""
   for n in node1 node2; do "$CLUSTER" daemon-start "$n"; done
-  fusermount -u "$STAGEHAND_CLUSTER_DIR/work/bshared" 2>/dev/null || umount -l "$STAGEHAND_CLUSTER_DIR/work/bshared" || true
+  for m in bshared bslow; do
+    fusermount -u "$STAGEHAND_CLUSTER_DIR/work/$m" 2>/dev/null || umount -l "$STAGEHAND_CLUSTER_DIR/work/$m" || true
+  done
 }
 
 setup() { TMPDIR_BASE="$SCRATCH/local" set_tmpdir_config ""; }
@@ -79,8 +86,8 @@ EOF2
     echo "$LAST_OUTPUT" | grep -qx "content ok on $n"
     echo "$LAST_OUTPUT" | grep -qx "no copy left on $n"
   done
-  echo "$LAST_OUTPUT" | grep -Eq '^stagehand: node1: unpacked .*/big.tar -> .*/big: 8 files, 256.0 MiB in .* s, read once, broadcast by sbcast \(no cache\)$'
-  echo "$LAST_OUTPUT" | grep -Eq '^stagehand: node2: unpacked .*/big.tar -> .*/big: 8 files, 256.0 MiB in .* s, from the broadcast \(sbcast\) \(no cache\)$'
+  echo "$LAST_OUTPUT" | grep -Eq '^stagehand: node1: unpacked .*/big.tar -> .*/big: 8 files, 256.0 MiB in .* s, read once, broadcast by sbcast in [0-9.]+ s \(no cache\)$'
+  echo "$LAST_OUTPUT" | grep -Eq '^stagehand: node2: unpacked .*/big.tar -> .*/big: 8 files, 256.0 MiB in .* s, from the broadcast \(sbcast\)(, waited [0-9.]+ s)? \(no cache\)$'
   [ "$read" -le $(( size * 11 / 10 )) ]
 }
 
@@ -97,8 +104,27 @@ EOF2
   [ "$JOB_RC" -eq 0 ]
   echo "$LAST_OUTPUT" | grep -qx "small ok on node1"
   echo "$LAST_OUTPUT" | grep -qx "small ok on node2"
-  echo "$LAST_OUTPUT" | grep -q '^stagehand: node2: unpacked .*small.tar.gz -> .* from the broadcast (sbcast) (no cache)$'
+  echo "$LAST_OUTPUT" | grep -q '^stagehand: node2: unpacked .*small.tar.gz -> .* from the broadcast (sbcast), waited [0-9.]* s (no cache)$'
   [ "$read" -le $(( size * 11 / 10 )) ]
+}
+
+@test "a long broadcast prints progress lines on the reader and the waiting node before their summaries" {
+  TMPDIR_BASE="$SCRATCH/local" set_tmpdir_config "" '[stage]
+progress_interval = "1s"'
+  script slowstep.sh <<'EOF2'
+#!/bin/bash
+srun -N2 --ntasks-per-node=1 --stage-data=bslow/slow.tar:slow true
+EOF2
+  submit -N2 slowstep.sh
+  [ "$JOB_RC" -eq 0 ]
+  # The reader reads (percent, rate, time left); the other node waits for its copy, which arrives
+  # after the read (sbcast then delivers at local speed): its lines say so while it waits.
+  for n in node1 node2; do
+    if [ $n = node1 ]; then left='[0-9]+ s left'; else left='([0-9]+ s left|time left unknown)'; fi
+    first=$(echo "$LAST_OUTPUT" | grep -nE "^stagehand: $n: staging .*slow.tar.*: [0-9]+%, .* of 24\.0 MiB, .*/s, $left$" | head -n1 | cut -d: -f1)
+    summary=$(echo "$LAST_OUTPUT" | grep -n "^stagehand: $n: unpacked .*slow.tar -> " | cut -d: -f1)
+    [ -n "$first" ] && [ -n "$summary" ] && [ "$first" -lt "$summary" ]
+  done
 }
 
 @test "a directory source is read on every node: no broadcast, nobody waits for one" {

@@ -69,6 +69,12 @@ TEST(Progress, BoardCountsTheSourceOffset)
   }
   EXPECT_FALSE(board.snapshot()); // between sources: nothing
   ::close(fd);
+  // A delivery being written elsewhere: its size is the bytes done.
+  board.begin("/g", [] { return std::uint64_t{700}; }, 1000);
+  auto p = board.snapshot();
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->done_bytes, 700U);
+  board.end();
 }
 
 TEST(Progress, RecordReaderTakesOnlyAFreshRegularFileBeneathTheJob)

@@ -25,6 +25,18 @@ void ProgressBoard::begin(const std::string& source, int fd, std::uint64_t total
   m_active = true;
   m_source = source;
   m_fd = fd;
+  m_done = nullptr;
+  m_total = total;
+  m_t0 = std::chrono::steady_clock::now();
+}
+
+void ProgressBoard::begin(const std::string& source, std::function<std::uint64_t()> done, std::uint64_t total)
+{
+  std::lock_guard lock(m_mutex);
+  m_active = true;
+  m_source = source;
+  m_fd = -1;
+  m_done = std::move(done);
   m_total = total;
   m_t0 = std::chrono::steady_clock::now();
 }
@@ -34,6 +46,7 @@ void ProgressBoard::end()
   std::lock_guard lock(m_mutex);
   m_active = false;
   m_fd = -1;
+  m_done = nullptr;
 }
 
 std::optional<proto::Progress> ProgressBoard::snapshot() const
@@ -48,6 +61,8 @@ std::optional<proto::Progress> ProgressBoard::snapshot() const
   if (m_fd >= 0) {
     const off_t at = ::lseek(m_fd, 0, SEEK_CUR);
     p.done_bytes = at > 0 ? static_cast<std::uint64_t>(at) : 0;
+  } else if (m_done) {
+    p.done_bytes = m_done();
   }
   p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m_t0).count();
   return p;

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -27,6 +28,9 @@ public:
   // the bytes done: every copy and extraction path reads through it), -1 for a directory;
   // `total` is its size, 0 when unknown.
   void begin(const std::string& source, int fd, std::uint64_t total);
+  // As above, with the bytes done told by `done` (e.g. the size of a copy being delivered); it
+  // is called under the board's lock.
+  void begin(const std::string& source, std::function<std::uint64_t()> done, std::uint64_t total);
   // Before the source's descriptor closes.
   void end();
   // From any thread: the current source, or nothing between sources.
@@ -37,6 +41,7 @@ private:
   bool m_active = false;
   std::string m_source;
   int m_fd = -1;
+  std::function<std::uint64_t()> m_done;
   std::uint64_t m_total = 0;
   std::chrono::steady_clock::time_point m_t0;
 };
@@ -49,6 +54,14 @@ public:
   {
     if (m_board) {
       m_board->begin(source, fd, total);
+    }
+  }
+  ProgressScope(ProgressBoard* board, const std::string& source, std::function<std::uint64_t()> done,
+                std::uint64_t total)
+    : m_board(board)
+  {
+    if (m_board) {
+      m_board->begin(source, std::move(done), total);
     }
   }
   ~ProgressScope()
