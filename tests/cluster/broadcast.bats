@@ -108,6 +108,22 @@ EOF2
   [ "$read" -le $(( size * 11 / 10 )) ]
 }
 
+# sbcast reads the very file the reader opened and checked, through /dev/fd/N.
+@test "a source sbcast can map (not on FUSE) is broadcast straight from the shared file" {
+  script direct.sh <<'EOF2'
+#!/bin/bash
+srun -N2 --ntasks-per-node=1 bash -c '
+  cmp <(seq 1 100000) "$SLURM_TMPDIR/direct/s/numbers.txt" && echo "direct ok on $SLURMD_NODENAME"'
+EOF2
+  submit -N2 --stage-data=bc-src/small.tar.gz:direct direct.sh
+  [ "$JOB_RC" -eq 0 ]
+  for n in node1 node2; do
+    echo "$LAST_OUTPUT" | grep -qx "direct ok on $n"
+  done
+  echo "$LAST_OUTPUT" | grep -q '^stagehand: node1: unpacked .*small.tar.gz -> .* read once, broadcast by sbcast in [0-9.]* s (no cache)$'
+  echo "$LAST_OUTPUT" | grep -q '^stagehand: node2: unpacked .*small.tar.gz -> .* from the broadcast (sbcast)'
+}
+
 @test "a long broadcast prints progress lines on the reader and the waiting node before their summaries" {
   TMPDIR_BASE="$SCRATCH/local" set_tmpdir_config "" '[stage]
 progress_interval = "1s"'
