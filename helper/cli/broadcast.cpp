@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <thread>
 
 namespace stagehand::cli {
@@ -67,11 +66,16 @@ Status run_sbcast(const std::vector<std::string>& args, int keep_fd)
       ::fcntl(keep_fd, F_SETFD, 0); // the source, as /dev/fd/N
     }
     ::execvp("sbcast", argv.data());
-    std::fprintf(stderr, "cannot run sbcast: %s\n", std::strerror(errno));
+    // Only async-signal-safe calls here: the progress reporter's thread may hold stdio's locks.
+    static const char k_missing[] = "cannot run sbcast: No such file or directory\n";
+    static const char k_other[] = "cannot run sbcast\n";
+    const bool missing = errno == ENOENT;
+    (void)!::write(2, missing ? k_missing : k_other, missing ? sizeof k_missing - 1 : sizeof k_other - 1);
     ::_exit(127);
   }
   wr.reset();
   auto out = fs::read_all(rd.get(), "sbcast", 64 * 1024);
+  rd.reset(); // past 64 KiB of output, sbcast must not block on a full pipe
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
