@@ -23,7 +23,8 @@ std::string signal_name(int sig)
 
 } // namespace
 
-int run_stage_helper(const std::string& helper_path, const stage::StageRequest& request)
+int run_stage_helper(const std::string& helper_path, const stage::StageRequest& request,
+                     const std::vector<std::string>& env)
 {
   std::vector<std::string> argv_s = {helper_path, stage::k_stage_run_command};
   for (auto& a : stage::request_args(request)) {
@@ -34,7 +35,12 @@ int run_stage_helper(const std::string& helper_path, const stage::StageRequest& 
     argv.push_back(a.data());
   }
   argv.push_back(nullptr);
-  char* envp[] = {nullptr};
+  std::vector<std::string> env_s = env;
+  std::vector<char*> envp;
+  for (auto& e : env_s) {
+    envp.push_back(e.data());
+  }
+  envp.push_back(nullptr);
   const char* node = request.node.c_str();
 
   // Everything the child needs is ready before fork: it only opens, dups and execs.
@@ -49,7 +55,7 @@ int run_stage_helper(const std::string& helper_path, const stage::StageRequest& 
       ::dup2(devnull, 0);
     }
     (void)stage::set_helper_limits(); // its own limits, not slurmstepd's
-    ::execve(argv[0], argv.data(), envp);
+    ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
   int status = 0;

@@ -85,10 +85,18 @@ int stage_data(spank_t sp, const Config& config, const Args& args, const std::st
 
 // task_init helper (stage_out.cpp): marks the job's first node in `tmpdir` for the epilog.
 int mark_stage_out_node(spank_t sp, const std::string& tmpdir, const std::string& node);
+// broadcast.cpp: sets request.bcast (and bcast_scope) to this node's part in a read-once
+// broadcast; broadcast_env: what the reader's helper needs to run sbcast (the task's PATH and
+// SLURM_CONF), empty for other parts; log_broadcast_layout: slurmd's one line when the tmpdir
+// layout rules broadcasts out.
+void broadcast_role(spank_t sp, const Config& config, stage::StageRequest& request);
+std::vector<std::string> broadcast_env(spank_t sp, const stage::StageRequest& request);
+void log_broadcast_layout(const Config& config);
 
 // helper_exec.cpp: runs `HELPER stage-run` for `request` as the calling task's user (stdin from
-// /dev/null, empty environment) and waits. 0 when it succeeded; otherwise -1, with one line
+// /dev/null, environment `env` only) and waits. 0 when it succeeded; otherwise -1, with one line
 // saying why unless the helper printed its own (exit status 1).
-int run_stage_helper(const std::string& helper_path, const stage::StageRequest& request);
+int run_stage_helper(const std::string& helper_path, const stage::StageRequest& request,
+                     const std::vector<std::string>& env = {});
 
 } // namespace stagehand::plugin

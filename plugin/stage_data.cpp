@@ -31,7 +31,8 @@ int stage_data(spank_t sp, const Config& config, const Args& args, const std::st
   if (::access(done.c_str(), F_OK) == 0) {
     return 0;
   }
-  return run_stage_helper(args.helper_path, request);
+  broadcast_role(sp, config, request);
+  return run_stage_helper(args.helper_path, request, broadcast_env(sp, request));
 }
 
 } // namespace stagehand::plugin

@@ -29,9 +29,15 @@ __attribute__((visibility("default"))) extern const char plugin_type[] = "spank"
 __attribute__((visibility("default"))) extern const unsigned int plugin_version = SLURM_VERSION_NUMBER;
 __attribute__((visibility("default"))) extern const unsigned int spank_plugin_version = 1;
 
-__attribute__((visibility("default"))) int slurm_spank_init(spank_t sp, int /*ac*/, char** /*av*/)
+__attribute__((visibility("default"))) int slurm_spank_init(spank_t sp, int ac, char** av)
 {
   return guarded("init", [&] {
+    if (spank_context() == S_CTX_SLURMD) { // once per slurmd start (and reconfigure)
+      if (auto config = load(ac, av)) {
+        log_broadcast_layout(*config);
+      }
+      return 0;
+    }
     if (spank_context() == S_CTX_ALLOCATOR) {
       for (struct spank_option* o = spank_options; o->name; ++o) {
         if (spank_option_register(sp, o) != ESPANK_SUCCESS) {

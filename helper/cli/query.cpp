@@ -2,6 +2,7 @@
 #include "commands.hpp"
 
 #include "stagehand/ipc/client.hpp"
+#include "stagehand/stage/progress.hpp"
 #include "stagehand/util/units.hpp"
 
 #include <nlohmann/json.hpp>
@@ -90,8 +91,7 @@ int cmd_status(const std::vector<std::string>& args)
               static_cast<unsigned long long>(s->cache.misses), static_cast<unsigned long long>(s->cache.evictions));
   std::printf("cleanup backlog: %llu directories in the trash\n", static_cast<unsigned long long>(s->trash_entries));
   for (const auto& p : s->stagings) {
-    std::printf("staging %s: %s of %s, %.0f s\n", p.source.c_str(), human_bytes(p.done_bytes).c_str(),
-                p.total_bytes ? human_bytes(p.total_bytes).c_str() : "?", p.seconds);
+    std::printf("%s\n", stage::progress_text(p).c_str()); // as the job's output shows it
   }
   return 0;
 }

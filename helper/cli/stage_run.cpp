@@ -4,6 +4,9 @@
 // when the daemon cannot (not running, crashed, no cache), it stages in this process.
 #include "stage_run.hpp"
 
+#include "broadcast.hpp"
+#include "progress_reporter.hpp"
+
 #include "stagehand/fs/io.hpp"
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/fs/walk.hpp"
@@ -13,7 +16,6 @@
 #include "stagehand/stage/run.hpp"
 #include "stagehand/stage/spec.hpp"
 #include "stagehand/util/fd.hpp"
-#include "stagehand/util/units.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -21,6 +23,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <optional>
 #include <cstdio>
 
 namespace stagehand::cli {
@@ -33,22 +36,6 @@ void write_marker(int dir_fd, const std::string& name, const std::string& text)
   if (fd.valid()) {
     (void)fs::write_all(fd.get(), text, name); // best effort: the job's output has the line already
   }
-}
-
-// One progress line: source, percent, bytes done of total, rate, time left.
-void print_progress(const std::string& node, const proto::Progress& p)
-{
-  const double rate = p.seconds > 0 ? static_cast<double>(p.done_bytes) / p.seconds : 0;
-  if (p.total_bytes > 0 && p.done_bytes > 0) {
-    const double pct = 100.0 * static_cast<double>(p.done_bytes) / static_cast<double>(p.total_bytes);
-    const double left = rate > 0 ? static_cast<double>(p.total_bytes - std::min(p.total_bytes, p.done_bytes)) / rate : 0;
-    std::printf("stagehand: %s: staging %s: %.0f%%, %s of %s, %s/s, %.0f s left\n", node.c_str(), p.source.c_str(), pct,
-                human_bytes(p.done_bytes).c_str(), human_bytes(p.total_bytes).c_str(), human_bytes(static_cast<std::uint64_t>(rate)).c_str(),
-                left);
-  } else {
-    std::printf("stagehand: %s: staging %s: %.0f s so far\n", node.c_str(), p.source.c_str(), p.seconds);
-  }
-  std::fflush(stdout);
 }
 
 // The outermost component of `dest` that does not exist yet ("data/x.bin" when the job made
@@ -214,6 +201,7 @@ int stage_run_checked(const std::vector<std::string>& args)
     std::string failure;
     switch (stage_via_daemon(a, *sources, root.get(), failure)) {
     case DaemonOutcome::staged:
+      remove_delivery(a, root.get(), sources->size()); // a reader without a daemon may have sent one
       write_marker(state.get(), done, "");
       return 0;
     case DaemonOutcome::failed:
@@ -222,14 +210,30 @@ int stage_run_checked(const std::vector<std::string>& args)
       break;
     }
   }
+  stage::ProgressBoard board;
+  std::optional<ProgressReporter> reporter;
+  reporter.emplace(a.node, std::chrono::seconds(a.progress_interval), state.get(), board);
+  // Multi-node jobs: file sources read once and delivered by Slurm's broadcast (broadcast.hpp).
+  const Delivery delivery = take_part(a, root.get(), *sources, &board);
   stage::StageLimits limits;
   limits.max_bytes = config.max_bytes;
   limits.allowed_roots = config.allowed_roots;
-  auto lines = stage::stage_all(*sources, root.get(), a.tmpdir, limits);
+  if (delivery.used && !limits.allowed_roots.empty()) {
+    limits.allowed_roots.push_back(a.tmpdir); // the delivered copies; the sources were checked by the reader
+  }
+  limits.progress = &board;
+  auto lines = stage::stage_all(delivery.sources, root.get(), a.tmpdir, limits);
+  reporter.reset();
+  remove_delivery(a, root.get(), sources->size());
   if (!lines) {
     return fail(lines.error().message);
   }
-  for (const auto& line : *lines) {
+  for (std::size_t i = 0; i < lines->size(); ++i) {
+    std::string line = (*lines)[i];
+    const std::string tail = " (no cache)";
+    if (delivery.used && i < delivery.sources.size() && !delivery.sources[i].is_dir && line.ends_with(tail)) {
+      line.insert(line.size() - tail.size(), ", " + delivery.note);
+    }
     std::printf("stagehand: %s: %s\n", a.node.c_str(), line.c_str());
   }
   std::fflush(stdout);

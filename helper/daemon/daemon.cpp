@@ -6,6 +6,7 @@
 #include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/gc/collect.hpp"
+#include "stagehand/stage/progress.hpp"
 #include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
 
@@ -330,6 +331,18 @@ void Daemon::on_status(const Peer& peer, Responder& out)
   for (const auto& [id, staging] : m_stagings) {
     if (peer.root() || staging.uid == peer.uid) { // a user sees only their own
       reply.stagings.push_back(staging.progress);
+    }
+  }
+  // Stagings that run in the job without the daemon (no cache, or it could not) keep a record in
+  // the job's directory: read as root with the care root takes with what a user wrote.
+  for (const auto& j : reply.jobs) { // the peer's own jobs only, as listed above
+    if (!base || j.state != "running") {
+      continue;
+    }
+    if (auto dir = fs::open_beneath(base->get(), tmpdir::job_dir_name(j.job_id), O_RDONLY | O_DIRECTORY)) {
+      if (auto p = stage::read_progress_record(dir->get())) {
+        reply.stagings.push_back(*p);
+      }
     }
   }
   out.result(reply);

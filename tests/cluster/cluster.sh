@@ -14,6 +14,10 @@
 #   cluster.sh daemon-stop NODE [SIGNAL]   stop it (default TERM; KILL leaves its socket file)
 #   cluster.sh node-start NODE | controller-start
 #                                start a slurmd or slurmctld again that a test stopped
+#   cluster.sh node-restart NODE [private]  restart NODE's slurmd; "private": in a mount namespace
+#                                of its own with a private tmpfs at $SCRATCH/local, so that one
+#                                path is node-local as on a real cluster (sbcast writes one path
+#                                on every node); without it, in the host's namespace again
 #
 # Everything lives under STAGEHAND_CLUSTER_DIR (default /tmp/stagehand-cluster) and uses ports
 # STAGEHAND_CLUSTER_PORT .. +2 (default 46817), and +10 .. +99 for the steps' reserved ports, so it
@@ -224,6 +228,26 @@ daemon_start() {
   die "stagehandd for $n did not start (see $DIR/log/stagehandd-$n.log)"
 }
 
+# The private layout: [tmpdir] base = "$SCRATCH/local" (no %n) is a tmpfs of each node's own.
+node_restart() {
+  local n=$1 mode=${2:-} i
+  eval "$(print_env)"
+  kill_pidfile "$DIR/slurmd-$n.pid"
+  if [ "$mode" = private ]; then
+    mkdir -p "$DIR/scratch/local"
+    # The namespace holds the mounts that exist now (sharedfs included) and its own tmpfs.
+    unshare --mount --propagation private sh -c \
+      "mount -t tmpfs -o size=1500m,mode=0755 stagehand-$n '$DIR/scratch/local' && exec '$SLURM_SBIN/slurmd' -f '$SLURM_CONF' -N '$n'"
+  else
+    start_node "$n"
+  fi
+  for i in $(seq 1 100); do
+    [ -s "$DIR/slurmd-$n.pid" ] && kill -0 "$(cat "$DIR/slurmd-$n.pid")" 2>/dev/null && break
+    sleep 0.1
+  done
+  wait_idle
+}
+
 daemon_stop() {
   local n=$1 sig=${2:-TERM} f pid
   f="$DIR/stagehandd-$n.pid"
@@ -329,5 +353,6 @@ case "${1:-}" in
   # (for tests that stop one: the same way the cluster started it, never holding bats's pipes)
   node-start) eval "$(print_env)"; start_node "${2:?node}" </dev/null >/dev/null 2>&1 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- ;;
   controller-start) eval "$(print_env)"; start_controller </dev/null >/dev/null 2>&1 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- ;;
-  *) echo "usage: cluster.sh start [--installed] PLUGIN_SO | stop | env | daemon-start NODE | daemon-stop NODE [SIGNAL] | node-start NODE | controller-start" >&2; exit 2 ;;
+  node-restart) node_restart "${2:?node}" "${3:-}" ;;
+  *) echo "usage: cluster.sh start [--installed] PLUGIN_SO | stop | env | daemon-start NODE | daemon-stop NODE [SIGNAL] | node-start NODE | controller-start | node-restart NODE [private]" >&2; exit 2 ;;
 esac

@@ -45,6 +45,16 @@ TEST(StageRequest, ArgsAsTheHelperSeesThem)
   auto back = parse_request_args(request_args(r));
   ASSERT_TRUE(back) << back.error().message;
   EXPECT_EQ(*back, r);
+  // Each part in a broadcast survives too; a reader carries sbcast's job (or job.step) id.
+  for (auto role : {BcastRole::reader, BcastRole::receiver, BcastRole::delivered}) {
+    r.bcast = role;
+    r.bcast_scope = role == BcastRole::reader ? "42.3" : "";
+    back = parse_request_args(request_args(r));
+    ASSERT_TRUE(back) << back.error().message;
+    EXPECT_EQ(*back, r);
+  }
+  EXPECT_FALSE(parse_request_args({"--tmpdir", "/t", "--bcast", "reader:42;rm", "/d:x"}));
+  EXPECT_FALSE(parse_request_args({"--tmpdir", "/t", "--bcast", "sender", "/d:x"}));
   // The form without "--" (SPECS last) is accepted too.
   auto old_form = parse_request_args({"--tmpdir", "/t", "--max-bytes", "2K", "/d:x"});
   ASSERT_TRUE(old_form) << old_form.error().message;
@@ -65,4 +75,8 @@ TEST(StageRequest, MarkersArePerSpecs)
   EXPECT_EQ(done_marker("a,b").substr(5), failed_marker("a,b").substr(7));
   EXPECT_NE(done_marker("a,b"), done_marker("a,c"));
   EXPECT_EQ(done_marker("x"), "done-" + std::string("af63f54c86021707")); // stable across versions
+  // Broadcast names share the reserved prefix and differ per specs and per source.
+  EXPECT_EQ(bcast_copy_name("x", 1), ".stagehand-bcast-af63f54c86021707-1");
+  EXPECT_EQ(bcast_done_name("x"), ".stagehand-bcast-af63f54c86021707.done");
+  EXPECT_NE(bcast_failed_name("x"), bcast_failed_name("y"));
 }

@@ -20,6 +20,15 @@ std::string done_marker(std::string_view specs) { return "done-" + specs_hash(sp
 
 std::string failed_marker(std::string_view specs) { return "failed-" + specs_hash(specs); }
 
+std::string bcast_copy_name(std::string_view specs, std::size_t index)
+{
+  return ".stagehand-bcast-" + specs_hash(specs) + "-" + std::to_string(index);
+}
+
+std::string bcast_done_name(std::string_view specs) { return ".stagehand-bcast-" + specs_hash(specs) + ".done"; }
+
+std::string bcast_failed_name(std::string_view specs) { return ".stagehand-bcast-" + specs_hash(specs) + ".failed"; }
+
 std::vector<std::string> request_args(const StageRequest& r)
 {
   std::vector<std::string> args = {"--tmpdir", r.tmpdir, "--node", r.node, "--max-bytes", std::to_string(r.max_bytes)};
@@ -33,6 +42,19 @@ std::vector<std::string> request_args(const StageRequest& r)
     args.insert(args.end(), {"--job", std::to_string(r.job_id), "--socket", r.socket});
   }
   args.insert(args.end(), {"--progress-interval", std::to_string(r.progress_interval)});
+  switch (r.bcast) {
+  case BcastRole::none:
+    break;
+  case BcastRole::reader:
+    args.insert(args.end(), {"--bcast", "reader:" + r.bcast_scope});
+    break;
+  case BcastRole::receiver:
+    args.insert(args.end(), {"--bcast", "receiver"});
+    break;
+  case BcastRole::delivered:
+    args.insert(args.end(), {"--bcast", "delivered"});
+    break;
+  }
   args.insert(args.end(), {"--", r.specs});
   return args;
 }
@@ -69,6 +91,19 @@ Result<StageRequest> parse_request_args(const std::vector<std::string>& args)
         return Error::refused(a + " needs a number, got \"" + args[i] + "\"");
       }
       (a == "--job" ? r.job_id : r.progress_interval) = *n;
+    } else if (a == "--bcast" && has_value) {
+      const std::string v = args[++i];
+      if (v == "receiver") {
+        r.bcast = BcastRole::receiver;
+      } else if (v == "delivered") {
+        r.bcast = BcastRole::delivered;
+      } else if (v.starts_with("reader:") && v.size() > 7 &&
+                 v.find_first_not_of("0123456789.", 7) == std::string::npos) {
+        r.bcast = BcastRole::reader;
+        r.bcast_scope = v.substr(7);
+      } else {
+        return Error::refused("--bcast needs reader:JOB[.STEP], receiver or delivered, got \"" + v + "\"");
+      }
     } else if (!have_specs && !a.starts_with("--")) {
       r.specs = a;
       have_specs = true;

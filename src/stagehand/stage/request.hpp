@@ -24,10 +24,25 @@ std::string done_marker(std::string_view specs);
 // the job's other tasks report it instead of trying again.
 std::string failed_marker(std::string_view specs);
 
+// Read-once fan-out (Slurm's sbcast): the names a broadcast of these specs has in SLURM_TMPDIR on
+// every node (the same path everywhere; the reserved ".stagehand" prefix): the delivered copy of
+// the specs' Nth file source, and the markers the reader broadcasts after it ("done" once every
+// node holds every copy, "failed" when it gave up).
+std::string bcast_copy_name(std::string_view specs, std::size_t index);
+std::string bcast_done_name(std::string_view specs);
+std::string bcast_failed_name(std::string_view specs);
+
+// A node's part in a broadcast. none: read every source here (one-node job, [stage] broadcast =
+// "never", or a per-node tmpdir layout). reader: read each file source once and broadcast it to
+// the job's nodes (scope: the job) or the step's (scope: JOB.STEP), then unpack the delivered
+// copy. receiver: wait for the step's reader's delivery (with a deadline), else read here.
+// delivered: use an earlier delivery (the batch step's) if there is one, else read here.
+enum class BcastRole { none, reader, receiver, delivered };
+
 inline constexpr const char* k_stage_run_command = "stage-run";
 inline constexpr const char* k_stage_run_usage =
   "usage: stagehand stage-run --tmpdir DIR --node NAME [--job ID] [--socket PATH] [--progress-interval SECONDS] "
-  "[--base DIR] [--max-bytes SIZE] [--allowed-root DIR]... [--] SPECS";
+  "[--base DIR] [--max-bytes SIZE] [--allowed-root DIR]... [--bcast reader:JOB[.STEP]|receiver|delivered] [--] SPECS";
 
 struct StageRequest
 {
@@ -40,6 +55,8 @@ struct StageRequest
   std::uint32_t job_id = 0;               // with `socket`: stage through the node daemon's cache
   std::string socket;                     // [daemon] socket, %n expanded; empty: no daemon
   std::uint32_t progress_interval = 30;   // seconds between progress lines; 0: none
+  BcastRole bcast = BcastRole::none;
+  std::string bcast_scope;                // reader: sbcast's --jobid ("42" or "42.0")
   bool operator==(const StageRequest&) const = default;
 };
 

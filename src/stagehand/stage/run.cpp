@@ -114,6 +114,10 @@ Result<Staged> stage_one(const CheckedSource& src, int tmpdir_fd, const StageLim
   if (!in) {
     return in.error().code == ENOENT ? Error::refused("vanished since submission", ENOENT) : in.error();
   }
+  struct stat in_st {};
+  const std::uint64_t in_size =
+    !src.is_dir && ::fstat(in->fd.get(), &in_st) == 0 && S_ISREG(in_st.st_mode) ? static_cast<std::uint64_t>(in_st.st_size) : 0;
+  const ProgressScope progress(limits.progress, src.shown, src.is_dir ? -1 : in->fd.get(), in_size);
   Staged out;
   // The content decides, here too: a file is unpacked only if it really is an archive.
   bool unpack = false;

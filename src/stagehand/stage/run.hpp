@@ -2,6 +2,7 @@
 // on failure, nothing partial stays behind.
 #pragma once
 
+#include "stagehand/stage/progress.hpp"
 #include "stagehand/stage/spec.hpp"
 #include "stagehand/util/result.hpp"
 
@@ -15,6 +16,7 @@ struct StageLimits
   std::uint64_t max_bytes = 2ULL << 40; // per job, per node: data written in total
   unsigned writer_threads = 0;          // for archives; see ExtractLimits
   std::vector<std::string> allowed_roots; // [stage] allowed_roots, checked again on what is opened
+  ProgressBoard* progress = nullptr;      // when set: the source being staged, for a reporter thread
 };
 
 // "unpacked SRC -> TMPDIR/DEST: N files, B in S s (CACHE)": the one summary line per source.

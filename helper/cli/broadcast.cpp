@@ -1,0 +1,334 @@
+// Read-once fan-out with sbcast: reader, receivers, and cleanup.
+#include "broadcast.hpp"
+
+#include "stagehand/fs/io.hpp"
+#include "stagehand/stage/copy.hpp"
+#include "stagehand/stage/source.hpp"
+#include "stagehand/util/fd.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+namespace stagehand::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto k_first_sign = std::chrono::seconds(30); // the reader starts within this
+constexpr auto k_stalled = std::chrono::seconds(120);   // a delivery that stops growing this long is given up
+constexpr auto k_poll = std::chrono::milliseconds(200);
+
+void say(const stage::StageRequest& a, const std::string& line)
+{
+  std::printf("stagehand: %s: %s\n", a.node.c_str(), line.c_str());
+  std::fflush(stdout);
+}
+
+bool exists(int root_fd, const std::string& name)
+{
+  struct stat st {};
+  return ::fstatat(root_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+}
+
+// Runs `sbcast ARGS...` (found in the task's PATH) with `keep_fd` inherited; its last stderr line
+// on failure.
+Status run_sbcast(const std::vector<std::string>& args, int keep_fd)
+{
+  int err[2];
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    return Error::from_errno("pipe");
+  }
+  UniqueFd rd(err[0]);
+  UniqueFd wr(err[1]);
+  std::vector<std::string> argv_s = {"sbcast"};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : argv_s) {
+    argv.push_back(s.data());
+  }
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    return Error::from_errno("cannot start sbcast");
+  }
+  if (pid == 0) {
+    ::dup2(wr.get(), 2);
+    ::dup2(wr.get(), 1);
+    if (keep_fd >= 0) {
+      ::fcntl(keep_fd, F_SETFD, 0); // the source, as /dev/fd/N
+    }
+    ::execvp("sbcast", argv.data());
+    // Only async-signal-safe calls here: the progress reporter's thread may hold stdio's locks.
+    static const char k_missing[] = "cannot run sbcast: No such file or directory\n";
+    static const char k_other[] = "cannot run sbcast\n";
+    const bool missing = errno == ENOENT;
+    (void)!::write(2, missing ? k_missing : k_other, missing ? sizeof k_missing - 1 : sizeof k_other - 1);
+    ::_exit(127);
+  }
+  wr.reset();
+  auto out = fs::read_all(rd.get(), "sbcast", 64 * 1024);
+  rd.reset(); // past 64 KiB of output, sbcast must not block on a full pipe
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    return ok_status();
+  }
+  std::string text = out ? *out : "";
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) {
+    text.pop_back();
+  }
+  const auto nl = text.rfind('\n');
+  std::string last = nl == std::string::npos ? text : text.substr(nl + 1);
+  if (last.empty()) {
+    last = WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status)) : "killed by a signal";
+  }
+  return Error::io(last, EIO);
+}
+
+// Broadcasts a one-line marker file named `name` (written in the state directory first).
+Status broadcast_marker(const stage::StageRequest& a, int root_fd, const std::string& name)
+{
+  const std::string local = std::string(stage::k_state_dir) + "/bcast-marker";
+  UniqueFd fd(::openat(root_fd, local.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd.valid()) {
+    return Error::from_errno(local);
+  }
+  if (auto st = fs::write_all(fd.get(), a.node + "\n", local); !st) {
+    return st.error();
+  }
+  auto r = run_sbcast({"-f", "-j", a.bcast_scope, a.tmpdir + "/" + local, a.tmpdir + "/" + name}, -1);
+  (void)::unlinkat(root_fd, local.c_str(), 0);
+  return r;
+}
+
+// sbcast maps its source (mmap): NFS and Lustre allow it, a FUSE mount without a page cache (such
+// as the test's sharedfs) does not.
+bool mappable(int fd)
+{
+  void* p = ::mmap(nullptr, 1, PROT_READ, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    return false;
+  }
+  ::munmap(p, 1);
+  return true;
+}
+
+// What sbcast reads for a source open at `fd`: /dev/fd/N, the very file checked; or, when it
+// cannot be mapped, a node-local copy in the state directory (read once all the same) that
+// `local` names for removal.
+Result<std::string> sbcast_input(const stage::StageRequest& a, int root_fd, int fd, std::uint64_t size,
+                                 std::size_t index, const std::string& shown, std::string& local,
+                                 stage::ProgressBoard* board)
+{
+  if (mappable(fd)) {
+    return "/dev/fd/" + std::to_string(fd);
+  }
+  local = std::string(stage::k_state_dir) + "/bcast-src-" + std::to_string(index);
+  (void)::unlinkat(root_fd, local.c_str(), 0);
+  UniqueFd out(::openat(root_fd, local.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!out.valid()) {
+    return Error::from_errno(local);
+  }
+  stage::CopyStats stats;
+  const stage::ProgressScope progress(board, shown, fd, size);
+  if (auto st = stage::copy_into(fd, out.get(), a.max_bytes, stats, shown); !st) {
+    return st.error();
+  }
+  return a.tmpdir + "/" + local;
+}
+
+std::string seconds_since(Clock::time_point t0)
+{
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f s", std::chrono::duration<double>(Clock::now() - t0).count());
+  return buf;
+}
+
+std::uint64_t size_at(int root_fd, const std::string& name)
+{
+  struct stat st {};
+  return ::fstatat(root_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
+}
+
+// The sources with each file source read from its delivered copy.
+Delivery from_copies(const stage::StageRequest& a, const std::vector<stage::CheckedSource>& sources, std::string note)
+{
+  Delivery d{sources, std::move(note), false};
+  for (std::size_t i = 0; i < d.sources.size(); ++i) {
+    if (!d.sources[i].is_dir) {
+      d.sources[i].path = a.tmpdir + "/" + stage::bcast_copy_name(a.specs, i);
+      d.used = true;
+    }
+  }
+  return d;
+}
+
+bool all_copies_here(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources)
+{
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    if (!sources[i].is_dir && !exists(root_fd, stage::bcast_copy_name(a.specs, i))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Delivery read_and_broadcast(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources,
+                            stage::ProgressBoard* board)
+{
+  const auto t0 = Clock::now();
+  Delivery unchanged{sources, "", false};
+  std::size_t files = 0;
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    const auto& s = sources[i];
+    if (s.is_dir) {
+      continue;
+    }
+    ++files;
+    // Opened the one way every source is (no FIFO, no symlink, allowed_roots on what is open);
+    // sbcast reads that very file through /dev/fd.
+    auto in = stage::open_source(s.path, stage::SourceKind::file, a.allowed_roots);
+    if (!in) {
+      (void)broadcast_marker(a, root_fd, stage::bcast_failed_name(a.specs)); // receivers stop waiting
+      remove_delivery(a, root_fd, sources.size());
+      return unchanged; // staging below says why, naming the source
+    }
+    std::string local;
+    const auto size = static_cast<std::uint64_t>(in->st.st_size);
+    auto input = sbcast_input(a, root_fd, in->fd.get(), size, i, s.shown, local, board);
+    Status sent = Status(Error::internal("not sent"));
+    if (input) {
+      // This node receives its own copy too: its size is the broadcast's progress.
+      const std::string copy = stage::bcast_copy_name(a.specs, i);
+      const stage::ProgressScope progress(board, s.shown + " (broadcast)", [root_fd, copy] { return size_at(root_fd, copy); },
+                                          size);
+      sent = run_sbcast({"-f", "-j", a.bcast_scope, *input, a.tmpdir + "/" + copy}, in->fd.get());
+    } else {
+      sent = input.error();
+    }
+    if (!local.empty()) {
+      (void)::unlinkat(root_fd, local.c_str(), 0);
+    }
+    if (!sent) {
+      (void)broadcast_marker(a, root_fd, stage::bcast_failed_name(a.specs)); // receivers stop waiting
+      remove_delivery(a, root_fd, sources.size());
+      say(a, "--stage-data: the broadcast of " + s.shown + " failed (sbcast: " + sent.error().message +
+               "); every node reads the sources itself");
+      return unchanged;
+    }
+  }
+  if (files == 0) {
+    return unchanged;
+  }
+  if (auto done = broadcast_marker(a, root_fd, stage::bcast_done_name(a.specs)); !done) {
+    (void)broadcast_marker(a, root_fd, stage::bcast_failed_name(a.specs));
+    remove_delivery(a, root_fd, sources.size());
+    say(a, "--stage-data: the broadcast could not be completed (sbcast: " + done.error().message +
+             "); every node reads the sources itself");
+    return unchanged;
+  }
+  return from_copies(a, sources, "read once, broadcast by sbcast in " + seconds_since(t0));
+}
+
+// Waits for the step's reader: its "done" or "failed" marker, with a deadline for the first sign
+// of it and for a delivery that stops growing.
+Delivery await_delivery(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources,
+                        stage::ProgressBoard* board)
+{
+  Delivery unchanged{sources, "", false};
+  std::string shown;
+  std::uint64_t total = 0;
+  for (const auto& s : sources) {
+    if (!s.is_dir) {
+      shown += (shown.empty() ? "" : ",") + s.shown;
+      total += s.bytes;
+    }
+  }
+  const stage::ProgressScope progress(board, shown + " (broadcast)", [&a, root_fd, n = sources.size()] {
+    std::uint64_t done = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      done += size_at(root_fd, stage::bcast_copy_name(a.specs, i));
+    }
+    return done;
+  }, total);
+  const auto t0 = Clock::now();
+  auto last_change = t0;
+  std::uint64_t last_bytes = 0;
+  bool seen = false;
+  for (;;) {
+    if (exists(root_fd, stage::bcast_done_name(a.specs))) {
+      if (!all_copies_here(a, root_fd, sources)) {
+        say(a, "--stage-data: the broadcast said done but a copy is missing on this node; reading the sources here");
+        return unchanged;
+      }
+      return from_copies(a, sources, "from the broadcast (sbcast), waited " + seconds_since(t0));
+    }
+    if (exists(root_fd, stage::bcast_failed_name(a.specs))) {
+      return unchanged; // the reader said why
+    }
+    std::uint64_t bytes = 0;
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+      struct stat st {};
+      if (::fstatat(root_fd, stage::bcast_copy_name(a.specs, i).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        bytes += static_cast<std::uint64_t>(st.st_size);
+        seen = true;
+      }
+    }
+    const auto now = Clock::now();
+    if (bytes != last_bytes) {
+      last_bytes = bytes;
+      last_change = now;
+    }
+    if ((!seen && now - t0 > k_first_sign) || (seen && now - last_change > k_stalled)) {
+      say(a, "--stage-data: no broadcast arrived from the step's first node within " +
+               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(seen ? k_stalled : k_first_sign).count()) +
+               " s; reading the sources on this node");
+      return unchanged;
+    }
+    std::this_thread::sleep_for(k_poll);
+  }
+}
+
+} // namespace
+
+Delivery take_part(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources,
+                   stage::ProgressBoard* board)
+{
+  Delivery unchanged{sources, "", false};
+  if (std::none_of(sources.begin(), sources.end(), [](const auto& s) { return !s.is_dir; })) {
+    return unchanged; // directories only: every node reads them, nobody broadcasts or waits
+  }
+  const bool delivered = exists(root_fd, stage::bcast_done_name(a.specs)) && all_copies_here(a, root_fd, sources);
+  switch (a.bcast) {
+  case stage::BcastRole::none:
+    return unchanged;
+  case stage::BcastRole::delivered:
+    return delivered ? from_copies(a, sources, "from the broadcast (sbcast)") : unchanged;
+  case stage::BcastRole::reader:
+    // An earlier reader (the batch step) delivered here already: use it.
+    return delivered ? from_copies(a, sources, "from the broadcast (sbcast)") : read_and_broadcast(a, root_fd, sources, board);
+  case stage::BcastRole::receiver:
+    return delivered ? from_copies(a, sources, "from the broadcast (sbcast)") : await_delivery(a, root_fd, sources, board);
+  }
+  return unchanged;
+}
+
+void remove_delivery(const stage::StageRequest& a, int root_fd, std::size_t sources)
+{
+  for (std::size_t i = 0; i < sources; ++i) {
+    (void)::unlinkat(root_fd, stage::bcast_copy_name(a.specs, i).c_str(), 0);
+  }
+  (void)::unlinkat(root_fd, stage::bcast_done_name(a.specs).c_str(), 0);
+  (void)::unlinkat(root_fd, stage::bcast_failed_name(a.specs).c_str(), 0);
+}
+
+} // namespace stagehand::cli

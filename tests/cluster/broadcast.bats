@@ -1,0 +1,193 @@
+#!/usr/bin/env bats
+# Read-once fan-out (issue 11, item 1): a multi-node job reads each archive or file source from
+# the shared filesystem once and Slurm's sbcast delivers it to every node, which unpacks its own
+# copy. The nodes here run in mount namespaces of their own with a private tmpfs at the tmpdir
+# base (cluster.sh node-restart NODE private), so one path is node-local as on a real cluster.
+# Without a node daemon (stopped here): with one, each node stages through its cache instead.
+
+load helpers
+
+SHAREDFS=${STAGEHAND_SHAREDFS:-$STAGEHAND_SOURCE_DIR/../shared/tools/sharedfs.py}
+CLUSTER=$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh
+ARCHIVE_BYTES=0
+
+setup_file() {
+  [ -f "$SHAREDFS" ] || { echo "sharedfs.py not found at $SHAREDFS (set STAGEHAND_SHAREDFS)" >&2; return 1; }
+  W=$STAGEHAND_CLUSTER_DIR/work
+  rm -rf "$W/bc-src" "$W/bshared"
+  mkdir -p "$W/bc-src/ds" "$W/bshared"
+  # 256 MiB archive of incompressible data, and a small one.
+  for i in $(seq 1 8); do head -c 32M /dev/urandom >"$W/bc-src/ds/part$i.bin"; done
+  (cd "$W/bc-src/ds" && sha256sum part*.bin) >"$W/bc-src/expected.sha"
+  tar -C "$W/bc-src" -cf "$W/bc-src/big.tar" ds
+  rm -rf "$W/bc-src/ds"
+  # 48 MiB: the archive probes (up to 1 MiB at submission and on each node) stay under 10%.
+  mkdir -p "$W/bc-src/s" && seq 1 100000 >"$W/bc-src/s/numbers.txt" && head -c 48M /dev/urandom >"$W/bc-src/s/blob"
+  tar -C "$W/bc-src" -czf "$W/bc-src/small.tar.gz" s && rm -rf "$W/bc-src/s"
+  mkdir -p "$W/bc-src/tree/sub" && echo leaf >"$W/bc-src/tree/sub/f"
+  chown -R "$STAGEHAND_TEST_USER:" "$W/bc-src" "$W/bshared"
+  rm -rf "$W/bc-slow-src" "$W/bslow" && mkdir -p "$W/bc-slow-src/p" "$W/bslow"
+  head -c 24M /dev/urandom >"$W/bc-slow-src/p/blob" && tar -C "$W/bc-slow-src" -cf "$W/bc-slow-src/slow.tar" p
+  rm -rf "$W/bc-slow-src/p"
+  chown -R "$STAGEHAND_TEST_USER:" "$W/bc-slow-src" "$W/bslow"
+  # Mounted before the nodes move into their namespaces: they keep a view of them.
+  setsid /usr/bin/python3 "$SHAREDFS" "$W/bc-src" "$W/bshared" >"$STAGEHAND_CLUSTER_DIR/log/bcastfs.log" 2>&1 &
+  setsid /usr/bin/python3 "$SHAREDFS" "$W/bc-slow-src" "$W/bslow" --mbps 6 >"$STAGEHAND_CLUSTER_DIR/log/bcastslowfs.log" 2>&1 &
+  for _ in $(seq 1 50); do [ -e "$W/bshared/.sharedfs-stats" ] && [ -e "$W/bslow/.sharedfs-stats" ] && break; sleep 0.1; done
+  [ -e "$W/bshared/.sharedfs-stats" ] && [ -e "$W/bslow/.sharedfs-stats" ]
+  for n in node1 node2; do
+    "$CLUSTER" daemon-stop "$n"
+    "$CLUSTER" node-restart "$n" private
+  done
+}
+
+teardown_file() {
+  for n in node1 node2; do "$CLUSTER" node-restart "$n"; done
+  TMPDIR_BASE="" set_tmpdir_config ""
+  for n in node1 node2; do "$CLUSTER" daemon-start "$n"; done
+  for m in bshared bslow; do
+    fusermount -u "$STAGEHAND_CLUSTER_DIR/work/$m" 2>/dev/null || umount -l "$STAGEHAND_CLUSTER_DIR/work/$m" || true
+  done
+}
+
+setup() { TMPDIR_BASE="$SCRATCH/local" set_tmpdir_config ""; }
+
+# Not helpers.bash's: the daemons stay stopped and the private layout stays.
+teardown() {
+  if [ -z "${BATS_TEST_COMPLETED:-}" ]; then
+    echo "---- submit output ----"; echo "${SUBMIT_OUTPUT:-}"
+    echo "---- job output (job ${JOB_ID:-none}) ----"; echo "${LAST_OUTPUT:-}"
+    echo "---- slurmd logs ----"; tail -n 30 "$STAGEHAND_CLUSTER_DIR"/log/slurmd-node*.log || true
+  fi
+  assert_nodes_healthy
+}
+
+bytes_read() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$WORK/bshared/.sharedfs-stats"; }
+
+# The job's check on each node: the parts' checksums, and nothing of the broadcast left behind.
+write_check() {
+  script check-nodes.sh <<'EOF2'
+#!/bin/bash
+srun -N2 --ntasks-per-node=1 bash -c '
+  cd "$SLURM_TMPDIR/big/ds" && sha256sum part*.bin | diff - "$SLURM_SUBMIT_DIR/bc-src/expected.sha" && echo "content ok on $SLURMD_NODENAME"
+  ls -A "$SLURM_TMPDIR" | grep -q "^\.stagehand-bcast" || echo "no copy left on $SLURMD_NODENAME"'
+EOF2
+}
+
+@test "a two-node job reads a 256 MiB archive from shared storage once; both nodes hold identical content" {
+  write_check
+  size=$(stat -c %s "$WORK/bc-src/big.tar")
+  before=$(bytes_read)
+  submit -N2 --stage-data=bshared/big.tar:big check-nodes.sh
+  read=$(( $(bytes_read) - before ))
+  echo "shared storage read $read bytes for a $size-byte archive on 2 nodes"
+  [ "$JOB_RC" -eq 0 ]
+  for n in node1 node2; do
+    echo "$LAST_OUTPUT" | grep -qx "content ok on $n"
+    echo "$LAST_OUTPUT" | grep -qx "no copy left on $n"
+  done
+  echo "$LAST_OUTPUT" | grep -Eq '^stagehand: node1: unpacked .*/big.tar -> .*/big: 8 files, 256.0 MiB in .* s, read once, broadcast by sbcast in [0-9.]+ s \(no cache\)$'
+  echo "$LAST_OUTPUT" | grep -Eq '^stagehand: node2: unpacked .*/big.tar -> .*/big: 8 files, 256.0 MiB in .* s, from the broadcast \(sbcast\)(, waited [0-9.]+ s)? \(no cache\)$'
+  [ "$read" -le $(( size * 11 / 10 )) ]
+}
+
+@test "a multi-node srun step with its own --stage-data broadcasts to the step's nodes; the other node waits for it" {
+  script step.sh <<'EOF2'
+#!/bin/bash
+srun -N2 --ntasks-per-node=1 --stage-data=bshared/small.tar.gz:small bash -c '
+  cmp <(seq 1 100000) "$SLURM_TMPDIR/small/s/numbers.txt" && echo "small ok on $SLURMD_NODENAME"'
+EOF2
+  size=$(stat -c %s "$WORK/bc-src/small.tar.gz")
+  before=$(bytes_read)
+  submit -N2 step.sh
+  read=$(( $(bytes_read) - before ))
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -qx "small ok on node1"
+  echo "$LAST_OUTPUT" | grep -qx "small ok on node2"
+  echo "$LAST_OUTPUT" | grep -q '^stagehand: node2: unpacked .*small.tar.gz -> .* from the broadcast (sbcast), waited [0-9.]* s (no cache)$'
+  [ "$read" -le $(( size * 11 / 10 )) ]
+}
+
+# sbcast reads the very file the reader opened and checked, through /dev/fd/N.
+@test "a source sbcast can map (not on FUSE) is broadcast straight from the shared file" {
+  script direct.sh <<'EOF2'
+#!/bin/bash
+srun -N2 --ntasks-per-node=1 bash -c '
+  cmp <(seq 1 100000) "$SLURM_TMPDIR/direct/s/numbers.txt" && echo "direct ok on $SLURMD_NODENAME"'
+EOF2
+  submit -N2 --stage-data=bc-src/small.tar.gz:direct direct.sh
+  [ "$JOB_RC" -eq 0 ]
+  for n in node1 node2; do
+    echo "$LAST_OUTPUT" | grep -qx "direct ok on $n"
+  done
+  echo "$LAST_OUTPUT" | grep -q '^stagehand: node1: unpacked .*small.tar.gz -> .* read once, broadcast by sbcast in [0-9.]* s (no cache)$'
+  echo "$LAST_OUTPUT" | grep -q '^stagehand: node2: unpacked .*small.tar.gz -> .* from the broadcast (sbcast)'
+}
+
+@test "a long broadcast prints progress lines on the reader and the waiting node before their summaries" {
+  TMPDIR_BASE="$SCRATCH/local" set_tmpdir_config "" '[stage]
+progress_interval = "1s"'
+  script slowstep.sh <<'EOF2'
+#!/bin/bash
+srun -N2 --ntasks-per-node=1 --stage-data=bslow/slow.tar:slow true
+EOF2
+  submit -N2 slowstep.sh
+  [ "$JOB_RC" -eq 0 ]
+  # The reader reads (percent, rate, time left); the other node waits for its copy, which arrives
+  # after the read (sbcast then delivers at local speed): its lines say so while it waits.
+  for n in node1 node2; do
+    if [ $n = node1 ]; then left='[0-9]+ s left'; else left='([0-9]+ s left|time left unknown)'; fi
+    first=$(echo "$LAST_OUTPUT" | grep -nE "^stagehand: $n: staging .*slow.tar.*: [0-9]+%, .* of 24\.0 MiB, .*/s, $left$" | head -n1 | cut -d: -f1)
+    summary=$(echo "$LAST_OUTPUT" | grep -n "^stagehand: $n: unpacked .*slow.tar -> " | cut -d: -f1)
+    [ -n "$first" ] && [ -n "$summary" ] && [ "$first" -lt "$summary" ]
+  done
+}
+
+@test "a directory source is read on every node: no broadcast, nobody waits for one" {
+  script dirstep.sh <<'EOF2'
+#!/bin/bash
+srun -N2 --ntasks-per-node=1 --stage-data=bshared/tree:tree bash -c '
+  test "$(cat "$SLURM_TMPDIR/tree/sub/f")" = leaf && echo "tree ok on $SLURMD_NODENAME"'
+EOF2
+  submit -N2 dirstep.sh
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -qx "tree ok on node1"
+  echo "$LAST_OUTPUT" | grep -qx "tree ok on node2"
+  [ "$(echo "$LAST_OUTPUT" | grep -c '^stagehand: node[12]: copied .*/tree -> .*/tree: 1 files, .* (no cache)$')" -eq 2 ]
+  ! echo "$LAST_OUTPUT" | grep -q 'broadcast'
+}
+
+@test "when sbcast cannot run, the waiting node says so in one line and reads the source itself" {
+  script nosbcast.sh <<'EOF2'
+#!/bin/bash
+# The reader's sbcast comes from the task's PATH: none here.
+SRUN=$(command -v srun)
+PATH=/nonexistent "$SRUN" -N2 --ntasks-per-node=1 --stage-data=bshared/small.tar.gz:small /bin/bash -c '
+  PATH=/usr/bin:/bin
+  cmp <(seq 1 100000) "$SLURM_TMPDIR/small/s/numbers.txt" && echo "small ok on $SLURMD_NODENAME"'
+EOF2
+  submit -N2 nosbcast.sh
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -qx "small ok on node1"
+  echo "$LAST_OUTPUT" | grep -qx "small ok on node2"
+  echo "$LAST_OUTPUT" | grep -q '^stagehand: node1: --stage-data: the broadcast of .*small.tar.gz failed (sbcast: cannot run sbcast: No such file or directory); every node reads the sources itself$'
+  echo "$LAST_OUTPUT" | grep -q '^stagehand: node2: --stage-data: no broadcast arrived from the step.s first node within 30 s; reading the sources on this node$'
+}
+
+@test "with the per-node (%n) layout nodes read for themselves, as the slurmd log says once" {
+  for n in node1 node2; do "$CLUSTER" node-restart "$n"; done
+  TMPDIR_BASE="" set_tmpdir_config ""
+  grep -q 'broadcast: \[tmpdir\] base ".*%n" differs per node' "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log"
+  logged=$(grep -c 'differs per node' "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log")
+  write_check
+  size=$(stat -c %s "$WORK/bc-src/big.tar")
+  before=$(bytes_read)
+  submit -N2 --stage-data=bshared/big.tar:big check-nodes.sh
+  read=$(( $(bytes_read) - before ))
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -qx "content ok on node1"
+  echo "$LAST_OUTPUT" | grep -qx "content ok on node2"
+  ! echo "$LAST_OUTPUT" | grep -q 'broadcast'
+  [ "$read" -ge $(( size * 2 )) ]
+  [ "$(grep -c 'differs per node' "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log")" -eq "$logged" ] # not per job
+}

@@ -1,0 +1,138 @@
+#!/usr/bin/env bats
+# Progress on long staging (issue 11, item 4): a staging longer than [stage] progress_interval
+# prints progress lines (source, percent, bytes done of total, rate, time left) to the job's
+# output before its summary line, a short one prints none, and `stagehand status` shows running
+# stagings, through the daemon and in the job without it.
+
+load helpers
+
+SHAREDFS=${STAGEHAND_SHAREDFS:-$STAGEHAND_SOURCE_DIR/../shared/tools/sharedfs.py}
+CLUSTER=$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh
+
+setup_file() {
+  [ -f "$SHAREDFS" ] || { echo "sharedfs.py not found at $SHAREDFS (set STAGEHAND_SHAREDFS)" >&2; return 1; }
+  W=$STAGEHAND_CLUSTER_DIR/work
+  rm -rf "$W/prog-src" "$W/prog"
+  mkdir -p "$W/prog-src/ds" "$W/prog"
+  head -c 32M /dev/urandom >"$W/prog-src/ds/part.bin"
+  tar -C "$W/prog-src" -cf "$W/prog-src/big.tar" ds
+  rm -rf "$W/prog-src/ds"
+  echo small >"$W/prog-src/small.txt"
+  chown -R "$STAGEHAND_TEST_USER:" "$W/prog-src" "$W/prog"
+  # A slow shared filesystem (4 MB/s): 32 MiB take about 8 s to read.
+  setsid /usr/bin/python3 "$SHAREDFS" "$W/prog-src" "$W/prog" --mbps 4 >"$STAGEHAND_CLUSTER_DIR/log/progressfs.log" 2>&1 &
+  for _ in $(seq 1 50); do [ -e "$W/prog/.sharedfs-stats" ] && break; sleep 0.1; done
+  [ -e "$W/prog/.sharedfs-stats" ]
+}
+
+teardown_file() {
+  fusermount -u "$STAGEHAND_CLUSTER_DIR/work/prog" 2>/dev/null || umount -l "$STAGEHAND_CLUSTER_DIR/work/prog" || true
+}
+
+setup() {
+  set_tmpdir_config "" '[stage]
+progress_interval = "2s"'
+}
+
+# A fresh copy of the archive (a new inode: a cache miss, read again from the slow share).
+fresh() { as_user "cp prog-src/big.tar prog-src/$1"; }
+
+# The daemon of node1 restarted with its cache off: staging runs in the job.
+cache_off() {
+  "$CLUSTER" daemon-stop node1
+  sed -i "s|^cache_dir = .*|cache_dir = \"$STAGEHAND_CLUSTER_DIR/etc/slurm.conf\"|" "$STAGEHAND_TEST_CONFIG"
+  "$CLUSTER" daemon-start node1
+}
+
+cache_on() {
+  "$CLUSTER" daemon-stop node1
+  set_tmpdir_config ""
+  "$CLUSTER" daemon-start node1
+}
+
+status_json() { "$STAGEHAND_BUILD_DIR/helper/stagehand" status --json --config "$STAGEHAND_TEST_CONFIG" --node node1; }
+
+# Checks LAST_OUTPUT: at least one progress line for SOURCE on node1, each before the summary.
+assert_progress_before_summary() {
+  local src=$1 lines summary_at first_at
+  lines=$(echo "$LAST_OUTPUT" | grep -nE "^stagehand: node1: staging .*/$src: [0-9]+%, [0-9.]+ [KMG]?i?B of 32\.0 MiB, [0-9.]+ [KMG]?i?B/s, [0-9]+ s left$") || {
+    echo "no progress line for $src" >&2; return 1; }
+  summary_at=$(echo "$LAST_OUTPUT" | grep -nE "^stagehand: node1: unpacked .*/$src -> " | cut -d: -f1)
+  [ -n "$summary_at" ]
+  first_at=$(echo "$lines" | tail -n1 | cut -d: -f1)
+  [ "$first_at" -lt "$summary_at" ]
+}
+
+@test "a staging longer than progress_interval prints progress lines before its summary (in the job, no daemon cache)" {
+  cache_off
+  fresh a.tar
+  submit -N1 -w node1 --stage-data=prog/a.tar:a --wrap "'cmp \$SLURM_TMPDIR/a/ds/part.bin $WORK/prog-src/big.tar >/dev/null 2>&1; echo staged'"
+  cache_on
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q 'staging without the cache'
+  assert_progress_before_summary a.tar
+  # About 8 s at a 2 s interval: several lines, not one per tick.
+  n=$(echo "$LAST_OUTPUT" | grep -c '^stagehand: node1: staging ')
+  [ "$n" -ge 2 ] && [ "$n" -le 6 ]
+}
+
+@test "a staging through the node daemon prints progress lines before its summary" {
+  fresh b.tar
+  submit -N1 -w node1 --stage-data=prog/b.tar:b --wrap true
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q '(cache miss)$'
+  assert_progress_before_summary b.tar
+}
+
+@test "a staging shorter than the interval prints no progress line; progress_interval = 0 prints none" {
+  submit -N1 -w node1 --stage-data=prog/small.txt:small.txt --wrap true
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q '^stagehand: node1: copied .*/small.txt -> '
+  ! echo "$LAST_OUTPUT" | grep -q 'staging '
+  set_tmpdir_config "" '[stage]
+progress_interval = "0"'
+  fresh c.tar
+  submit -N1 -w node1 --stage-data=prog/c.tar:c --wrap true
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q '^stagehand: node1: unpacked .*/c.tar -> '
+  ! echo "$LAST_OUTPUT" | grep -q 'staging '
+}
+
+# Submits a job staging prog/SRC on node1 without waiting; polls `stagehand status` until it lists
+# the staging; prints the status JSON seen.
+status_while_staging() {
+  local out i s
+  out=$(as_user "sbatch --parsable -N1 -w node1 -o out.%j --stage-data=prog/$1:x --wrap true")
+  JOB_ID=$(echo "$out" | grep -Eo '^[0-9]+' | head -n1)
+  for i in $(seq 1 80); do
+    s=$(status_json)
+    if echo "$s" | python3 -c "import json,sys; sys.exit(0 if json.load(sys.stdin)['stagings'] else 1)"; then
+      echo "$s"
+      break
+    fi
+    sleep 0.25
+  done
+  wait_job_done "$JOB_ID"
+}
+
+check_staging_json() {
+  python3 -c "
+import json, sys
+s = json.load(sys.stdin)['stagings'][0]
+assert s['source'].endswith('prog/$1'), s
+assert s['total_bytes'] >= 32 << 20, s
+assert 0 <= s['done_bytes'] <= s['total_bytes'], s
+assert s['seconds'] >= 0, s
+"
+}
+
+@test "stagehand status shows a running staging, through the daemon and in the job" {
+  fresh d.tar
+  seen=$(status_while_staging d.tar)
+  echo "$seen" | check_staging_json d.tar
+  cache_off
+  fresh e.tar
+  seen=$(status_while_staging e.tar)
+  cache_on
+  echo "$seen" | check_staging_json e.tar
+}
