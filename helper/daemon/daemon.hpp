@@ -25,7 +25,12 @@
 #include <string>
 #include <thread>
 
+#include <ctime>
+
 namespace stagehand::daemon {
+
+// Wall-clock seconds, as the registry and GC record times.
+inline std::int64_t now_s() { return static_cast<std::int64_t>(std::time(nullptr)); }
 
 struct Counters
 {

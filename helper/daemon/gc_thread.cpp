@@ -1,0 +1,169 @@
+// stagehandd: garbage collection, at start, every gc_interval and when kicked (a job ended).
+#include "daemon.hpp"
+
+#include "metrics.hpp"
+
+#include "stagehand/fs/trusted_dir.hpp"
+#include "stagehand/fs/walk.hpp"
+#include "stagehand/gc/collect.hpp"
+#include "stagehand/stage/progress.hpp"
+#include "stagehand/tmpdir/job_dir.hpp"
+#include "stagehand/tmpdir/lifecycle.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <ctime>
+
+namespace stagehand::daemon {
+
+namespace {
+
+constexpr std::int64_t k_forget_ended_after = 24 * 3600; // registry records of ended jobs
+// Removal work per GC pass: a huge trash, or one that another job keeps refilling, never holds
+// the GC thread longer; the rest waits for the next pass.
+constexpr std::chrono::seconds k_gc_pass_budget{20};
+
+} // namespace
+
+proto::GcReply Daemon::collect(bool dry_run)
+{
+  proto::GcReply reply;
+  reply.dry_run = dry_run;
+  auto base = open_base();
+  if (!base) {
+    reply.errors.push_back(base.error().message);
+    return reply;
+  }
+  auto snap = gc::snapshot_base(base->get(), now_s());
+  if (!snap) {
+    reply.errors.push_back(snap.error().message);
+    return reply;
+  }
+  gc::Evidence evidence;
+  evidence.live_steps = gc::live_step_jobs();
+  {
+    std::lock_guard lock(m_mutex);
+    for (const auto& [id, job] : m_registry.jobs()) {
+      if (job.state == registry::JobState::running) {
+        evidence.registered_running.insert(id);
+      }
+    }
+  }
+  if (gc::needs_slurmctld(*snap, evidence)) {
+    evidence.running_here = gc::slurmctld_running(m_node, "squeue", std::chrono::seconds(15));
+    const bool down = !evidence.running_here;
+    if (down != m_ctld_unreachable.exchange(down)) { // said once per change, not every interval
+      if (down) {
+        spdlog::warn("gc: slurmctld does not answer (squeue); every job directory whose job may still run is kept");
+      } else {
+        spdlog::info("gc: slurmctld answers again");
+      }
+    }
+  } else {
+    evidence.running_here = std::set<std::uint32_t>{};
+  }
+  const auto plan = gc::make_plan(*snap, evidence);
+  const std::string& base_path = m_base_path;
+  if (dry_run) {
+    for (const auto& a : plan.remove) {
+      reply.actions.push_back(proto::GcAction{base_path + "/" + a.name, gc::reason_name(a.reason)});
+    }
+    return reply;
+  }
+  auto applied = gc::apply(base->get(), plan, std::chrono::steady_clock::now() + k_gc_pass_budget);
+  for (const auto& a : applied.done) {
+    reply.actions.push_back(proto::GcAction{base_path + "/" + a.name, gc::reason_name(a.reason)});
+    if (a.reason != gc::Reason::trash) {
+      spdlog::info("gc: removed {}/{} ({})", base_path, a.name, gc::reason_name(a.reason));
+    }
+  }
+  for (const auto& f : applied.failures) {
+    reply.errors.push_back(base_path + ": " + f.message);
+  }
+  std::lock_guard lock(m_mutex);
+  // Every gc_interval meets the same mount point again: the log says it once.
+  for (const auto& f : m_gc_reported.fresh(applied)) {
+    spdlog::warn("gc: {}: {}; the rest stays in the trash (said once, retried at every pass)", base_path, f.message);
+  }
+  ++m_counters.gc_runs;
+  for (const auto& a : applied.done) {
+    ++m_counters.gc_removed[gc::reason_label(a.reason)];
+  }
+  m_counters.trash_entries = 0;
+  for (const auto& e : snap->entries) {
+    if (std::string_view(e.name).starts_with(".trash.")) {
+      ++m_counters.trash_entries;
+    }
+  }
+  for (const auto& a : applied.done) {
+    if (a.reason == gc::Reason::trash && m_counters.trash_entries > 0) {
+      --m_counters.trash_entries;
+    }
+  }
+  // The registry follows what GC found: orphans ended; ended records forgotten after a day.
+  bool changed = false;
+  for (const auto& [job, state] : plan.jobs) {
+    if (state == gc::JobDirState::orphan) {
+      m_registry.end_job(job, now_s(), 0);
+      changed = true;
+    }
+  }
+  std::vector<std::uint32_t> forget;
+  for (const auto& [id, job] : m_registry.jobs()) {
+    if (job.state == registry::JobState::ended && now_s() - job.ended_at > k_forget_ended_after &&
+        job.keep_until < now_s()) {
+      forget.push_back(id);
+    }
+  }
+  for (auto id : forget) {
+    m_registry.forget(id);
+    changed = true;
+  }
+  if (changed) {
+    save_registry_locked();
+  }
+  if (m_store) {
+    auto swept = m_store->sweep(m_fill_dirs);
+    for (const auto& s : swept) {
+      reply.actions.push_back(proto::GcAction{m_store->path() + "/" + s, "interrupted cache fill"});
+    }
+    evict_to_fit_locked(m_config.daemon.cache_max_bytes);
+  }
+  return reply;
+}
+
+void Daemon::kick_gc()
+{
+  std::lock_guard lock(m_mutex);
+  m_gc_kicked = true;
+  m_gc_cv.notify_all();
+}
+
+void Daemon::gc_loop()
+{
+  for (;;) {
+    auto reply = collect(false);
+    if (!reply.actions.empty()) {
+      spdlog::debug("gc: {} actions", reply.actions.size());
+    }
+    write_metrics();
+    std::unique_lock lock(m_mutex);
+    m_gc_cv.wait_for(lock, m_config.daemon.gc_interval, [&] { return m_stopping || m_gc_kicked; });
+    if (m_stopping) {
+      return;
+    }
+    m_gc_kicked = false;
+  }
+}
+
+void Daemon::start_gc_thread()
+{
+  m_gc_thread = std::thread([this] { gc_loop(); });
+}
+
+} // namespace stagehand::daemon

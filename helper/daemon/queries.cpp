@@ -1,0 +1,200 @@
+// stagehandd: the status and cache requests (status, cache ls, cache evict) and LRU eviction.
+#include "daemon.hpp"
+
+#include "metrics.hpp"
+
+#include "stagehand/fs/trusted_dir.hpp"
+#include "stagehand/fs/walk.hpp"
+#include "stagehand/gc/collect.hpp"
+#include "stagehand/stage/progress.hpp"
+#include "stagehand/tmpdir/job_dir.hpp"
+#include "stagehand/tmpdir/lifecycle.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <ctime>
+
+namespace stagehand::daemon {
+
+namespace {
+
+std::string user_name(uid_t uid)
+{
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  char buf[4096];
+  if (::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found) {
+    return pw.pw_name;
+  }
+  return std::to_string(uid);
+}
+
+} // namespace
+
+void Daemon::on_status(const Peer& peer, Responder& out)
+{
+  proto::StatusReply reply;
+  reply.node = m_node;
+  auto base = open_base();
+  std::optional<gc::Snapshot> snap;
+  if (base) {
+    if (auto s = gc::snapshot_base(base->get(), now_s())) {
+      snap = std::move(*s);
+    }
+  }
+  const auto live = gc::live_step_jobs();
+  const std::string& base_path = m_base_path;
+  std::lock_guard lock(m_mutex);
+  std::set<std::uint32_t> listed;
+  auto add = [&](std::uint32_t job, uid_t uid, const std::string& state) {
+    if (!peer.root() && uid != peer.uid) {
+      return; // a user sees only their own jobs
+    }
+    if (!listed.insert(job).second) {
+      return;
+    }
+    reply.jobs.push_back(proto::JobInfo{job, user_name(uid), uid, base_path + "/" + tmpdir::job_dir_name(job), state});
+  };
+  if (snap) {
+    for (const auto& e : snap->entries) {
+      auto job = gc::job_of_dir(e.name);
+      if (!job || !e.is_dir) {
+        if (std::string_view(e.name).starts_with(".trash.")) {
+          ++reply.trash_entries;
+        }
+        continue;
+      }
+      const auto* rec = m_registry.find(*job);
+      const bool running = live.count(*job) > 0 || (rec && rec->state == registry::JobState::running);
+      auto marker = snap->markers.find(*job);
+      const bool kept = marker != snap->markers.end() && marker->second.until > snap->now &&
+                        (marker->second.ino == 0 || marker->second.ino == e.ino);
+      add(*job, e.uid, running ? "running" : kept ? "kept" : "orphan");
+    }
+  }
+  if (m_stage_out) {
+    for (const auto& p : m_stage_out->pending()) {
+      if (!peer.root() && p.uid != peer.uid) {
+        continue;
+      }
+      listed.insert(p.job_id);
+      reply.jobs.push_back(proto::JobInfo{p.job_id, user_name(p.uid), p.uid, base_path + "/" + p.dir,
+                                          "stage-out pending (attempt " + std::to_string(p.attempts) + ")"});
+    }
+  }
+  if (m_store) {
+    for (const auto& e : m_store->list()) {
+      ++reply.cache.entries;
+      reply.cache.bytes += e.disk_bytes;
+    }
+  }
+  reply.cache.max_bytes = m_config.daemon.cache_max_bytes;
+  reply.cache.hits = m_counters.hits;
+  reply.cache.misses = m_counters.misses;
+  reply.cache.evictions = m_counters.evictions;
+  for (const auto& [id, staging] : m_stagings) {
+    if (peer.root() || staging.uid == peer.uid) { // a user sees only their own
+      reply.stagings.push_back(staging.progress);
+    }
+  }
+  // Stagings that run in the job without the daemon (no cache, or it could not) keep a record in
+  // the job's directory: read as root with the care root takes with what a user wrote.
+  for (const auto& j : reply.jobs) { // the peer's own jobs only, as listed above
+    if (!base || j.state != "running") {
+      continue;
+    }
+    if (auto dir = fs::open_beneath(base->get(), tmpdir::job_dir_name(j.job_id), O_RDONLY | O_DIRECTORY)) {
+      if (auto p = stage::read_progress_record(dir->get())) {
+        reply.stagings.push_back(*p);
+      }
+    }
+  }
+  out.result(reply);
+}
+
+void Daemon::on_cache_list(const Peer& peer, Responder& out)
+{
+  proto::CacheListReply reply;
+  std::lock_guard lock(m_mutex);
+  if (!m_store) {
+    out.result(reply);
+    return;
+  }
+  std::set<std::string> mine; // keys the peer's jobs used
+  for (const auto& [id, job] : m_registry.jobs()) {
+    if (job.uid == peer.uid) {
+      mine.insert(job.cache_keys.begin(), job.cache_keys.end());
+    }
+  }
+  for (const auto& e : m_store->list()) {
+    if (!peer.root() && !mine.count(e.key)) {
+      continue;
+    }
+    reply.entries.push_back(proto::CacheEntryInfo{e.source, e.disk_bytes, e.files, e.last_used,
+                                                  m_registry.key_in_use(e.key) || m_pins.count(e.key) > 0});
+  }
+  out.result(reply);
+}
+
+void Daemon::on_cache_evict(const proto::CacheEvict& r, const Peer&, Responder& out)
+{
+  std::lock_guard lock(m_mutex);
+  if (!m_store) {
+    out.error(Error::io("the cache is off on node " + m_node, ENOENT));
+    return;
+  }
+  proto::GcReply reply;
+  for (const auto& e : m_store->list()) {
+    if (!r.all && e.source != r.source) {
+      continue;
+    }
+    if (m_pins.count(e.key)) {
+      reply.errors.push_back(e.source + ": being staged right now, not evicted");
+      continue;
+    }
+    if (auto st = m_store->evict(e.key); !st) {
+      reply.errors.push_back(st.error().message);
+    } else {
+      ++m_counters.evictions;
+      reply.actions.push_back(proto::GcAction{e.source, "evicted"});
+    }
+  }
+  if (!r.all && reply.actions.empty() && reply.errors.empty()) {
+    out.error(Error::refused("no cache entry for " + r.source + " on node " + m_node));
+    return;
+  }
+  out.result(reply);
+}
+
+void Daemon::evict_to_fit_locked(std::uint64_t max_bytes)
+{
+  if (!m_store) {
+    return;
+  }
+  auto entries = m_store->list();
+  std::uint64_t total = 0;
+  for (const auto& e : entries) {
+    total += e.disk_bytes;
+  }
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.last_used < b.last_used; });
+  for (const auto& e : entries) {
+    if (total <= max_bytes) {
+      break;
+    }
+    if (m_pins.count(e.key) || m_registry.key_in_use(e.key)) {
+      continue; // an entry a running job uses is never evicted
+    }
+    if (m_store->evict(e.key)) {
+      total -= std::min(total, e.disk_bytes);
+      ++m_counters.evictions;
+      spdlog::info("cache: evicted {} ({} bytes, least recently used)", e.source, e.disk_bytes);
+    }
+  }
+}
+
+} // namespace stagehand::daemon

@@ -1,0 +1,393 @@
+// stagehandd's stage request, per source: the job user's side opens and identifies it (a child with
+// their credentials), a hit is linked into the job's directory, a miss is filled once (single
+// flight) by the service user's side, then published and linked.
+#include "stage_run.hpp"
+
+#include "stagehand/cache/fill.hpp"
+#include "stagehand/cache/key.hpp"
+#include "stagehand/cache/materialise.hpp"
+#include "stagehand/cache/source.hpp"
+#include "stagehand/fs/remove_tree.hpp"
+#include "stagehand/fs/walk.hpp"
+#include "stagehand/stage/entry_path.hpp"
+#include "stagehand/tmpdir/job_dir.hpp"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+namespace stagehand::daemon {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+
+// Messages from the children: {"ok":true,...} or {"ok":false,"kind":...,"error":...}.
+std::string child_error(const Error& e)
+{
+  return json{{"ok", false}, {"kind", kind_name(e.kind)}, {"code", e.code}, {"error", e.message}}.dump(
+    -1, ' ', false, json::error_handler_t::replace);
+}
+
+Result<json> child_reply(const ipc::Message& m)
+{
+  json j = json::parse(m.text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Error::internal("a staging child sent garbage");
+  }
+  if (!j.value("ok", false)) {
+    Error e = Error::internal(j.value("error", std::string("a staging child failed")));
+    e.kind = kind_from_name(j.value("kind", std::string("internal"))).value_or(ErrorKind::internal);
+    e.code = j.value("code", 0);
+    return e;
+  }
+  return j;
+}
+
+cache::SourceShape shape_of(const proto::SourceSpec& s)
+{
+  return s.kind == proto::SourceKind::dir ? cache::SourceShape::dir : cache::SourceShape::file;
+}
+
+cache::UnpackMode unpack_of(const proto::SourceSpec& s)
+{
+  return s.unpack == proto::Unpack::never ? cache::UnpackMode::never : cache::UnpackMode::if_archive;
+}
+
+} // namespace
+
+Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
+{
+  const auto t0 = Clock::now();
+  auto parts = stage::split_entry_path(src.dest);
+  if (!parts || parts->empty() || std::string_view((*parts)[0]).starts_with(".stagehand")) {
+    return Error::refused(src.shown + ": destination \"" + src.dest + "\" is not allowed");
+  }
+  const std::uint64_t room = m_max_bytes > m_total ? m_max_bytes - m_total : 0;
+  auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+
+  // 1. As the job user: open the source and say what it is.
+  std::vector<std::string> roots;
+  {
+    std::lock_guard lock(m_d.m_mutex);
+    roots = m_d.m_config.stage.allowed_roots;
+  }
+  auto ident_child = ipc::spawn_as(m_user, {}, [&](int sock, const std::vector<int>&) {
+    auto fd = cache::open_source(src.path, src.shown, shape_of(src), roots);
+    if (!fd) {
+      (void)ipc::send_message(sock, child_error(fd.error()));
+      return 1;
+    }
+    auto id = shape_of(src) == cache::SourceShape::dir ? cache::identify_tree(fd->get(), src.path, src.shown)
+                                                       : cache::identify_file(fd->get(), src.path, unpack_of(src));
+    if (!id) {
+      (void)ipc::send_message(sock, child_error(id.error()));
+      return 1;
+    }
+    (void)ipc::send_message(sock, json{{"ok", true}, {"key", id->key}, {"files", id->files}, {"bytes", id->bytes}}.dump(),
+                            {fd->get()});
+    return 0;
+  });
+  if (!ident_child) {
+    return ident_child.error();
+  }
+  auto ident_msg = await(*ident_child, [&] { return proto::Progress{src.shown, 0, 0, seconds()}; });
+  if (ident_msg) {
+    (void)ident_child->wait();
+  }
+  if (!ident_msg) {
+    return ident_msg.error();
+  }
+  auto ident = child_reply(*ident_msg);
+  if (!ident) {
+    return ident.error();
+  }
+  if (ident_msg->fds.size() != 1) {
+    return Error::internal("the user side sent no descriptor");
+  }
+  UniqueFd src_fd = std::move(ident_msg->fds[0]);
+  std::string key = (*ident)["key"].get<std::string>();
+  if (src.kind == proto::SourceKind::file) {
+    // A file's key needs only fstat: taken here from the descriptor, not from the user's side.
+    auto mine = cache::identify_file(src_fd.get(), src.path, unpack_of(src));
+    if (!mine) {
+      return mine.error();
+    }
+    key = mine->key;
+  }
+  const std::uint64_t src_bytes = (*ident)["bytes"].get<std::uint64_t>();
+  if (src.kind == proto::SourceKind::dir && src_bytes > room) {
+    return Error::limit(src.shown + ": " + std::to_string(src_bytes) + " bytes, more than the " +
+                        std::to_string(room) + " left under [stage] max_bytes (limit)");
+  }
+
+  // 2. A hit, a wait for someone else's fill, or our own fill.
+  proto::StagedSource out{src.shown, src.dest, "copied", 0, 0, 0, proto::CacheOutcome::hit, ""};
+  std::optional<cache::Fill> uncached; // a fill used for this job only
+  for (int attempt = 0;; ++attempt) {
+    std::unique_lock lock(m_d.m_mutex);
+    if (!m_store || !m_d.m_service) {
+      return Error::io("the node cache is off", ENOENT);
+    }
+    if (auto meta = m_store->lookup(key)) {
+      ++m_d.m_pins[key];
+      m_pinned.push_back(key);
+      out.how = meta->how;
+      if (meta->bytes > room) {
+        return Error::limit(src.shown + ": unpacks to " + std::to_string(meta->bytes) + " bytes, more than the " +
+                            std::to_string(room) + " left under [stage] max_bytes (limit)");
+      }
+      break;
+    }
+    if (auto it = m_d.m_fills.find(key); it != m_d.m_fills.end() && attempt < 3) {
+      auto wait = it->second;
+      while (!wait->done) {
+        if (wait->measured && std::chrono::steady_clock::now() - wait->progressed > k_stalled_fill) {
+          return Error::io("another job's fill of this source has made no progress for " +
+                             std::to_string(k_stalled_fill.count()) + " s",
+                           ETIMEDOUT);
+        }
+        if (!wait->cv.wait_for(lock, k_keepalive, [&] { return wait->done; })) {
+          const auto done = wait->progress;
+          lock.unlock();
+          progress(proto::Progress{src.shown, done, src_bytes, seconds()}); // waiting for another job's fill
+          lock.lock();
+          if (m_out.broken()) {
+            return Error::io("the client went away", EPIPE);
+          }
+        }
+      }
+      continue; // published: a hit; failed: try ourselves
+    }
+    // Ours to fill.
+    auto wait = std::make_shared<FillWait>();
+    wait->progressed = std::chrono::steady_clock::now();
+    wait->measured = src.kind == proto::SourceKind::file;
+    m_d.m_fills[key] = wait;
+    m_fill_wait = wait;
+    const ipc::Credentials service = *m_d.m_service;
+    const std::uint64_t cache_max = m_d.m_config.daemon.cache_max_bytes;
+    lock.unlock();
+    auto filled = fill(src, src_fd.get(), key, service, room, src_bytes, seconds);
+    lock.lock();
+    m_fill_wait.reset();
+    wait->done = true;
+    wait->published = filled && !filled->second;
+    wait->cv.notify_all();
+    m_d.m_fills.erase(key);
+    if (!filled) {
+      return filled.error();
+    }
+    out.cache = proto::CacheOutcome::miss;
+    out.how = filled->first.how;
+    if (filled->second) {
+      uncached = std::move(filled->second);
+      out.cache = proto::CacheOutcome::none;
+      break;
+    }
+    (void)cache_max;
+    break; // published and pinned by fill()
+  }
+
+  // 3. Into the job's directory.
+  Result<cache::Materialised> placed = Error::internal("not placed");
+  if (uncached) {
+    placed = cache::materialise(uncached->dir.get(), cache::k_data_name, m_job_fd.get(), src.dest,
+                                cache::JobUser{m_job.uid, m_job.gid});
+    std::lock_guard lock(m_d.m_mutex);
+    m_d.m_fill_dirs.erase(uncached->name);
+    m_store->discard(*uncached);
+  } else {
+    auto entry = m_store->open_entry(key);
+    if (!entry) {
+      return entry.error();
+    }
+    placed = cache::materialise(entry->get(), cache::k_data_name, m_job_fd.get(), src.dest,
+                                cache::JobUser{m_job.uid, m_job.gid});
+  }
+  if (!placed) {
+    return placed.error().with_context(src.shown);
+  }
+  m_made.push_back(placed->created_top);
+  m_total += placed->bytes;
+  out.files = placed->files;
+  out.bytes = placed->bytes;
+  out.seconds = seconds();
+  std::lock_guard lock(m_d.m_mutex);
+  if (out.cache == proto::CacheOutcome::hit) {
+    ++m_d.m_counters.hits;
+    (void)m_store->touch(key, static_cast<std::int64_t>(std::time(nullptr)));
+  } else if (out.cache == proto::CacheOutcome::miss) {
+    ++m_d.m_counters.misses;
+  }
+  m_d.m_counters.staged_bytes += out.bytes;
+  m_d.m_counters.staged_seconds += out.seconds;
+  if (out.cache != proto::CacheOutcome::none) {
+    m_d.m_registry.add_cache_key(m_job.job_id, key);
+    m_d.save_registry_locked();
+  }
+  return out;
+}
+
+Result<std::pair<cache::FillResult, std::optional<cache::Fill>>>
+StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key, const ipc::Credentials& service,
+     std::uint64_t room, std::uint64_t src_bytes, const std::function<double()>& seconds)
+{
+  Result<cache::Fill> begun = Error::internal("no fill");
+  {
+    std::lock_guard lock(m_d.m_mutex);
+    begun = m_store->begin_fill(key, service.uid, service.gid);
+    if (begun) {
+      m_d.m_fill_dirs.insert(begun->name);
+    }
+  }
+  if (!begun) {
+    return begun.error();
+  }
+  cache::Fill f = std::move(*begun);
+  auto drop = [&](Error e) -> Error {
+    std::lock_guard lock(m_d.m_mutex);
+    m_d.m_fill_dirs.erase(f.name);
+    m_store->discard(f);
+    return e;
+  };
+  const int fill_fd = f.dir.get();
+  const std::string shown = src.shown;
+  const auto unpack = unpack_of(src);
+  bool source_changed = false;
+  Result<json> result = Error::internal("no result");
+  if (src.kind == proto::SourceKind::file) {
+    auto svc = ipc::spawn_as(service, {src_fd, fill_fd}, [&](int sock, const std::vector<int>& kept) {
+      auto r = cache::fill_from_file(kept[0], kept[1], unpack, room, shown);
+      if (!r) {
+        (void)ipc::send_message(sock, child_error(r.error()));
+        return 1;
+      }
+      (void)ipc::send_message(sock, json{{"ok", true}, {"how", r->how}, {"files", r->files}, {"bytes", r->bytes}}.dump());
+      return 0;
+    });
+    if (!svc) {
+      return drop(svc.error());
+    }
+    auto msg = await(*svc, [&] {
+      off_t at = ::lseek(src_fd, 0, SEEK_CUR); // the service side reads through the same open file
+      return proto::Progress{shown, at > 0 ? static_cast<std::uint64_t>(at) : 0, src_bytes, seconds()};
+    });
+    if (msg) {
+      (void)svc->wait();
+    }
+    if (!msg) {
+      return drop(msg.error());
+    }
+    result = child_reply(*msg);
+    auto again = cache::identify_file(src_fd, src.path, unpack);
+    source_changed = !again || again->key != key;
+  } else {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) {
+      return drop(Error::from_errno("pipe"));
+    }
+    UniqueFd rd(p[0]);
+    UniqueFd wr(p[1]);
+    const std::string path = src.path;
+    auto reader = ipc::spawn_as(m_user, {src_fd, wr.get()}, [&](int sock, const std::vector<int>& kept) {
+      auto r = cache::stream_tree(kept[0], kept[1], path, shown);
+      ::close(kept[1]);
+      if (!r) {
+        (void)ipc::send_message(sock, child_error(r.error()));
+        return 1;
+      }
+      (void)ipc::send_message(sock, json{{"ok", true}, {"key", r->identity.key}, {"changed", r->changed}}.dump());
+      return 0;
+    });
+    if (!reader) {
+      return drop(reader.error());
+    }
+    auto svc = ipc::spawn_as(service, {rd.get(), fill_fd}, [&](int sock, const std::vector<int>& kept) {
+      auto r = cache::fill_from_stream(kept[0], kept[1], room, shown);
+      if (!r) {
+        (void)ipc::send_message(sock, child_error(r.error()));
+        return 1;
+      }
+      (void)ipc::send_message(sock, json{{"ok", true}, {"how", r->how}, {"files", r->files}, {"bytes", r->bytes}}.dump());
+      return 0;
+    });
+    rd.reset();
+    wr.reset();
+    if (!svc) {
+      return drop(svc.error());
+    }
+    auto msg = await(*svc, [&] { return proto::Progress{shown, 0, src_bytes, seconds()}; });
+    if (!msg) {
+      reader->kill(); // the other side of the pipe goes too
+    }
+    auto read_msg = await(*reader, [&] { return proto::Progress{shown, 0, src_bytes, seconds()}; });
+    if (msg) {
+      (void)svc->wait();
+    }
+    if (read_msg) {
+      (void)reader->wait();
+    }
+    if (!read_msg) {
+      return drop(read_msg.error());
+    }
+    auto read = child_reply(*read_msg);
+    if (!read) {
+      return drop(read.error()); // the user side's reason (e.g. permission denied) comes first
+    }
+    if (!msg) {
+      return drop(msg.error());
+    }
+    result = child_reply(*msg);
+    source_changed = (*read)["key"].get<std::string>() != key || (*read)["changed"].get<bool>();
+  }
+  if (!result) {
+    return drop(result.error());
+  }
+  cache::FillResult fr{(*result)["how"].get<std::string>(), (*result)["files"].get<std::uint64_t>(),
+                       (*result)["bytes"].get<std::uint64_t>()};
+  std::lock_guard lock(m_d.m_mutex);
+  const std::uint64_t fill_bytes = cache::disk_usage(f.dir.get(), cache::k_data_name);
+  if (source_changed || fill_bytes > m_d.m_config.daemon.cache_max_bytes) {
+    spdlog::info("job {}: {}: staged without caching ({})", m_job.job_id, src.path,
+                 source_changed ? "the source changed while it was read" : "larger than the node cache");
+    return std::pair{fr, std::optional<cache::Fill>(std::move(f))};
+  }
+  m_d.evict_to_fit_locked(m_d.m_config.daemon.cache_max_bytes > fill_bytes
+                            ? m_d.m_config.daemon.cache_max_bytes - fill_bytes
+                            : 0);
+  cache::EntryMeta meta;
+  meta.key = key;
+  meta.source = src.path;
+  meta.shape = src.kind == proto::SourceKind::dir ? "dir" : "file";
+  meta.how = fr.how;
+  meta.files = fr.files;
+  meta.bytes = fr.bytes;
+  auto published = m_store->publish(f, meta);
+  m_d.m_fill_dirs.erase(f.name);
+  if (!published) {
+    if (published.error().code == EEXIST || published.error().code == ENOTEMPTY) {
+      m_store->discard(f); // another fill of the same key won: use that one
+      ++m_d.m_pins[key];
+      m_pinned.push_back(key);
+      return std::pair{fr, std::optional<cache::Fill>()};
+    }
+    m_d.m_fill_dirs.insert(f.name);
+    return std::pair{fr, std::optional<cache::Fill>(std::move(f))};
+  }
+  ++m_d.m_pins[key]; // ours until it is linked into the job
+  m_pinned.push_back(key);
+  spdlog::info("job {}: cached {} ({} files, {} bytes on disk)", m_job.job_id, src.path, fr.files,
+               published->disk_bytes);
+  return std::pair{fr, std::optional<cache::Fill>()};
+}
+
+} // namespace stagehand::daemon

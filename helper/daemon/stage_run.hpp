@@ -1,0 +1,72 @@
+// stagehandd's stage request, one per request (stage.cpp: the request's life, progress and
+// rollback; stage_fill.cpp: identifying a source as the job user and filling the cache as the
+// service user).
+#pragma once
+
+#include "daemon.hpp"
+
+#include "stagehand/cache/fill.hpp"
+#include "stagehand/ipc/child.hpp"
+#include "stagehand/proto/messages.hpp"
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace stagehand::daemon {
+
+inline constexpr auto k_keepalive = std::chrono::seconds(5);
+inline constexpr auto k_stalled_fill = std::chrono::seconds(600); // a leader fill silent this long is given up on
+
+// For each source, the job user's side opens and identifies it; a hit is linked into the job's
+// directory; a miss is filled once (single flight) by the service user's side, then published and
+// linked. Any failure removes what this request made.
+class StageRun
+{
+public:
+  StageRun(Daemon& d, const registry::JobRecord& job, ipc::Credentials user, const proto::Stage& request,
+           Responder& out);
+  ~StageRun();
+  StageRun(const StageRun&) = delete;
+  StageRun& operator=(const StageRun&) = delete;
+  void execute();
+
+private:
+  Result<UniqueFd> open_job_dir();
+  void finish_staging();
+  void progress(const proto::Progress& p);
+  // Waits for a child's message, sending a progress frame every few seconds meanwhile. On any
+  // failure the child is killed (the job user may have stopped it: it runs with their uid).
+  Result<ipc::Message> await(ipc::Child& child, const std::function<proto::Progress()>& status);
+  // Whether a child is stopped (state T or t in /proc/PID/stat).
+  static bool stopped(pid_t pid);
+  Result<proto::StagedSource> stage_one(const proto::SourceSpec& src);
+  // Fills the cache for `key`. Returns the fill result and, when the entry must not be published
+  // (larger than the cache, or the source changed while it was read), the fill to use uncached.
+  Result<std::pair<cache::FillResult, std::optional<cache::Fill>>>
+  fill(const proto::SourceSpec& src, int src_fd, const std::string& key, const ipc::Credentials& service,
+       std::uint64_t room, std::uint64_t src_bytes, const std::function<double()>& seconds);
+  void rollback();
+
+  Daemon& m_d;
+  registry::JobRecord m_job;
+  ipc::Credentials m_user;
+  const proto::Stage& m_request;
+  Responder& m_out;
+  UniqueFd m_job_fd;
+  std::shared_ptr<cache::Store> m_store;
+  std::uint64_t m_max_bytes = 0;          // the job's limit, never above [stage] max_bytes
+  std::shared_ptr<FillWait> m_fill_wait;  // our fill, when we lead one: waiters see its progress
+  std::vector<std::string> m_made; // created below the job directory, for rollback
+  std::vector<std::string> m_pinned;
+  std::uint64_t m_total = 0;
+  std::uint64_t m_staging_id = 0;
+};
+
+} // namespace stagehand::daemon

@@ -1,0 +1,286 @@
+// JSON mapping of the daemon protocol's replies: results, errors and progress frames
+// (messages.cpp maps the requests).
+#include "stagehand/proto/messages.hpp"
+
+#include "stagehand/proto/json_fields.hpp"
+
+namespace stagehand::proto {
+
+using namespace detail;
+
+namespace {
+
+json progress_json(const Progress& p)
+{
+  return json{{"source", p.source}, {"done_bytes", p.done_bytes}, {"total_bytes", p.total_bytes}, {"seconds", p.seconds}};
+}
+
+Result<Progress> parse_progress(const json& j)
+{
+  Fields f(j);
+  SH_TRY(source, f.str("source", true));
+  SH_TRY(done, f.u64("done_bytes"));
+  SH_TRY(total, f.u64("total_bytes"));
+  SH_TRY(secs, f.number("seconds"));
+  return Progress{*source, *done, *total, *secs};
+}
+
+} // namespace
+
+const char* outcome_name(CacheOutcome c)
+{
+  switch (c) {
+  case CacheOutcome::hit:
+    return "cache hit";
+  case CacheOutcome::miss:
+    return "cache miss";
+  case CacheOutcome::none:
+    return "no cache";
+  }
+  return "no cache";
+}
+
+std::string serialize_progress(const Progress& p)
+{
+  json j = envelope("progress");
+  j.update(progress_json(p));
+  return j.dump();
+}
+
+std::string serialize_error(const Error& e)
+{
+  json j = envelope("result");
+  j["ok"] = false;
+  j["kind"] = kind_name(e.kind);
+  j["error"] = e.message;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string serialize_result(const Reply& r)
+{
+  json j = envelope("result");
+  j["ok"] = true;
+  std::visit(Overloaded{[](const Done&) {},
+                        [&](const StageReply& x) {
+                          j["staged"] = json::array();
+                          for (const auto& s : x.staged) {
+                            j["staged"].push_back(json{{"shown", s.shown},
+                                                       {"dest", s.dest},
+                                                       {"how", s.how},
+                                                       {"files", s.files},
+                                                       {"bytes", s.bytes},
+                                                       {"seconds", s.seconds},
+                                                       {"cache", outcome_name(s.cache)},
+                                                       {"note", s.note}});
+                          }
+                        },
+                        [&](const StatusReply& x) {
+                          j["node"] = x.node;
+                          j["jobs"] = json::array();
+                          for (const auto& job : x.jobs) {
+                            j["jobs"].push_back(json{{"job_id", job.job_id},
+                                                     {"user", job.user},
+                                                     {"uid", job.uid},
+                                                     {"dir", job.dir},
+                                                     {"state", job.state}});
+                          }
+                          j["cache"] = json{{"entries", x.cache.entries},     {"bytes", x.cache.bytes},
+                                            {"max_bytes", x.cache.max_bytes}, {"hits", x.cache.hits},
+                                            {"misses", x.cache.misses},       {"evictions", x.cache.evictions}};
+                          j["trash"] = json{{"entries", x.trash_entries}};
+                          j["stagings"] = json::array();
+                          for (const auto& p : x.stagings) {
+                            j["stagings"].push_back(progress_json(p));
+                          }
+                        },
+                        [&](const CacheListReply& x) {
+                          j["entries"] = json::array();
+                          for (const auto& e : x.entries) {
+                            j["entries"].push_back(json{{"source", e.source},
+                                                        {"bytes", e.bytes},
+                                                        {"files", e.files},
+                                                        {"last_used", e.last_used},
+                                                        {"in_use", e.in_use}});
+                          }
+                        },
+                        [&](const GcReply& x) {
+                          j["dry_run"] = x.dry_run;
+                          j["actions"] = json::array();
+                          for (const auto& a : x.actions) {
+                            j["actions"].push_back(json{{"path", a.path}, {"reason", a.reason}});
+                          }
+                          j["errors"] = x.errors;
+                        }},
+             r);
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Result<ReplyFrame> parse_reply_frame(std::string_view payload)
+{
+  auto j = parse_json(payload);
+  if (!j) {
+    return j.error();
+  }
+  Fields f(*j);
+  SH_TRY(type, f.str("type"));
+  ReplyFrame frame;
+  if (*type == "progress") {
+    SH_TRY(p, parse_progress(*j));
+    frame.progress = *p;
+    return frame;
+  }
+  if (*type != "result") {
+    return bad("unknown reply type \"" + type->substr(0, 64) + "\"");
+  }
+  SH_TRY(ok, f.boolean("ok", false));
+  if (!*ok) {
+    SH_TRY(kind, f.str("kind"));
+    SH_TRY(message, f.str("error", true));
+    Error e = Error::internal(*message);
+    e.kind = kind_from_name(*kind).value_or(ErrorKind::internal);
+    frame.error = e;
+    return frame;
+  }
+  frame.result_json = std::string(payload);
+  return frame;
+}
+
+Result<StageReply> parse_stage_reply(std::string_view payload)
+{
+  auto j = parse_json(payload);
+  if (!j) {
+    return j.error();
+  }
+  auto it = j->find("staged");
+  if (it == j->end() || !it->is_array()) {
+    return bad("\"staged\" must be a list");
+  }
+  StageReply r;
+  for (const auto& item : *it) {
+    if (!item.is_object()) {
+      return bad("each staged source must be an object");
+    }
+    Fields f(item);
+    SH_TRY(shown, f.str("shown"));
+    SH_TRY(dest, f.str("dest"));
+    SH_TRY(how, f.str("how"));
+    SH_TRY(files, f.u64("files"));
+    SH_TRY(bytes, f.u64("bytes"));
+    SH_TRY(secs, f.number("seconds"));
+    SH_TRY(cache, f.str("cache"));
+    SH_TRY(note, f.str("note", true));
+    StagedSource s{*shown, *dest, *how, *files, *bytes, *secs, CacheOutcome::none, *note};
+    s.cache = *cache == "cache hit" ? CacheOutcome::hit : *cache == "cache miss" ? CacheOutcome::miss : CacheOutcome::none;
+    r.staged.push_back(std::move(s));
+  }
+  return r;
+}
+
+Result<StatusReply> parse_status_reply(std::string_view payload)
+{
+  auto j = parse_json(payload);
+  if (!j) {
+    return j.error();
+  }
+  Fields f(*j);
+  StatusReply r;
+  SH_TRY(node, f.str("node"));
+  r.node = *node;
+  auto jobs = j->find("jobs");
+  auto cache = j->find("cache");
+  if (jobs == j->end() || !jobs->is_array() || cache == j->end() || !cache->is_object()) {
+    return bad("status reply needs \"jobs\" and \"cache\"");
+  }
+  for (const auto& item : *jobs) {
+    if (!item.is_object()) {
+      return bad("each job must be an object");
+    }
+    Fields jf(item);
+    SH_TRY(id, jf.u32("job_id"));
+    SH_TRY(user, jf.str("user", true));
+    SH_TRY(uid, jf.u32("uid"));
+    SH_TRY(dir, jf.str("dir", true));
+    SH_TRY(state, jf.str("state"));
+    r.jobs.push_back(JobInfo{*id, *user, *uid, *dir, *state});
+  }
+  Fields cf(*cache);
+  SH_TRY(entries, cf.u64("entries"));
+  SH_TRY(bytes, cf.u64("bytes"));
+  SH_TRY(max, cf.u64("max_bytes"));
+  SH_TRY(hits, cf.u64("hits"));
+  SH_TRY(misses, cf.u64("misses"));
+  SH_TRY(evictions, cf.u64("evictions"));
+  r.cache = CacheStats{*entries, *bytes, *max, *hits, *misses, *evictions};
+  if (auto trash = j->find("trash"); trash != j->end() && trash->is_object()) {
+    SH_TRY(t, Fields(*trash).u64("entries"));
+    r.trash_entries = *t;
+  }
+  if (auto st = j->find("stagings"); st != j->end() && st->is_array()) {
+    for (const auto& item : *st) {
+      SH_TRY(p, parse_progress(item));
+      r.stagings.push_back(*p);
+    }
+  }
+  return r;
+}
+
+Result<CacheListReply> parse_cache_list_reply(std::string_view payload)
+{
+  auto j = parse_json(payload);
+  if (!j) {
+    return j.error();
+  }
+  auto it = j->find("entries");
+  if (it == j->end() || !it->is_array()) {
+    return bad("\"entries\" must be a list");
+  }
+  CacheListReply r;
+  for (const auto& item : *it) {
+    if (!item.is_object()) {
+      return bad("each entry must be an object");
+    }
+    Fields f(item);
+    SH_TRY(source, f.str("source", true));
+    SH_TRY(bytes, f.u64("bytes"));
+    SH_TRY(files, f.u64("files"));
+    SH_TRY(last, f.i64("last_used"));
+    SH_TRY(in_use, f.boolean("in_use", false));
+    r.entries.push_back(CacheEntryInfo{*source, *bytes, *files, *last, *in_use});
+  }
+  return r;
+}
+
+Result<GcReply> parse_gc_reply(std::string_view payload)
+{
+  auto j = parse_json(payload);
+  if (!j) {
+    return j.error();
+  }
+  Fields f(*j);
+  GcReply r;
+  SH_TRY(dry, f.boolean("dry_run", false));
+  r.dry_run = *dry;
+  auto actions = j->find("actions");
+  if (actions == j->end() || !actions->is_array()) {
+    return bad("\"actions\" must be a list");
+  }
+  for (const auto& item : *actions) {
+    if (!item.is_object()) {
+      return bad("each action must be an object");
+    }
+    Fields af(item);
+    SH_TRY(path, af.str("path"));
+    SH_TRY(reason, af.str("reason"));
+    r.actions.push_back(GcAction{*path, *reason});
+  }
+  if (auto errors = j->find("errors"); errors != j->end() && errors->is_array()) {
+    for (const auto& e : *errors) {
+      if (e.is_string()) {
+        r.errors.push_back(e.get<std::string>());
+      }
+    }
+  }
+  return r;
+}
+
+} // namespace stagehand::proto
