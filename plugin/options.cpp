@@ -14,13 +14,14 @@ namespace detail {
 
 enum OptionVal : int { k_opt_tmpdir = 1, k_opt_ddp_env = 2, k_opt_stage_data = 3, k_opt_stage_out = 4 };
 
-// In srun inside a job, Slurm passes the job's --stage-data (from
-// SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_stage_data) to the option callback like a value the
-// user typed. That list is the job's, staged already: a step's own --stage-data stages only its
-// own sources on top. (sbatch in a job takes it as Slurm means it: an option given.)
-bool inherited_stage_data(const char* optarg, int remote)
+// In srun inside a job, Slurm passes the job's --stage-data and --stage-out (from
+// SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_<option>) to the option callback like a value the user
+// typed. That value is the job's own (staged already; copied by the job's epilog): a step's own
+// --stage-data stages only its own sources on top. (sbatch in a job takes it as Slurm means it: an
+// option given.)
+bool inherited(const char* optarg, int remote, const char* option_env)
 {
-  const char* job_value = std::getenv("SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_stage_data");
+  const char* job_value = std::getenv(option_env);
   return remote == 0 && spank_context() == S_CTX_LOCAL && optarg && job_value && std::getenv("SLURM_JOB_ID") &&
          std::strcmp(optarg, job_value) == 0;
 }
@@ -48,7 +49,7 @@ int on_option(int val, const char* optarg, int remote)
         slurm_error("stagehand: %s", r.error().message.c_str());
         return -1;
       }
-      if (inherited_stage_data(optarg, remote)) {
+      if (inherited(optarg, remote, "SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_stage_data")) {
         return 0;
       }
       // Each --stage-data adds up (one per #SBATCH line, then the command line, in Slurm's order);
@@ -65,7 +66,13 @@ int on_option(int val, const char* optarg, int remote)
         slurm_error("stagehand: %s", r.error().message.c_str());
         return -1;
       }
-      options().stage_out = optarg;
+      if (inherited(optarg, remote, "SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_stage_out")) {
+        return 0;
+      }
+      // Several --stage-out add up like --stage-data (Slurm forwards only the last value: the
+      // submit check hands the whole list to the epilog).
+      std::string& all = options().stage_out ? *options().stage_out : options().stage_out.emplace();
+      append_joined(all, ",", optarg);
       if (!options().tmpdir) {
         options().tmpdir = tmpdir::Request::create; // --stage-out implies --tmpdir
       }
@@ -92,8 +99,8 @@ char k_arg_stage_out[] = "SRC[:DEST][,...]";
 char k_usage_stage_out[] =
   "When the job ends on a node (also cancelled or at its time limit), copy SRC (relative to SLURM_TMPDIR: file, "
   "directory or glob) to DEST (relative to the submit directory or absolute; %j job id, %n node name; default SRC "
-  "there), as you, before the directory is removed; only the first node copies unless DEST has %n (implies --tmpdir) "
-  "[stagehand]";
+  "there), as you, before the directory is removed; only the first node copies unless DEST has %n (implies --tmpdir; "
+  "repeatable, all add up) [stagehand]";
 char k_name_ddp_env[] = "ddp-env";
 char k_arg_ddp_env[] = "auto|tasks|torchrun";
 char k_usage_ddp_env[] =

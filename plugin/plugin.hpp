@@ -25,7 +25,7 @@ struct Options
   std::optional<tmpdir::Request> tmpdir;
   std::optional<ddp::Mode> ddp_env;
   std::optional<std::string> stage_data; // every value given, ','-joined, syntax already checked
-  std::optional<std::string> stage_out;  // the raw value, syntax already checked
+  std::optional<std::string> stage_out;  // every value given, ','-joined, syntax already checked
 };
 
 Options& options();

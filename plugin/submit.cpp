@@ -17,12 +17,8 @@ namespace {
 int stage_out_at_submit(spank_t sp)
 {
   if (spank_context() == S_CTX_LOCAL && ::getenv("SLURM_JOB_ID") != nullptr) {
-    // Every srun in a job script reads the job's options from its environment: the job's own
-    // entries, copied by the job's epilog. Only a different value is this step's own.
-    const char* inherited = ::getenv("SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_stage_out");
-    if (inherited && *options().stage_out == inherited) {
-      return 0;
-    }
+    // The job's own entries, inherited by every srun in it, never get here (on_option skips them):
+    // this is the step's own, which no epilog would copy.
     slurm_error("stagehand: --stage-out: give it to the job (sbatch/salloc, or an srun that starts a job), not to a "
                 "step inside job %s",
                 ::getenv("SLURM_JOB_ID"));

@@ -7,12 +7,10 @@
 
 load helpers
 
-SHAREDFS=${STAGEHAND_SHAREDFS:-$STAGEHAND_SOURCE_DIR/../shared/tools/sharedfs.py}
-CLUSTER=$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh
 ARCHIVE_BYTES=0
 
 setup_file() {
-  [ -f "$SHAREDFS" ] || { echo "sharedfs.py not found at $SHAREDFS (set STAGEHAND_SHAREDFS)" >&2; return 1; }
+  require_sharedfs
   W=$STAGEHAND_CLUSTER_DIR/work
   rm -rf "$W/bc-src" "$W/bshared"
   mkdir -p "$W/bc-src/ds" "$W/bshared"

@@ -7,11 +7,10 @@ load helpers
 
 bats_require_minimum_version 1.5.0
 
-SHAREDFS=${STAGEHAND_SHAREDFS:-$STAGEHAND_SOURCE_DIR/../shared/tools/sharedfs.py}
 
 setup_file() {
   id "${STAGEHAND_TEST_USER}-2" >/dev/null 2>&1 || useradd --create-home "${STAGEHAND_TEST_USER}-2"
-  [ -f "$SHAREDFS" ] || { echo "sharedfs.py not found at $SHAREDFS (set STAGEHAND_SHAREDFS)" >&2; return 1; }
+  require_sharedfs
   W=$STAGEHAND_CLUSTER_DIR/work
   rm -rf "$W/cache-src" "$W/shared"
   mkdir -p "$W/cache-src/ds" "$W/shared"

@@ -4,7 +4,6 @@
 
 load helpers
 
-CLUSTER=$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh
 
 setup_file() {
   S=$STAGEHAND_CLUSTER_DIR/fault-sentinel

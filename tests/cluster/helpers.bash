@@ -12,6 +12,14 @@ as_user() {
     bash -c "cd '$WORK' && $1"
 }
 
+# The shared-filesystem stand-in (../shared/tools/sharedfs.py) and the cluster harness, for tests
+# that mount a source or stop and start a daemon.
+SHAREDFS=${STAGEHAND_SHAREDFS:-$STAGEHAND_SOURCE_DIR/../shared/tools/sharedfs.py}
+CLUSTER=$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh
+require_sharedfs() {
+  [ -f "$SHAREDFS" ] || { echo "sharedfs.py not found at $SHAREDFS (set STAGEHAND_SHAREDFS)" >&2; return 1; }
+}
+
 # Writes a batch script (from stdin) into the work directory, readable by the test user.
 script() {
   cat >"$WORK/$1"

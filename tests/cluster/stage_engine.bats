@@ -6,11 +6,9 @@
 
 load helpers
 
-SHAREDFS=${STAGEHAND_SHAREDFS:-$STAGEHAND_SOURCE_DIR/../shared/tools/sharedfs.py}
-CLUSTER=$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh
 
 setup_file() {
-  [ -f "$SHAREDFS" ] || { echo "sharedfs.py not found at $SHAREDFS (set STAGEHAND_SHAREDFS)" >&2; return 1; }
+  require_sharedfs
   W=$STAGEHAND_CLUSTER_DIR/work
   rm -rf "$W/eng" "$W/slow-src" "$W/slow"
   mkdir -p "$W/eng/tree/sub" "$W/slow-src/dir" "$W/slow"

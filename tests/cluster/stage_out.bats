@@ -81,6 +81,25 @@ wait_running() {
   [ ! -e "$(job_dir node1 "$JOB_ID")" ]
 }
 
+@test "several --stage-out (one per #SBATCH line and the command line) add up" {
+  script two-outs.sh <<'EOF2'
+#!/bin/bash
+#SBATCH --stage-out=a:so/two/a
+#SBATCH --stage-out=b:so/two/b
+mkdir "$SLURM_TMPDIR/a" "$SLURM_TMPDIR/b" "$SLURM_TMPDIR/c"
+echo A >"$SLURM_TMPDIR/a/f"; echo B >"$SLURM_TMPDIR/b/f"; echo C >"$SLURM_TMPDIR/c/f"
+srun true # a step inherits the job's entries: neither refused nor copied twice
+EOF2
+  submit -N1 --stage-out=c:so/two/c two-outs.sh
+  [ "$JOB_RC" -eq 0 ]
+  wait_copied "$JOB_ID" "$WORK/so/two/c/$LOG"
+  for x in a b c; do
+    wait_copied "$JOB_ID" "$WORK/so/two/$x/$LOG"
+    [ "$(cat "$WORK/so/two/$x/f")" = "$(echo "$x" | tr a-z A-Z)" ]
+    [ "$(grep -c "job $JOB_ID node node1: $x -> " "$WORK/so/two/$x/$LOG")" -eq 1 ]
+  done
+}
+
 @test "a job cancelled with scancel mid-run leaves the same out/ in DEST" {
   id=$(as_user "sbatch --parsable -N1 --stage-out=out:so/runs/%j -o out.%j --wrap '\$PWD/write-out.sh \$SLURM_TMPDIR; touch \$SLURM_TMPDIR/written; sleep 300'")
   wait_running "$id" written
