@@ -60,7 +60,13 @@ namespace {
 
 // A name as this locale shows it, else its UTF-8 bytes (a pax header's non-ASCII name under the
 // C locale of slurmstepd: written as the UTF-8 that GNU tar and Python's tarfile would write).
-const char* entry_text(const char* in_locale, const char* utf8) { return in_locale ? in_locale : utf8; }
+// The UTF-8 form is a charset conversion: asked for only when the locale's form is missing.
+using EntryText = const char* (*)(struct archive_entry*);
+const char* entry_text(struct archive_entry* e, EntryText in_locale, EntryText utf8)
+{
+  const char* s = in_locale(e);
+  return s ? s : utf8(e);
+}
 
 } // namespace
 
@@ -69,7 +75,7 @@ Status ArchiveWriter::entry(struct archive* a, struct archive_entry* e)
   if (++m_entries > m_limits.max_entries) {
     return Error::limit("more than " + std::to_string(m_limits.max_entries) + " entries (limit)");
   }
-  const char* raw_name = entry_text(archive_entry_pathname(e), archive_entry_pathname_utf8(e));
+  const char* raw_name = entry_text(e, archive_entry_pathname, archive_entry_pathname_utf8);
   auto parts = split_entry_path(raw_name ? raw_name : "");
   if (!parts) {
     return parts.error();
@@ -88,15 +94,16 @@ Status ArchiveWriter::entry(struct archive* a, struct archive_entry* e)
   const int pfd = (*parent)->get();
   const std::string shown = rel.empty() ? name : rel + "/" + name;
   // Anything but a new small file runs in order: wait for the writer threads first.
-  const bool queued = type == AE_IFREG && !entry_text(archive_entry_hardlink(e), archive_entry_hardlink_utf8(e)) && m_pool.parallel() &&
+  const char* link_target = entry_text(e, archive_entry_hardlink, archive_entry_hardlink_utf8);
+  const bool queued = type == AE_IFREG && !link_target && m_pool.parallel() &&
                       archive_entry_size(e) <= static_cast<la_int64_t>(k_small_file) && m_queued.insert(shown).second;
   if (!queued || m_pool.failed()) {
     if (auto st = m_pool.drain(); !st) {
       return st;
     }
   }
-  if (const char* target = entry_text(archive_entry_hardlink(e), archive_entry_hardlink_utf8(e))) {
-    return hardlink(pfd, name, target, shown);
+  if (link_target) {
+    return hardlink(pfd, name, link_target, shown);
   }
   switch (type) {
   case AE_IFDIR:
@@ -104,7 +111,7 @@ Status ArchiveWriter::entry(struct archive* a, struct archive_entry* e)
   case AE_IFREG:
     return queued ? queue_file(a, *parent, name, e, shown) : regular_file(a, pfd, name, e, shown);
   case AE_IFLNK:
-    return symlink(pfd, name, entry_text(archive_entry_symlink(e), archive_entry_symlink_utf8(e)), shown);
+    return symlink(pfd, name, entry_text(e, archive_entry_symlink, archive_entry_symlink_utf8), shown);
   default:
     ++m_stats.skipped_special; // devices, FIFOs, sockets are never created
     return ok_status();
