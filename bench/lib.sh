@@ -2,13 +2,13 @@
 
 declare -gA BENCH_TIMES=()
 
-# Writes 60 directories x 1,000 files of 2 KiB under DIR.
+# bench_small_tree DIR [FILES]: FILES (default 60,000) files of 2 KiB under DIR, 1,000 per directory.
 bench_small_tree() {
-  python3 - "$1" <<'PY'
+  python3 - "$1" "${2:-60000}" <<'PY'
 import os, sys
 root = sys.argv[1]
 data = os.urandom(2048)
-for d in range(60):
+for d in range(int(sys.argv[2]) // 1000):
     os.makedirs(f"{root}/d{d:02d}")
     for i in range(1000):
         with open(f"{root}/d{d:02d}/f{i:04d}", "wb") as f:

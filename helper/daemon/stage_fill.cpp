@@ -114,6 +114,7 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
     return Error::internal("the user side sent no descriptor");
   }
   UniqueFd src_fd = std::move(ident_msg->fds[0]);
+  const double identified = seconds();
   std::string key = (*ident)["key"].get<std::string>();
   if (src.kind == proto::SourceKind::file) {
     // A file's key needs only fstat: taken here from the descriptor, not from the user's side.
@@ -198,6 +199,7 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
   }
 
   // 3. Into the job's directory.
+  const double obtained = seconds();
   Result<cache::Materialised> placed = Error::internal("not placed");
   if (uncached) {
     placed = cache::materialise(uncached->dir.get(), cache::k_data_name, m_job_fd.get(), src.dest,
@@ -221,6 +223,9 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
   out.files = placed->files;
   out.bytes = placed->bytes;
   out.seconds = seconds();
+  spdlog::info("job {}: {} ({}): {:.2f} s: identified in {:.2f} s, {} in {:.2f} s, linked in {:.2f} s", m_job.job_id,
+               src.path, proto::outcome_name(out.cache), out.seconds, identified,
+               out.cache == proto::CacheOutcome::hit ? "found" : "filled", obtained - identified, out.seconds - obtained);
   std::lock_guard lock(m_d.m_mutex);
   if (out.cache == proto::CacheOutcome::hit) {
     ++m_d.m_counters.hits;
@@ -354,6 +359,7 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
   }
   cache::FillResult fr{(*result)["how"].get<std::string>(), (*result)["files"].get<std::uint64_t>(),
                        (*result)["bytes"].get<std::uint64_t>()};
+  const double unpacked = seconds();
   std::lock_guard lock(m_d.m_mutex);
   const std::uint64_t fill_bytes = cache::disk_usage(f.dir.get(), cache::k_data_name);
   if (source_changed || fill_bytes > m_d.m_config.daemon.cache_max_bytes) {
@@ -371,6 +377,7 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
   meta.how = fr.how;
   meta.files = fr.files;
   meta.bytes = fr.bytes;
+  meta.disk_bytes = fill_bytes; // measured above: one walk of the fill, not two
   auto published = m_store->publish(f, meta);
   m_d.m_fill_dirs.erase(f.name);
   if (!published) {
@@ -385,8 +392,8 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
   }
   ++m_d.m_pins[key]; // ours until it is linked into the job
   m_pinned.push_back(key);
-  spdlog::info("job {}: cached {} ({} files, {} bytes on disk)", m_job.job_id, src.path, fr.files,
-               published->disk_bytes);
+  spdlog::info("job {}: cached {} ({} files, {} bytes on disk; written in {:.2f} s, published in {:.2f} s)",
+               m_job.job_id, src.path, fr.files, published->disk_bytes, unpacked, seconds() - unpacked);
   return std::pair{fr, std::optional<cache::Fill>()};
 }
 

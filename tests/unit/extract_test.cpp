@@ -272,3 +272,76 @@ TEST(Extract, PaxHeaderFirstEntryIsAnArchive)
   EXPECT_EQ(read_file(box.dest + "/d\xc3\xa9j\xc3\xa0-vu.txt"), "d\xc3\xa9j\xc3\xa0-vu.txt\n");
   EXPECT_EQ(read_file(box.dest + "/plain.txt"), "plain.txt\n");
 }
+
+// Writer threads write small files in batches, out of archive order: whatever touches a path a
+// batch may still be writing (the same name again, a directory below it, a hard link to it) must
+// see exactly what the reader writing everything in order sees.
+TEST(Extract, WriterThreadsKeepArchiveOrderWhereItMatters)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Sandbox box;
+  const std::string a = box.archives;
+  ASSERT_EQ(sh("python3 - '" + a + "' <<'PY'\n"
+               "import io, sys, tarfile\n"
+               "def add(t, name, data=None, kind=tarfile.REGTYPE, link=''):\n"
+               "    i = tarfile.TarInfo(name); i.type = kind; i.linkname = link; i.mode = 0o644\n"
+               "    if data is not None: i.size = len(data)\n"
+               "    t.addfile(i, io.BytesIO(data) if data is not None else None)\n"
+               "def filler(t, d):\n"
+               "    for n in range(300): add(t, f'{d}/f{n}', b'x' * n)\n"
+               "with tarfile.open(sys.argv[1] + '/again.tar', 'w') as t:\n"
+               "    filler(t, 'd'); add(t, 'd/x', b'first'); filler(t, 'e'); add(t, 'd/x', b'second')\n"
+               "    add(t, 'd/h', kind=tarfile.LNKTYPE, link='d/x'); add(t, 'e/f5', kind=tarfile.SYMTYPE, link='f6')\n"
+               "with tarfile.open(sys.argv[1] + '/below-a-file.tar', 'w') as t:\n"
+               "    filler(t, 'd'); add(t, 'p', b'a file'); add(t, 'p/q', b'below it')\n"
+               "with tarfile.open(sys.argv[1] + '/dir-over-file.tar', 'w') as t:\n"
+               "    filler(t, 'd'); add(t, 'd/f7', kind=tarfile.DIRTYPE)\n"
+               "PY"),
+            0);
+  auto run = [&](const std::string& name, unsigned threads) {
+    sh("rm -rf '" + box.dest + "' && mkdir '" + box.dest + "'");
+    ExtractLimits limits;
+    limits.writer_threads = threads;
+    auto r = box.extract(a + "/" + name, limits);
+    return r ? std::string("ok") : r.error().message;
+  };
+  EXPECT_EQ(run("again.tar", 4), "ok");
+  EXPECT_EQ(read_file(box.dest + "/d/x"), "second");
+  EXPECT_EQ(read_file(box.dest + "/d/h"), "second") << "the hard link must see the last d/x";
+  EXPECT_EQ(read_file(box.dest + "/d/f299"), std::string(299, 'x'));
+  struct stat st {};
+  ASSERT_EQ(::lstat((box.dest + "/e/f5").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "a later symlink replaces a queued file";
+  for (const char* name : {"below-a-file.tar", "dir-over-file.tar"}) {
+    SCOPED_TRACE(name);
+    const std::string in_order = run(name, 1);
+    EXPECT_NE(in_order, "ok");
+    EXPECT_EQ(run(name, 4), in_order);
+  }
+}
+
+// The node cache's fills: files written read-only for everybody as they are unpacked.
+TEST(Extract, ReadOnlyModesAreWrittenAtOnce)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Sandbox box;
+  const std::string src = box.dir / "src";
+  make_source_tree(src);
+  sh("chmod 0666 '" + src + "/empty'");
+  ASSERT_EQ(sh("cd '" + src + "' && tar cf '" + box.archives + "/t.tar' ."), 0);
+  for (unsigned threads : {1U, 3U}) {
+    sh("rm -rf '" + box.dest + "' && mkdir '" + box.dest + "'");
+    ExtractLimits limits;
+    limits.writer_threads = threads;
+    limits.file_modes = FileModes::read_only;
+    ASSERT_TRUE(box.extract(box.archives + "/t.tar", limits));
+    struct stat st {};
+    ASSERT_EQ(::stat((box.dest + "/sub/deeper/leaf").c_str(), &st), 0); // 0750
+    EXPECT_EQ(st.st_mode & 07777, 0555U);
+    ASSERT_EQ(::stat((box.dest + "/empty").c_str(), &st), 0); // 0666
+    EXPECT_EQ(st.st_mode & 07777, 0444U);
+    ASSERT_EQ(::stat((box.dest + "/sub/data.bin").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0444U);
+    EXPECT_EQ(read_file(box.dest + "/sub/data.bin"), std::string(100000, 'z') + "end");
+  }
+}

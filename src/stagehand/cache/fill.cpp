@@ -2,7 +2,6 @@
 #include "stagehand/cache/fill.hpp"
 
 #include "stagehand/cache/store.hpp"
-#include "stagehand/fs/walk.hpp"
 #include "stagehand/stage/copy.hpp"
 #include "stagehand/stage/extract.hpp"
 #include "stagehand/util/fd.hpp"
@@ -18,34 +17,19 @@ namespace {
 // Files become 0444 (0555 when any execute bit was set): the cache's files belong to the service
 // user, so a job user reads them through the "other" bits, and nobody can write them. (Inside a
 // job's 0700 directory only the job user reaches them.) Directories keep their modes: a job gets
-// its own directories, made from these modes.
-mode_t read_only_mode(mode_t mode) { return (mode & 0111) != 0 ? 0555 : 0444; }
-
+// its own directories, made from these modes. Unpacked files are written so (FileModes::read_only);
+// a copied file is made so here.
 Status make_read_only(int fill_dir_fd)
 {
   struct stat st {};
   if (::fstatat(fill_dir_fd, k_data_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
     return Error::from_errno("cache fill");
   }
-  if (!S_ISDIR(st.st_mode)) {
-    if (::fchmodat(fill_dir_fd, k_data_name, read_only_mode(st.st_mode), 0) != 0) {
-      return Error::from_errno("cache fill");
-    }
-    return ok_status();
-  }
-  UniqueFd data(::openat(fill_dir_fd, k_data_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!data.valid()) {
+  const mode_t mode = (st.st_mode & 0111) != 0 ? 0555 : 0444;
+  if (::fchmodat(fill_dir_fd, k_data_name, mode, 0) != 0) {
     return Error::from_errno("cache fill");
   }
-  auto walked = fs::walk_tree(data.get(), [](const fs::WalkEntry& e) -> Result<fs::WalkControl> {
-    if (S_ISREG(e.st.st_mode) && (e.st.st_mode & 07777) != read_only_mode(e.st.st_mode)) {
-      if (::fchmodat(e.parent_fd, e.name.c_str(), read_only_mode(e.st.st_mode), 0) != 0) {
-        return Error::from_errno("cache fill: " + e.rel);
-      }
-    }
-    return fs::WalkControl::go_on;
-  });
-  return walked;
+  return ok_status();
 }
 
 Result<FillResult> unpack_into(int archive_fd, int fill_dir_fd, std::uint64_t max_bytes, const std::string& shown)
@@ -59,6 +43,7 @@ Result<FillResult> unpack_into(int archive_fd, int fill_dir_fd, std::uint64_t ma
   }
   stage::ExtractLimits limits;
   limits.max_bytes = max_bytes;
+  limits.file_modes = stage::FileModes::read_only; // made read-only as they are written: no second pass
   auto stats = stage::extract_archive(archive_fd, dest.get(), limits, shown);
   if (!stats) {
     return stats.error();
@@ -85,14 +70,13 @@ Result<FillResult> fill_from_file(int src_fd, int fill_dir_fd, UnpackMode unpack
     if (!r) {
       return r.error();
     }
-    result = *r;
-  } else {
-    stage::CopyStats stats;
-    if (auto st = stage::copy_file(src_fd, fill_dir_fd, k_data_name, max_bytes, stats, shown); !st) {
-      return st.error();
-    }
-    result = FillResult{"copied", 1, stats.bytes};
+    return *r;
   }
+  stage::CopyStats stats;
+  if (auto st = stage::copy_file(src_fd, fill_dir_fd, k_data_name, max_bytes, stats, shown); !st) {
+    return st.error();
+  }
+  result = FillResult{"copied", 1, stats.bytes};
   if (auto st = make_read_only(fill_dir_fd); !st) {
     return st.error();
   }
@@ -106,9 +90,6 @@ Result<FillResult> fill_from_stream(int stream_fd, int fill_dir_fd, std::uint64_
     return r;
   }
   r->how = "copied";
-  if (auto st = make_read_only(fill_dir_fd); !st) {
-    return st.error();
-  }
   return r;
 }
 

@@ -198,7 +198,9 @@ Result<Fill> Store::begin_fill(const std::string& key, uid_t owner, gid_t group)
 
 Result<EntryMeta> Store::publish(Fill& fill, EntryMeta meta)
 {
-  meta.disk_bytes = disk_usage(fill.dir.get(), k_data_name);
+  if (meta.disk_bytes == 0) {
+    meta.disk_bytes = disk_usage(fill.dir.get(), k_data_name);
+  }
   meta.created = std::time(nullptr);
   meta.last_used = meta.created;
   if (auto st = fs::write_file_atomic(fill.dir.get(), k_manifest, meta_to_json(meta), 0600, fs::Durability::none);

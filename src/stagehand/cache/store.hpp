@@ -54,6 +54,7 @@ public:
   Result<Fill> begin_fill(const std::string& key, uid_t owner, gid_t group);
   // Measures the fill, writes its manifest, syncs the filesystem and renames it into entries/.
   // EEXIST (another fill of the same key won) leaves the fill in place for discard().
+  // meta.disk_bytes: the data's disk usage when the caller measured it already (0: measured here).
   Result<EntryMeta> publish(Fill& fill, EntryMeta meta);
   void discard(Fill& fill);
 

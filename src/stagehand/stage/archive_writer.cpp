@@ -28,11 +28,14 @@ std::vector<std::string> components(const std::string& path)
   return parts;
 }
 
-FileMeta meta_of(struct archive_entry* e)
+FileMeta meta_of(struct archive_entry* e, FileModes modes)
 {
   FileMeta m;
   m.size = static_cast<std::uint64_t>(archive_entry_size(e));
   m.mode = archive_entry_perm(e) & 0777; // never setuid, setgid or sticky
+  if (modes == FileModes::read_only) {
+    m.mode = (m.mode & 0111) != 0 ? 0555 : 0444;
+  }
   m.mtime = {archive_entry_mtime(e), archive_entry_mtime_nsec(e)};
   return m;
 }
@@ -70,6 +73,70 @@ const char* entry_text(struct archive_entry* e, EntryText in_locale, EntryText u
 
 } // namespace
 
+namespace {
+
+std::uint64_t path_hash(std::string_view path) { return std::hash<std::string_view>{}(path); }
+
+} // namespace
+
+bool ArchiveWriter::touches_queued(const std::string& dir, const std::string& path, const char* link_target) const
+{
+  if (m_queued.empty()) {
+    return false;
+  }
+  // A hash collision only makes an entry wait when it need not.
+  for (std::size_t j = dir.find('/');; j = dir.find('/', j + 1)) {
+    if (!dir.empty() && m_queued.contains(path_hash(std::string_view(dir).substr(0, j)))) {
+      return true;
+    }
+    if (j == std::string::npos) {
+      break;
+    }
+  }
+  if (m_queued.contains(path_hash(path))) {
+    return true;
+  }
+  if (link_target) {
+    auto parts = split_entry_path(link_target);
+    return parts && m_queued.contains(path_hash(join(*parts, "/")));
+  }
+  return false;
+}
+
+void ArchiveWriter::flush_batch()
+{
+  if (m_batch.empty()) {
+    return;
+  }
+  const std::size_t cost = std::max(m_batch_bytes, k_queue_bytes / k_max_queued_batches);
+  if (m_batch.front().parent.get() != m_lane_dir) { // a new directory: the next writer's lane
+    m_lane_dir = m_batch.front().parent.get();
+    ++m_lane;
+  }
+  m_pool.submit(
+    [batch = std::move(m_batch)] {
+      for (const auto& f : batch) {
+        auto st = write_new_file(f.parent->get(), f.name, f.shown, f.meta,
+                                 [&](const BlockSink& sink) { return sink(f.data.data(), f.data.size(), 0); });
+        if (!st) {
+          return st;
+        }
+      }
+      return ok_status();
+    },
+    cost, m_lane);
+  m_batch.clear();
+  m_batch_bytes = 0;
+  m_batch_dirs = 0;
+}
+
+Status ArchiveWriter::drain()
+{
+  flush_batch();
+  m_queued.clear();
+  return m_pool.drain();
+}
+
 Status ArchiveWriter::entry(struct archive* a, struct archive_entry* e)
 {
   if (++m_entries > m_limits.max_entries) {
@@ -87,21 +154,21 @@ Status ArchiveWriter::entry(struct archive* a, struct archive_entry* e)
   const std::string name = parts->back();
   parts->pop_back();
   const std::string rel = join(*parts, "/");
+  const std::string shown = rel.empty() ? name : rel + "/" + name;
+  const char* link_target = entry_text(e, archive_entry_hardlink, archive_entry_hardlink_utf8);
+  // Entries run in archive order except small new files, which writer threads write in batches:
+  // an entry that touches a path they may still be writing waits for them first.
+  if (m_pool.parallel() && (m_queued.size() >= k_max_remembered || m_pool.failed() ||
+                            touches_queued(rel, shown, link_target))) {
+    if (auto st = drain(); !st) {
+      return st;
+    }
+  }
   auto parent = m_dirs.open(*parts); // held until this entry is done
   if (!parent) {
     return parent.error().with_context("entry \"" + std::string(raw_name) + "\"");
   }
   const int pfd = (*parent)->get();
-  const std::string shown = rel.empty() ? name : rel + "/" + name;
-  // Anything but a new small file runs in order: wait for the writer threads first.
-  const char* link_target = entry_text(e, archive_entry_hardlink, archive_entry_hardlink_utf8);
-  const bool queued = type == AE_IFREG && !link_target && m_pool.parallel() &&
-                      archive_entry_size(e) <= static_cast<la_int64_t>(k_small_file) && m_queued.insert(shown).second;
-  if (!queued || m_pool.failed()) {
-    if (auto st = m_pool.drain(); !st) {
-      return st;
-    }
-  }
   if (link_target) {
     return hardlink(pfd, name, link_target, shown);
   }
@@ -109,7 +176,10 @@ Status ArchiveWriter::entry(struct archive* a, struct archive_entry* e)
   case AE_IFDIR:
     return directory(pfd, shown, name, e);
   case AE_IFREG:
-    return queued ? queue_file(a, *parent, name, e, shown) : regular_file(a, pfd, name, e, shown);
+    if (m_pool.parallel() && archive_entry_size(e) <= static_cast<la_int64_t>(k_small_file)) {
+      return queue_file(a, *parent, name, e, shown);
+    }
+    return regular_file(a, pfd, name, e, shown);
   case AE_IFLNK:
     return symlink(pfd, name, entry_text(e, archive_entry_symlink, archive_entry_symlink_utf8), shown);
   default:
@@ -120,7 +190,7 @@ Status ArchiveWriter::entry(struct archive* a, struct archive_entry* e)
 
 Status ArchiveWriter::finish()
 {
-  if (auto st = m_pool.drain(); !st) {
+  if (auto st = drain(); !st) {
     return st;
   }
   // Directory modes and times last: adding entries changed their mtimes, and a read-only mode
@@ -186,7 +256,7 @@ template<typename Sink> Status ArchiveWriter::read_blocks(struct archive* a, con
 Status ArchiveWriter::regular_file(struct archive* a, int parent, const std::string& name, struct archive_entry* e,
                                    const std::string& shown)
 {
-  const FileMeta meta = meta_of(e);
+  const FileMeta meta = meta_of(e, m_limits.file_modes);
   if (meta.size > m_limits.max_bytes) { // a sparse tail counts as written
     return too_many_bytes(m_limits.max_bytes);
   }
@@ -198,11 +268,11 @@ Status ArchiveWriter::regular_file(struct archive* a, int parent, const std::str
   return ok_status();
 }
 
-// A small file: read into memory here, written by a writer thread.
+// A small file: read into memory here, written by a writer thread with the rest of its batch.
 Status ArchiveWriter::queue_file(struct archive* a, fs::SharedFd parent, const std::string& name,
                                  struct archive_entry* e, const std::string& shown)
 {
-  const FileMeta meta = meta_of(e);
+  const FileMeta meta = meta_of(e, m_limits.file_modes);
   std::string data;
   data.reserve(meta.size);
   auto read = read_blocks(a, shown, [&](const char* p, std::size_t size, std::uint64_t offset) -> Status {
@@ -222,14 +292,15 @@ Status ArchiveWriter::queue_file(struct archive* a, fs::SharedFd parent, const s
     return read;
   }
   ++m_stats.files;
-  // Empty and tiny files cost a queue slot each: the parent descriptors they hold stay bounded.
-  const std::size_t cost = std::max(data.size(), k_queue_bytes / k_max_queued_files);
-  m_pool.submit(
-    [parent = std::move(parent), name, shown, meta, data = std::move(data)] {
-      return write_new_file(parent->get(), name, shown, meta,
-                            [&](const BlockSink& sink) { return sink(data.data(), data.size(), 0); });
-    },
-    cost);
+  m_queued.insert(path_hash(shown));
+  if (m_batch.empty() || m_batch.back().parent != parent) {
+    ++m_batch_dirs;
+  }
+  m_batch_bytes += data.size();
+  m_batch.push_back(QueuedFile{std::move(parent), name, shown, meta, std::move(data)});
+  if (m_batch.size() >= k_batch_files || m_batch_bytes >= k_batch_bytes || m_batch_dirs >= k_batch_dirs) {
+    flush_batch();
+  }
   return ok_status();
 }
 

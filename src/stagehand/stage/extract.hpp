@@ -9,11 +9,17 @@
 
 namespace stagehand::stage {
 
+// The permission bits unpacked files get: the archive's (setuid, setgid and sticky always
+// dropped), or read-only for everybody (0444, 0555 when any execute bit was set: the node cache's
+// files, which nobody may write).
+enum class FileModes { from_archive, read_only };
+
 struct ExtractLimits
 {
   std::uint64_t max_bytes = 2ULL << 40;      // file data written, in total
   std::uint64_t max_entries = 10'000'000ULL; // entries read
   unsigned writer_threads = 0; // small-file writers: 0 one per core (up to 4); 1 none (reader writes)
+  FileModes file_modes = FileModes::from_archive;
 };
 
 struct ExtractStats

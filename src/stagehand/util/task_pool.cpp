@@ -3,10 +3,10 @@
 
 namespace stagehand {
 
-TaskPool::TaskPool(unsigned threads, std::size_t max_queued_cost) : m_max_cost(max_queued_cost)
+TaskPool::TaskPool(unsigned threads, std::size_t max_queued_cost) : m_max_cost(max_queued_cost), m_lanes(threads)
 {
   for (unsigned i = 0; i < threads; ++i) {
-    m_threads.emplace_back([this] { run(); });
+    m_threads.emplace_back([this, i] { run(i); });
   }
 }
 
@@ -22,19 +22,28 @@ TaskPool::~TaskPool()
   }
 }
 
-void TaskPool::submit(Task task, std::size_t cost)
+void TaskPool::submit(Task task, std::size_t cost, std::size_t lane)
 {
+  if (m_lanes.empty()) { // no threads: the caller runs it
+    if (Status st = failed() ? ok_status() : task(); !st) {
+      std::lock_guard lock(m_mutex);
+      m_error = m_error.value_or(st.error());
+    }
+    return;
+  }
   std::unique_lock lock(m_mutex);
-  m_space.wait(lock, [&] { return m_queued_cost < m_max_cost || m_queue.empty(); });
+  m_space.wait(lock, [&] { return m_queued_cost < m_max_cost || m_queued == 0; });
   m_queued_cost += cost;
-  m_queue.push_back(Queued{std::move(task), cost});
-  m_work.notify_one();
+  ++m_queued;
+  m_lanes[lane % m_lanes.size()].push_back(Queued{std::move(task), cost});
+  lock.unlock();
+  m_work.notify_one(); // any thread will do: it takes another lane's task when its own is empty
 }
 
 Status TaskPool::drain()
 {
   std::unique_lock lock(m_mutex);
-  m_idle.wait(lock, [&] { return m_queue.empty() && m_busy == 0; });
+  m_idle.wait(lock, [&] { return m_queued == 0 && m_busy == 0; });
   if (m_error) {
     return *m_error;
   }
@@ -47,32 +56,52 @@ bool TaskPool::failed()
   return m_error.has_value();
 }
 
-void TaskPool::run()
+std::deque<TaskPool::Queued>& TaskPool::lane_to_take(std::size_t lane)
+{
+  if (!m_lanes[lane].empty()) {
+    return m_lanes[lane];
+  }
+  std::size_t longest = lane;
+  for (std::size_t i = 0; i < m_lanes.size(); ++i) {
+    if (m_lanes[i].size() > m_lanes[longest].size()) {
+      longest = i;
+    }
+  }
+  return m_lanes[longest];
+}
+
+void TaskPool::run(std::size_t lane)
 {
   for (;;) {
     Queued q;
     {
       std::unique_lock lock(m_mutex);
-      m_work.wait(lock, [&] { return m_stop || !m_queue.empty(); });
-      if (m_queue.empty()) {
+      m_work.wait(lock, [&] { return m_stop || m_queued > 0; });
+      if (m_queued == 0) {
         return;
       }
-      q = std::move(m_queue.front());
-      m_queue.pop_front();
+      auto& from = lane_to_take(lane);
+      q = std::move(from.front());
+      from.pop_front();
+      --m_queued;
       m_queued_cost -= q.cost;
       ++m_busy;
     }
     m_space.notify_one();
     Status st = failed() ? ok_status() : q.task(); // after a failure the rest is skipped
     q.task = nullptr;                              // release what the task held before going idle
+    bool idle = false;
     {
       std::lock_guard lock(m_mutex);
       if (!st && !m_error) {
         m_error = st.error();
       }
       --m_busy;
+      idle = m_busy == 0 && m_queued == 0;
     }
-    m_idle.notify_all();
+    if (idle) {
+      m_idle.notify_all();
+    }
   }
 }
 

@@ -1,6 +1,9 @@
 // Worker threads for independent tasks that may fail: the queue is bounded by the cost of what
 // waits (bytes of data), the first error wins and the tasks after it are skipped, drain() waits
 // for everything submitted. With no threads, nothing runs in parallel and callers do the work.
+// A task goes to a lane (one per thread): a thread runs its own lane's tasks first, in order, and
+// takes another lane's only when its own is empty. (The extractor gives each directory a lane, so
+// two threads rarely create files in one directory at once and contend for its lock.)
 #pragma once
 
 #include "stagehand/util/result.hpp"
@@ -28,9 +31,9 @@ public:
 
   bool parallel() const { return !m_threads.empty(); }
 
-  // Queues `task`; blocks while the queued cost is at its bound (a task is always accepted into
-  // an empty queue, whatever its cost).
-  void submit(Task task, std::size_t cost);
+  // Queues `task` on `lane` (any number: taken modulo the threads); blocks while the queued cost
+  // is at its bound (a task is always accepted into an empty queue, whatever its cost).
+  void submit(Task task, std::size_t cost, std::size_t lane = 0);
 
   // Waits until every submitted task has run (or been skipped); the first error of any.
   Status drain();
@@ -44,14 +47,17 @@ private:
     Task task;
     std::size_t cost = 0;
   };
-  void run();
+  void run(std::size_t lane);
+  // The next task for `lane`'s thread (its own lane first); the queue must not be empty.
+  std::deque<Queued>& lane_to_take(std::size_t lane);
 
   const std::size_t m_max_cost;
   std::mutex m_mutex;
   std::condition_variable m_work;
   std::condition_variable m_space;
   std::condition_variable m_idle;
-  std::deque<Queued> m_queue;
+  std::vector<std::deque<Queued>> m_lanes;
+  std::size_t m_queued = 0; // tasks in all lanes
   std::size_t m_queued_cost = 0;
   unsigned m_busy = 0;
   bool m_stop = false;

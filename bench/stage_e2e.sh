@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Cold staging end to end, as a user compares it: one srun step that stages a 60,000-file tar
+# with --stage-data against the same step running `tar -xf` itself, on the test cluster, on
+# tmpfs. Each round, inside one allocation of node1, interleaved:
+#   tar     srun --tmpdir bash -c 'mkdir $SLURM_TMPDIR/tN && tar -xf many.tar -C $SLURM_TMPDIR/tN'
+#   stage   srun --stage-data=coldN.tar:sN true        (a fresh copy: always a cold staging)
+# (tar first in odd rounds, stage first in even ones, each after a 2 s pause)
+# once without the node daemon (in-process staging) and once with it (a cache miss: filled, then
+# linked), and prints the medians and stage / tar (target <= 0.6). An empty step (srun --tmpdir
+# true) is timed too: what every step costs anyway.
+# Usage (root): bench/stage_e2e.sh BUILD_DIR [ROUNDS] [FILES]   (FILES: 60000, or 600000)
+#   STAGEHAND_BENCH_PHASES="no-daemon daemon" (the default) picks the phases.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=$(cd "${1:?usage: stage_e2e.sh BUILD_DIR [ROUNDS] [FILES]}" && pwd)
+rounds=${2:-5}
+files=${3:-60000}
+source "$here/lib.sh"
+
+export STAGEHAND_CLUSTER_DIR=${STAGEHAND_BENCH_DIR:-/dev/shm/stagehand-bench-e2e}
+export STAGEHAND_CLUSTER_PORT=${STAGEHAND_BENCH_PORT:-47917}
+export STAGEHAND_TEST_USER=${STAGEHAND_BENCH_USER:-stagehand-test}
+cluster=$here/../tests/cluster/cluster.sh
+"$cluster" start "$build/plugin/stagehand.so"
+trap '"$cluster" stop; rm -rf "$STAGEHAND_CLUSTER_DIR/work/bench"' EXIT
+eval "$("$cluster" env)"
+W=$STAGEHAND_CLUSTER_DIR/work
+sed -i 's/^cache_max_bytes = .*/cache_max_bytes = "8G"/' "$STAGEHAND_TEST_CONFIG" "$STAGEHAND_DAEMON_TOML"
+sed -i 's/^progress_interval = .*/progress_interval = "0"/' "$STAGEHAND_TEST_CONFIG"
+
+mkdir -p "$W/bench"
+bench_small_tree "$W/bench/tree" "$files"
+tar -C "$W/bench/tree" -cf "$W/bench/many.tar" .
+rm -rf "$W/bench/tree"
+chown -R "$STAGEHAND_TEST_USER:" "$W/bench"
+results=$W/bench/times
+: >"$results"
+chmod 0666 "$results"
+
+# phase NAME: ROUNDS interleaved rounds of base, tar and stage in one allocation of node1.
+phase() {
+  runuser -u "$STAGEHAND_TEST_USER" -- env SLURM_CONF="$SLURM_CONF" PATH="$PATH" bash -c "cd '$W/bench' && salloc -N1 -n1 -w node1 --quiet bash -c '
+    set -e
+    t() { # name srun-args...
+      local name=\$1; shift
+      local t0=\$(date +%s%N)
+      srun -N1 -n1 \"\$@\" >/dev/null
+      local t1=\$(date +%s%N)
+      echo \"$1-\$name \$(( (t1 - t0) / 1000 ))\" >> $results
+    }
+    for i in \$(seq 1 $rounds); do
+      cp many.tar cold\$i.tar
+      t base --tmpdir true
+      # Alternate which goes first: the kernel frees the files of the last round lazily (RCU), and
+      # whatever runs first after a cleanup pays for it; a pause lets that finish.
+      for what in \$( [ \$((i % 2)) = 1 ] && echo tar stage || echo stage tar); do
+        sleep 2
+        if [ \$what = tar ]; then
+          t tar --tmpdir bash -c \"mkdir \\\$SLURM_TMPDIR/t\$i && tar -xf many.tar -C \\\$SLURM_TMPDIR/t\$i\"
+        else
+          t stage --stage-data=cold\$i.tar:s\$i true
+        fi
+      done
+      if [ \$i = 1 ]; then
+        srun -N1 -n1 --tmpdir bash -c \"diff -r \\\$SLURM_TMPDIR/t1 \\\$SLURM_TMPDIR/s1\" || { echo stage_e2e.sh: different trees >&2; exit 1; }
+      fi
+      srun -N1 -n1 --tmpdir bash -c \"rm -rf \\\$SLURM_TMPDIR/t\$i \\\$SLURM_TMPDIR/s\$i\"
+      rm -f cold\$i.tar
+    done
+  '"
+}
+phases=${STAGEHAND_BENCH_PHASES:-no-daemon daemon}
+for p in $phases; do
+  case $p in
+    no-daemon) "$cluster" daemon-stop node1; stopped=1 ;;
+    daemon) [ -z "${stopped:-}" ] || "$cluster" daemon-start node1 ;;
+    *) echo "stage_e2e.sh: unknown phase $p" >&2; exit 2 ;;
+  esac
+  phase "$p"
+done
+
+python3 - "$results" "$rounds" "$files" <<'PY'
+import statistics, sys
+times = {}
+for line in open(sys.argv[1]):
+    name, us = line.split()
+    times.setdefault(name, []).append(int(us) / 1e6)
+m = {k: statistics.median(v) for k, v in times.items()}
+print(f"cold staging end to end: {int(sys.argv[3]):,} x 2 KiB files in a tar on tmpfs, one srun step each, "
+      f"{sys.argv[2]} rounds interleaved (median seconds):")
+for phase in ("no-daemon", "daemon"):
+    if f"{phase}-tar" not in m:
+        continue
+    b, t, s = m[f"{phase}-base"], m[f"{phase}-tar"], m[f"{phase}-stage"]
+    print(f"  {phase:10s} empty step {b:6.3f}   tar -xf step {t:6.3f}   --stage-data step {s:6.3f}"
+          f"   stage / tar = {s / t:.2f}   (target <= 0.6)")
+PY
