@@ -5,7 +5,9 @@
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/stage/entry_path.hpp"
+#include "stagehand/fs/dir_cache.hpp"
 #include "stagehand/util/fd.hpp"
+#include "stagehand/util/task_pool.hpp"
 
 #include <fcntl.h>
 #include <linux/fs.h>
@@ -13,6 +15,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <thread>
 #include <vector>
 
 namespace stagehand::cache {
@@ -122,10 +128,10 @@ Status copy_data(int in, int out, const std::string& shown)
 
 // One file: a hard link, else a reflink or a copy that belongs to the user (made and given by fd).
 Status place_file(int src_dir, const std::string& name, int dest_dir, const std::string& dest_name,
-                  const JobUser& user, const std::string& shown, Materialised& out)
+                  const JobUser& user, const std::string& shown, std::atomic<std::uint64_t>& linked)
 {
   if (::linkat(src_dir, name.c_str(), dest_dir, dest_name.c_str(), 0) == 0) {
-    ++out.linked;
+    ++linked;
     return ok_status();
   }
   if (errno != EXDEV && errno != EPERM && errno != EMLINK) {
@@ -151,10 +157,29 @@ Status place_file(int src_dir, const std::string& name, int dest_dir, const std:
   return give_to(out_fd.get(), user, shown);
 }
 
+// The files of one directory, placed by a pool thread: linking is most of a materialisation, and
+// threads linking into different directories do not wait for each other.
+struct FileBatch
+{
+  fs::SharedFd src_dir;
+  fs::SharedFd dest_dir;
+  std::string dest_prefix; // "dest/rel/" for messages
+  std::vector<std::string> names;
+};
+
+unsigned link_threads()
+{
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw > 1 ? std::min(hw, 4U) : 0U;
+}
+
 class Materialiser
 {
 public:
-  Materialiser(int job_fd, const JobUser& user) : m_job(job_fd), m_user(user) {}
+  static constexpr std::size_t k_batch_files = 256;
+  static constexpr std::size_t k_max_queued_batches = 16; // each holds two directory descriptors
+
+  Materialiser(int job_fd, const JobUser& user) : m_job(job_fd), m_user(user), m_pool(link_threads(), k_max_queued_batches) {}
 
   Result<Materialised> run(int src_parent, const std::string& src_name, const std::string& dest_rel)
   {
@@ -175,9 +200,10 @@ public:
     }
     if (!S_ISDIR(st.st_mode)) {
       // Linked or created exclusively: a name the job takes meanwhile fails here and stays the job's.
-      if (auto s = place_file(src_parent, src_name, parent->get(), name, m_user, dest_rel, m_out); !s) {
+      if (auto s = place_file(src_parent, src_name, parent->get(), name, m_user, dest_rel, m_linked); !s) {
         return fail(s.error());
       }
+      m_out.linked = m_linked;
       m_made.push_back({parent_of(dest_rel), name, ino_at(parent->get(), name)});
       ++m_out.files;
       m_out.bytes += static_cast<std::uint64_t>(st.st_size);
@@ -197,25 +223,38 @@ public:
       return fail(Error::from_errno("cache entry data"));
     }
     std::string cur_rel = "\x01"; // the directory `cur` holds, relative to dest_rel
-    UniqueFd cur;
+    fs::SharedFd cur;
+    fs::SharedFd cur_src;
+    FileBatch batch;
     auto walked = fs::walk_tree(src_top.get(), [&](const fs::WalkEntry& e) -> Result<fs::WalkControl> {
       const std::string rel_parent = parent_of(e.rel);
       if (rel_parent != cur_rel) {
+        flush(batch);
         auto fd = fs::open_beneath(m_job, join(dest_rel, rel_parent), O_RDONLY | O_DIRECTORY);
         if (!fd) {
           return fd.error();
         }
-        cur = std::move(*fd);
+        cur = std::make_shared<const UniqueFd>(std::move(*fd));
+        cur_src = std::make_shared<const UniqueFd>(::fcntl(e.parent_fd, F_DUPFD_CLOEXEC, 0));
+        if (!cur_src->valid()) {
+          return Error::from_errno("cache entry data");
+        }
         cur_rel = rel_parent;
       }
       const std::string shown = dest_rel + "/" + e.rel;
       if (S_ISDIR(e.st.st_mode)) {
-        if (auto s = make_user_dir(cur.get(), e.name, e.st.st_mode, m_user, shown); !s) {
+        if (auto s = make_user_dir(cur->get(), e.name, e.st.st_mode, m_user, shown); !s) {
           return s.error();
         }
       } else if (S_ISREG(e.st.st_mode)) {
-        if (auto s = place_file(e.parent_fd, e.name, cur.get(), e.name, m_user, shown, m_out); !s) {
-          return s.error();
+        if (batch.names.empty()) {
+          batch.src_dir = cur_src;
+          batch.dest_dir = cur;
+          batch.dest_prefix = join(dest_rel, rel_parent) + "/";
+        }
+        batch.names.push_back(e.name);
+        if (batch.names.size() >= k_batch_files) {
+          flush(batch);
         }
         ++m_out.files;
         m_out.bytes += static_cast<std::uint64_t>(e.st.st_size);
@@ -226,10 +265,10 @@ public:
           return Error::from_errno(shown);
         }
         target.resize(static_cast<std::size_t>(n));
-        if (::symlinkat(target.c_str(), cur.get(), e.name.c_str()) != 0) {
+        if (::symlinkat(target.c_str(), cur->get(), e.name.c_str()) != 0) {
           return Error::from_errno("cannot create " + shown);
         }
-        auto link = open_own(cur.get(), e.name, S_IFLNK, shown);
+        auto link = open_own(cur->get(), e.name, S_IFLNK, shown);
         if (!link) {
           return link.error();
         }
@@ -237,10 +276,21 @@ public:
           return s.error();
         }
       }
+      if (m_pool.failed()) {
+        return m_pool.drain().error();
+      }
       return fs::WalkControl::go_on;
     });
+    if (walked) {
+      flush(batch);
+    }
+    const Status placed = m_pool.drain(); // before anything is undone or reported
+    m_out.linked = m_linked;
     if (!walked) {
       return fail(walked.error());
+    }
+    if (!placed) {
+      return fail(placed.error());
     }
     m_out.created_top = m_made.front().parent_rel.empty() ? m_made.front().name
                                                            : m_made.front().parent_rel + "/" + m_made.front().name;
@@ -248,6 +298,26 @@ public:
   }
 
 private:
+  // Hands `batch` to the pool (which runs it here when it has no threads).
+  void flush(FileBatch& batch)
+  {
+    if (batch.names.empty()) {
+      return;
+    }
+    m_pool.submit(
+      [this, b = std::move(batch)] {
+        for (const auto& name : b.names) {
+          if (auto s = place_file(b.src_dir->get(), name, b.dest_dir->get(), name, m_user, b.dest_prefix + name, m_linked);
+              !s) {
+            return s;
+          }
+        }
+        return ok_status();
+      },
+      1, ++m_lane);
+    batch = FileBatch{};
+  }
+
   // Opens (creating, owned by the user) each missing directory of `rel` below the job directory.
   Result<UniqueFd> make_parents(const std::string& rel)
   {
@@ -295,7 +365,10 @@ private:
   int m_job;
   JobUser m_user;
   Materialised m_out;
+  std::atomic<std::uint64_t> m_linked{0};
   std::vector<Made> m_made;
+  std::size_t m_lane = 0;
+  TaskPool m_pool; // last: its threads stop before the members they use go
 };
 
 } // namespace
