@@ -79,19 +79,23 @@ std::uint64_t path_hash(std::string_view path) { return std::hash<std::string_vi
 
 } // namespace
 
-bool ArchiveWriter::touches_queued(const std::string& dir, const std::string& path, const char* link_target) const
+bool ArchiveWriter::touches_queued(const std::string& dir, const std::string& path, const char* link_target)
 {
   if (m_queued.empty()) {
     return false;
   }
-  // A hash collision only makes an entry wait when it need not.
-  for (std::size_t j = dir.find('/');; j = dir.find('/', j + 1)) {
-    if (!dir.empty() && m_queued.contains(path_hash(std::string_view(dir).substr(0, j)))) {
-      return true;
+  // A hash collision only makes an entry wait when it need not. The directories on the way are
+  // checked once per directory: entries come grouped by directory.
+  if (dir != m_clear_dir) {
+    for (std::size_t j = dir.find('/');; j = dir.find('/', j + 1)) {
+      if (!dir.empty() && m_queued.contains(path_hash(std::string_view(dir).substr(0, j)))) {
+        return true;
+      }
+      if (j == std::string::npos) {
+        break;
+      }
     }
-    if (j == std::string::npos) {
-      break;
-    }
+    m_clear_dir = dir;
   }
   if (m_queued.contains(path_hash(path))) {
     return true;
@@ -280,6 +284,10 @@ Status ArchiveWriter::queue_file(struct archive* a, fs::SharedFd parent, const s
     if (end > meta.size) {
       return Error::corrupt("corrupt data in \"" + shown + "\": more data than its declared size");
     }
+    if (offset == data.size()) {
+      data.append(p, size); // the usual case: the next bytes, no zero fill first
+      return ok_status();
+    }
     if (data.size() < end) {
       data.resize(end); // sparse holes read as zeros
     }
@@ -293,6 +301,9 @@ Status ArchiveWriter::queue_file(struct archive* a, fs::SharedFd parent, const s
   }
   ++m_stats.files;
   m_queued.insert(path_hash(shown));
+  if (m_clear_dir.starts_with(shown)) { // a file where a directory was seen clear: see again
+    m_clear_dir = "\x01";
+  }
   if (m_batch.empty() || m_batch.back().parent != parent) {
     ++m_batch_dirs;
   }

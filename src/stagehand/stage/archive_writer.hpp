@@ -63,7 +63,7 @@ private:
   Status drain();
   // Whether this entry touches a path a queued file may still be writing: the entry itself, a
   // directory on its way, or a hard link's target. Such an entry waits for the writers.
-  bool touches_queued(const std::string& dir, const std::string& path, const char* link_target) const;
+  bool touches_queued(const std::string& dir, const std::string& path, const char* link_target);
   Status symlink(int parent, const std::string& name, const char* target, const std::string& shown);
   Status hardlink(int parent, const std::string& name, const char* target, const std::string& shown);
 
@@ -88,7 +88,8 @@ private:
   std::size_t m_batch_dirs = 0;
   const UniqueFd* m_lane_dir = nullptr; // the directory of the last batch handed over (identity only)
   std::size_t m_lane = 0;               // its writer's lane: one per directory, in turn
-  HashSet m_queued; // hashes of the paths queued since the last drain
+  HashSet m_queued;                 // hashes of the paths queued since the last drain
+  std::string m_clear_dir = "\x01"; // a directory none of whose ancestors is in m_queued
   std::vector<DirTimes> m_dir_times;
 };
 
