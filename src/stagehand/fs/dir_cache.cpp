@@ -15,8 +15,14 @@ Result<SharedFd> DirCache::open(const std::vector<std::string>& parts)
   if (parts.empty()) {
     return m_root;
   }
-  // Entries mostly come in directory order: the whole path is usually cached already.
+  // Entries mostly come in directory order: usually the same directory as the last entry's, else
+  // the whole path is cached already.
+  if (m_last && parts == m_last_parts) {
+    return m_last;
+  }
   if (auto hit = m_cache.find(join(parts, "/")); hit != m_cache.end()) {
+    m_last_parts = parts;
+    m_last = hit->second;
     return hit->second;
   }
   std::vector<std::string> prefixes; // prefixes[i]: the path of parts[0..i]
@@ -55,6 +61,8 @@ Result<SharedFd> DirCache::open(const std::vector<std::string>& parts)
     cur = std::make_shared<const UniqueFd>(std::move(next));
     m_cache.emplace(path, cur);
   }
+  m_last_parts = parts;
+  m_last = cur;
   return cur;
 }
 

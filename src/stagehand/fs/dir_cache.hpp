@@ -34,11 +34,18 @@ public:
   std::uint64_t created() const { return m_created; }
 
   // Closes every cached fd (handles given out stay open).
-  void clear() { m_cache.clear(); }
+  void clear()
+  {
+    m_cache.clear();
+    m_last.reset();
+    m_last_parts.clear();
+  }
 
 private:
   SharedFd m_root;
   std::unordered_map<std::string, SharedFd> m_cache; // by path below the root ("a/b")
+  std::vector<std::string> m_last_parts;             // the last directory asked for
+  SharedFd m_last;
   std::uint64_t m_created = 0;
 };
 

@@ -155,10 +155,10 @@ Status ArchiveWriter::entry(struct archive* a, struct archive_entry* e)
   if (parts->empty()) {
     return ok_status(); // "." or "./": the destination itself
   }
-  const std::string name = parts->back();
+  std::string name = parts->back();
   parts->pop_back();
   const std::string rel = join(*parts, "/");
-  const std::string shown = rel.empty() ? name : rel + "/" + name;
+  std::string shown = rel.empty() ? name : rel + "/" + name;
   const char* link_target = entry_text(e, archive_entry_hardlink, archive_entry_hardlink_utf8);
   // Entries run in archive order except small new files, which writer threads write in batches:
   // an entry that touches a path they may still be writing waits for them first.
@@ -181,7 +181,7 @@ Status ArchiveWriter::entry(struct archive* a, struct archive_entry* e)
     return directory(pfd, shown, name, e);
   case AE_IFREG:
     if (m_pool.parallel() && archive_entry_size(e) <= static_cast<la_int64_t>(k_small_file)) {
-      return queue_file(a, *parent, name, e, shown);
+      return queue_file(a, *parent, std::move(name), e, std::move(shown));
     }
     return regular_file(a, pfd, name, e, shown);
   case AE_IFLNK:
@@ -273,8 +273,8 @@ Status ArchiveWriter::regular_file(struct archive* a, int parent, const std::str
 }
 
 // A small file: read into memory here, written by a writer thread with the rest of its batch.
-Status ArchiveWriter::queue_file(struct archive* a, fs::SharedFd parent, const std::string& name,
-                                 struct archive_entry* e, const std::string& shown)
+Status ArchiveWriter::queue_file(struct archive* a, fs::SharedFd parent, std::string name, struct archive_entry* e,
+                                 std::string shown)
 {
   const FileMeta meta = meta_of(e, m_limits.file_modes);
   std::string data;
@@ -308,7 +308,7 @@ Status ArchiveWriter::queue_file(struct archive* a, fs::SharedFd parent, const s
     ++m_batch_dirs;
   }
   m_batch_bytes += data.size();
-  m_batch.push_back(QueuedFile{std::move(parent), name, shown, meta, std::move(data)});
+  m_batch.push_back(QueuedFile{std::move(parent), std::move(name), std::move(shown), meta, std::move(data)});
   if (m_batch.size() >= k_batch_files || m_batch_bytes >= k_batch_bytes || m_batch_dirs >= k_batch_dirs) {
     flush_batch();
   }

@@ -55,8 +55,8 @@ private:
   Status directory(int parent, const std::string& path, const std::string& name, struct archive_entry* e);
   Status regular_file(struct archive* a, int parent, const std::string& name, struct archive_entry* e,
                       const std::string& shown);
-  Status queue_file(struct archive* a, fs::SharedFd parent, const std::string& name, struct archive_entry* e,
-                    const std::string& shown);
+  Status queue_file(struct archive* a, fs::SharedFd parent, std::string name, struct archive_entry* e,
+                    std::string shown);
   // Hands the current batch to the writer threads.
   void flush_batch();
   // Waits until every queued file is written; the first error of any.
