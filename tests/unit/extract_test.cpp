@@ -275,7 +275,9 @@ TEST(Extract, PaxHeaderFirstEntryIsAnArchive)
 
 // Writer threads write small files in batches, out of archive order: whatever touches a path a
 // batch may still be writing (the same name again, a directory below it, a hard link to it) must
-// see exactly what the reader writing everything in order sees.
+// see exactly what the reader writing everything in order sees. Each conflicting entry follows a
+// file still in the batch being built (the last of 300 in a directory), so a missed check fails
+// every time, not by chance.
 TEST(Extract, WriterThreadsKeepArchiveOrderWhereItMatters)
 {
   STAGEHAND_REQUIRE_ROOT();
@@ -289,13 +291,20 @@ TEST(Extract, WriterThreadsKeepArchiveOrderWhereItMatters)
                "    t.addfile(i, io.BytesIO(data) if data is not None else None)\n"
                "def filler(t, d):\n"
                "    for n in range(300): add(t, f'{d}/f{n}', b'x' * n)\n"
-               "with tarfile.open(sys.argv[1] + '/again.tar', 'w') as t:\n"
-               "    filler(t, 'd'); add(t, 'd/x', b'first'); filler(t, 'e'); add(t, 'd/x', b'second')\n"
-               "    add(t, 'd/h', kind=tarfile.LNKTYPE, link='d/x'); add(t, 'e/f5', kind=tarfile.SYMTYPE, link='f6')\n"
-               "with tarfile.open(sys.argv[1] + '/below-a-file.tar', 'w') as t:\n"
-               "    filler(t, 'd'); add(t, 'p', b'a file'); add(t, 'p/q', b'below it')\n"
-               "with tarfile.open(sys.argv[1] + '/dir-over-file.tar', 'w') as t:\n"
-               "    filler(t, 'd'); add(t, 'd/f7', kind=tarfile.DIRTYPE)\n"
+               "def archive(name, *entries):\n"
+               "    with tarfile.open(sys.argv[1] + '/' + name, 'w') as t:\n"
+               "        for e in entries: e(t)\n"
+               "archive('symlink-over-file.tar', lambda t: filler(t, 'e'),\n"
+               "        lambda t: add(t, 'e/f299', kind=tarfile.SYMTYPE, link='f6'))\n"
+               "archive('link-to-file.tar', lambda t: filler(t, 'd'), lambda t: add(t, 'd/x', b'mine'),\n"
+               "        lambda t: add(t, 'd/h', kind=tarfile.LNKTYPE, link='d/x'))\n"
+               "archive('same-name.tar', lambda t: filler(t, 'd'), lambda t: add(t, 'd/f299', b'second'))\n"
+               "archive('below-a-file.tar', lambda t: filler(t, 'd'), lambda t: add(t, 'd/f299/q', b'below it'))\n"
+               "archive('dir-over-file.tar', lambda t: filler(t, 'd'), lambda t: add(t, 'd/f299', kind=tarfile.DIRTYPE))\n"
+               "archive('odd-name.tar', lambda t: filler(t, 'd'), lambda t: add(t, '\\x01', b'f'),\n"
+               "        lambda t: add(t, '\\x01/y', b'below it'))\n"
+               "archive('link-below-a-file.tar', lambda t: filler(t, 'd'), lambda t: add(t, 't', b'f'),\n"
+               "        lambda t: add(t, 'h', kind=tarfile.LNKTYPE, link='t/x'))\n"
                "PY"),
             0);
   auto run = [&](const std::string& name, unsigned threads) {
@@ -305,19 +314,22 @@ TEST(Extract, WriterThreadsKeepArchiveOrderWhereItMatters)
     auto r = box.extract(a + "/" + name, limits);
     return r ? std::string("ok") : r.error().message;
   };
-  EXPECT_EQ(run("again.tar", 4), "ok");
-  EXPECT_EQ(read_file(box.dest + "/d/x"), "second");
-  EXPECT_EQ(read_file(box.dest + "/d/h"), "second") << "the hard link must see the last d/x";
-  EXPECT_EQ(read_file(box.dest + "/d/f299"), std::string(299, 'x'));
+  EXPECT_EQ(run("symlink-over-file.tar", 4), "ok");
   struct stat st {};
-  ASSERT_EQ(::lstat((box.dest + "/e/f5").c_str(), &st), 0);
+  ASSERT_EQ(::lstat((box.dest + "/e/f299").c_str(), &st), 0);
   EXPECT_TRUE(S_ISLNK(st.st_mode)) << "a later symlink replaces a queued file";
-  for (const char* name : {"below-a-file.tar", "dir-over-file.tar"}) {
+  EXPECT_EQ(run("link-to-file.tar", 4), "ok");
+  EXPECT_EQ(read_file(box.dest + "/d/h"), "mine");
+  EXPECT_EQ(run("same-name.tar", 4), "ok");
+  EXPECT_EQ(read_file(box.dest + "/d/f299"), "second");
+  EXPECT_EQ(read_file(box.dest + "/d/f298"), std::string(298, 'x'));
+  for (const char* name : {"below-a-file.tar", "dir-over-file.tar", "odd-name.tar", "link-below-a-file.tar"}) {
     SCOPED_TRACE(name);
     const std::string in_order = run(name, 1);
     EXPECT_NE(in_order, "ok");
     EXPECT_EQ(run(name, 4), in_order);
   }
+  EXPECT_FALSE(exists_nofollow(box.dest + "/t/x")) << "looking for a hard link's target created a directory";
 }
 
 // The node cache's fills: files written read-only for everybody as they are unpacked.

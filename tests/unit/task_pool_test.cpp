@@ -1,10 +1,12 @@
-// TaskPool: every task runs once, a lane's tasks run in order when nothing steals them, the first
-// error wins and later tasks are skipped, and a pool without threads runs tasks in the caller.
+// TaskPool: every task runs once, the queue is bounded, cancel drops what waits, the first error
+// wins and later tasks are skipped, and a pool without threads runs tasks in the caller.
 #include "stagehand/util/task_pool.hpp"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <mutex>
 #include <vector>
 
@@ -23,19 +25,47 @@ TEST(TaskPool, EveryTaskRunsOnceAcrossLanes)
   }
 }
 
-TEST(TaskPool, OneThreadRunsALaneInOrder)
+// The queue holds at most its cost bound: a submit past it waits until a task is taken.
+TEST(TaskPool, SubmitWaitsWhileTheQueueIsFull)
 {
-  TaskPool pool(1, 1U << 20);
-  std::mutex m;
-  std::vector<int> order;
-  for (int i = 0; i < 200; ++i) {
-    pool.submit([&, i] { std::lock_guard l(m); order.push_back(i); return ok_status(); }, 1, 0);
+  TaskPool pool(1, 2);
+  std::mutex gate;
+  std::unique_lock hold(gate);
+  std::atomic<bool> started{false};
+  pool.submit([&] { started = true; std::lock_guard wait(gate); return ok_status(); }, 1); // taken, then blocks
+  while (!started) {
+    std::this_thread::yield();
   }
-  ASSERT_TRUE(pool.drain());
-  ASSERT_EQ(order.size(), 200U);
-  for (int i = 0; i < 200; ++i) {
-    EXPECT_EQ(order[i], i);
+  pool.submit([] { return ok_status(); }, 1);
+  pool.submit([] { return ok_status(); }, 1); // the queue now holds its bound
+  std::atomic<bool> accepted{false};
+  std::thread late([&] { pool.submit([] { return ok_status(); }, 1); accepted = true; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(accepted.load()) << "accepted past the bound while nothing was taken";
+  hold.unlock();
+  late.join();
+  EXPECT_TRUE(accepted.load());
+  EXPECT_TRUE(pool.drain());
+}
+
+TEST(TaskPool, CancelDropsWhatHasNotStarted)
+{
+  TaskPool pool(1, 100);
+  std::mutex gate;
+  std::unique_lock hold(gate);
+  std::atomic<bool> started{false};
+  std::atomic<int> ran{0};
+  pool.submit([&] { started = true; std::lock_guard wait(gate); ++ran; return ok_status(); }, 1);
+  while (!started) {
+    std::this_thread::yield();
   }
+  for (int i = 0; i < 10; ++i) {
+    pool.submit([&] { ++ran; return ok_status(); }, 1);
+  }
+  pool.cancel();
+  hold.unlock();
+  EXPECT_TRUE(pool.drain());
+  EXPECT_EQ(ran.load(), 1);
 }
 
 TEST(TaskPool, TheFirstErrorWinsAndLaterTasksAreSkipped)

@@ -240,6 +240,7 @@ public:
           return Error::from_errno("cache entry data");
         }
         cur_rel = rel_parent;
+        ++m_lane; // a directory's batches share a thread: threads link into different directories
       }
       const std::string shown = dest_rel + "/" + e.rel;
       if (S_ISDIR(e.st.st_mode)) {
@@ -314,7 +315,7 @@ private:
         }
         return ok_status();
       },
-      1, ++m_lane);
+      1, m_lane);
     batch = FileBatch{};
   }
 

@@ -10,7 +10,7 @@ namespace stagehand::fs {
 
 DirCache::DirCache(int root_fd) : m_root(std::make_shared<const UniqueFd>(::fcntl(root_fd, F_DUPFD_CLOEXEC, 0))) {}
 
-Result<SharedFd> DirCache::open(const std::vector<std::string>& parts)
+Result<SharedFd> DirCache::open(const std::vector<std::string>& parts, MissingDirs missing)
 {
   if (parts.empty()) {
     return m_root;
@@ -42,7 +42,7 @@ Result<SharedFd> DirCache::open(const std::vector<std::string>& parts)
     const char* comp = parts[i].c_str();
     const std::string& path = prefixes[i];
     UniqueFd next(::openat(cur->get(), comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!next.valid() && errno == ENOENT) {
+    if (!next.valid() && errno == ENOENT && missing == MissingDirs::create) {
       if (::mkdirat(cur->get(), comp, 0700) != 0 && errno != EEXIST) {
         return Error::from_errno("cannot create directory " + path);
       }

@@ -17,6 +17,9 @@ namespace stagehand::fs {
 
 using SharedFd = std::shared_ptr<const UniqueFd>;
 
+// What open() does about a directory that is not there: make it (0700), or fail with ENOENT.
+enum class MissingDirs { create, refuse };
+
 class DirCache
 {
 public:
@@ -28,7 +31,7 @@ public:
 
   // The directory `parts` below the root (no parts: the root), created where missing. Errors
   // name the path below the root; a symlink or file on the way is a refusal.
-  Result<SharedFd> open(const std::vector<std::string>& parts);
+  Result<SharedFd> open(const std::vector<std::string>& parts, MissingDirs missing = MissingDirs::create);
 
   // Directories this cache created.
   std::uint64_t created() const { return m_created; }

@@ -79,6 +79,18 @@ std::uint64_t path_hash(std::string_view path) { return std::hash<std::string_vi
 
 } // namespace
 
+bool ArchiveWriter::dir_touches_queued(std::string_view dir) const
+{
+  for (std::size_t j = dir.find('/');; j = dir.find('/', j + 1)) {
+    if (!dir.empty() && m_queued.contains(path_hash(dir.substr(0, j)))) {
+      return true;
+    }
+    if (j == std::string_view::npos) {
+      return false;
+    }
+  }
+}
+
 bool ArchiveWriter::touches_queued(const std::string& dir, const std::string& path, const char* link_target)
 {
   if (m_queued.empty()) {
@@ -87,22 +99,17 @@ bool ArchiveWriter::touches_queued(const std::string& dir, const std::string& pa
   // A hash collision only makes an entry wait when it need not. The directories on the way are
   // checked once per directory: entries come grouped by directory.
   if (dir != m_clear_dir) {
-    for (std::size_t j = dir.find('/');; j = dir.find('/', j + 1)) {
-      if (!dir.empty() && m_queued.contains(path_hash(std::string_view(dir).substr(0, j)))) {
-        return true;
-      }
-      if (j == std::string::npos) {
-        break;
-      }
+    if (dir_touches_queued(dir)) {
+      return true;
     }
     m_clear_dir = dir;
   }
   if (m_queued.contains(path_hash(path))) {
     return true;
   }
-  if (link_target) {
+  if (link_target) { // the target itself and every directory on its way
     auto parts = split_entry_path(link_target);
-    return parts && m_queued.contains(path_hash(join(*parts, "/")));
+    return parts && dir_touches_queued(join(*parts, "/"));
   }
   return false;
 }
@@ -137,8 +144,20 @@ void ArchiveWriter::flush_batch()
 Status ArchiveWriter::drain()
 {
   flush_batch();
-  m_queued.clear();
+  if (!m_queued.empty()) {
+    m_queued.clear();
+  }
   return m_pool.drain();
+}
+
+Error ArchiveWriter::abandon(Error e)
+{
+  m_batch.clear();
+  m_pool.cancel(); // what waits is never written: the caller removes the destination
+  if (auto earlier = m_pool.drain(); !earlier) {
+    return earlier.error(); // a writer thread failed on an earlier entry: that is the first error
+  }
+  return e;
 }
 
 Status ArchiveWriter::entry(struct archive* a, struct archive_entry* e)
@@ -301,8 +320,8 @@ Status ArchiveWriter::queue_file(struct archive* a, fs::SharedFd parent, std::st
   }
   ++m_stats.files;
   m_queued.insert(path_hash(shown));
-  if (m_clear_dir.starts_with(shown)) { // a file where a directory was seen clear: see again
-    m_clear_dir = "\x01";
+  if (m_clear_dir && m_clear_dir->starts_with(shown)) { // a file where a directory was seen clear
+    m_clear_dir.reset();
   }
   if (m_batch.empty() || m_batch.back().parent != parent) {
     ++m_batch_dirs;
@@ -339,8 +358,11 @@ Status ArchiveWriter::hardlink(int parent, const std::string& name, const char* 
   }
   const std::string tname = tparts->back();
   tparts->pop_back();
-  auto tparent = m_dirs.open(*tparts);
+  auto tparent = m_dirs.open(*tparts, fs::MissingDirs::refuse); // a target's directories exist already
   if (!tparent) {
+    if (tparent.error().code == ENOENT) {
+      return Error::refused("hard link \"" + shown + "\" -> \"" + target + "\": not a file unpacked earlier: refused");
+    }
     return tparent.error().with_context("hard link \"" + shown + "\"");
   }
   const int tfd = (*tparent)->get();

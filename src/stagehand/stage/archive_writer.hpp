@@ -13,7 +13,9 @@
 #include <archive.h>
 #include <archive_entry.h>
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace stagehand::stage {
@@ -42,6 +44,10 @@ public:
   // Waits for the writer threads, then sets the directories' modes and times.
   Status finish();
 
+  // After `e` stopped the extraction: drops what waits for the writer threads, waits for those
+  // running, and returns the first error (a writer thread's on an earlier entry, else `e`).
+  Error abandon(Error e);
+
   ExtractStats stats() const;
 
 private:
@@ -64,6 +70,7 @@ private:
   // Whether this entry touches a path a queued file may still be writing: the entry itself, a
   // directory on its way, or a hard link's target. Such an entry waits for the writers.
   bool touches_queued(const std::string& dir, const std::string& path, const char* link_target);
+  bool dir_touches_queued(std::string_view dir) const; // `dir` or a directory above it
   Status symlink(int parent, const std::string& name, const char* target, const std::string& shown);
   Status hardlink(int parent, const std::string& name, const char* target, const std::string& shown);
 
@@ -89,7 +96,7 @@ private:
   const UniqueFd* m_lane_dir = nullptr; // the directory of the last batch handed over (identity only)
   std::size_t m_lane = 0;               // its writer's lane: one per directory, in turn
   HashSet m_queued;                 // hashes of the paths queued since the last drain
-  std::string m_clear_dir = "\x01"; // a directory none of whose ancestors is in m_queued
+  std::optional<std::string> m_clear_dir; // a directory none of whose ancestors is in m_queued
   std::vector<DirTimes> m_dir_times;
 };
 

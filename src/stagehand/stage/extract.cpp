@@ -71,14 +71,14 @@ Result<ExtractStats> extract_entries(struct archive* a, int dest_fd, const Extra
     }
     if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
       const char* msg = archive_error_string(a);
-      return Error::corrupt(std::string("corrupt archive: ") + (msg ? msg : "read error"));
+      return writer.abandon(Error::corrupt(std::string("corrupt archive: ") + (msg ? msg : "read error")));
     }
     if (auto st = writer.entry(a, e); !st) {
-      return st.error();
+      return writer.abandon(st.error());
     }
   }
   if (auto st = writer.finish(); !st) {
-    return st.error();
+    return writer.abandon(st.error());
   }
   return writer.stats();
 }

@@ -50,6 +50,20 @@ Status TaskPool::drain()
   return ok_status();
 }
 
+void TaskPool::cancel()
+{
+  {
+    std::lock_guard lock(m_mutex);
+    for (auto& lane : m_lanes) {
+      lane.clear();
+    }
+    m_queued = 0;
+    m_queued_cost = 0;
+  }
+  m_space.notify_all();
+  m_idle.notify_all();
+}
+
 bool TaskPool::failed()
 {
   std::lock_guard lock(m_mutex);

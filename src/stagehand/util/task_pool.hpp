@@ -1,8 +1,8 @@
 // Worker threads for independent tasks that may fail: the queue is bounded by the cost of what
 // waits (bytes of data), the first error wins and the tasks after it are skipped, drain() waits
 // for everything submitted. With no threads, nothing runs in parallel and callers do the work.
-// A task goes to a lane (one per thread): a thread runs its own lane's tasks first, in order, and
-// takes another lane's only when its own is empty. (The extractor gives each directory a lane, so
+// A task goes to a lane (one per thread): a thread runs its own lane's tasks first, in the order
+// given, and takes another lane's only when its own is empty (so no order between tasks holds). (The extractor gives each directory a lane, so
 // two threads rarely create files in one directory at once and contend for its lock.)
 #pragma once
 
@@ -40,6 +40,9 @@ public:
 
   // Whether a task has failed already.
   bool failed();
+
+  // Drops the tasks that have not started (they never run); drain() still waits for the others.
+  void cancel();
 
 private:
   struct Queued
