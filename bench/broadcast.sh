@@ -16,15 +16,9 @@ rounds=${2:-3}
 mbps=${3:-100}
 source "$here/lib.sh"
 
-export STAGEHAND_CLUSTER_DIR=${STAGEHAND_BENCH_DIR:-/dev/shm/stagehand-bench-bcast}
-export STAGEHAND_CLUSTER_PORT=${STAGEHAND_BENCH_PORT:-47917}
-export STAGEHAND_TEST_USER=${STAGEHAND_BENCH_USER:-stagehand-test}
-cluster=$here/../tests/cluster/cluster.sh
 sharedfs=${STAGEHAND_SHAREDFS:-$here/../../shared/tools/sharedfs.py}
 [ -f "$sharedfs" ] || { echo "no sharedfs.py at $sharedfs (set STAGEHAND_SHAREDFS)" >&2; exit 1; }
-"$cluster" start "$build/plugin/stagehand.so"
-eval "$("$cluster" env)"
-W=$STAGEHAND_CLUSTER_DIR/work
+bench_cluster_start "$build" bcast
 cleanup() {
   "$cluster" stop
   fusermount -u "$W/shared" 2>/dev/null || umount -l "$W/shared" 2>/dev/null || true

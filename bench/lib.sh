@@ -34,3 +34,17 @@ bench_median() {
 
 # bench_ratio A B: A / B with two decimals.
 bench_ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+
+# bench_cluster_start BUILD_DIR NAME: starts a test cluster of the benchmark's own (root), in
+# /dev/shm/stagehand-bench-NAME unless STAGEHAND_BENCH_DIR says otherwise (STAGEHAND_BENCH_PORT,
+# STAGEHAND_BENCH_USER likewise); sets `cluster` (its control script), W (its work directory) and
+# the cluster's environment. The caller stops it (trap '"$cluster" stop' EXIT).
+bench_cluster_start() {
+  export STAGEHAND_CLUSTER_DIR=${STAGEHAND_BENCH_DIR:-/dev/shm/stagehand-bench-$2}
+  export STAGEHAND_CLUSTER_PORT=${STAGEHAND_BENCH_PORT:-47917}
+  export STAGEHAND_TEST_USER=${STAGEHAND_BENCH_USER:-stagehand-test}
+  cluster=$(cd "$(dirname "${BASH_SOURCE[0]}")/../tests/cluster" && pwd)/cluster.sh
+  "$cluster" start "$1/plugin/stagehand.so"
+  eval "$("$cluster" env)"
+  W=$STAGEHAND_CLUSTER_DIR/work
+}

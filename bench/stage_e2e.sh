@@ -17,14 +17,8 @@ rounds=${2:-5}
 files=${3:-60000}
 source "$here/lib.sh"
 
-export STAGEHAND_CLUSTER_DIR=${STAGEHAND_BENCH_DIR:-/dev/shm/stagehand-bench-e2e}
-export STAGEHAND_CLUSTER_PORT=${STAGEHAND_BENCH_PORT:-47917}
-export STAGEHAND_TEST_USER=${STAGEHAND_BENCH_USER:-stagehand-test}
-cluster=$here/../tests/cluster/cluster.sh
-"$cluster" start "$build/plugin/stagehand.so"
-trap '"$cluster" stop; rm -rf "$STAGEHAND_CLUSTER_DIR/work/bench"' EXIT
-eval "$("$cluster" env)"
-W=$STAGEHAND_CLUSTER_DIR/work
+bench_cluster_start "$build" e2e
+trap '"$cluster" stop; rm -rf "$W/bench"' EXIT
 sed -i 's/^cache_max_bytes = .*/cache_max_bytes = "8G"/' "$STAGEHAND_TEST_CONFIG" "$STAGEHAND_DAEMON_TOML"
 sed -i 's/^progress_interval = .*/progress_interval = "0"/' "$STAGEHAND_TEST_CONFIG"
 
