@@ -1,20 +1,29 @@
 #!/usr/bin/env bash
 # Cold staging end to end, as a user compares it: one srun step that stages a 60,000-file tar
 # with --stage-data against the same step running `tar -xf` itself, on the test cluster, on
-# tmpfs. Each round, inside one allocation of node1, interleaved:
+# tmpfs. Each round, inside one allocation (of node1; of both nodes with NODES=2), interleaved:
 #   tar     srun --tmpdir bash -c 'mkdir $SLURM_TMPDIR/tN && tar -xf many.tar -C $SLURM_TMPDIR/tN'
 #   stage   srun --stage-data=coldN.tar:sN true        (a fresh copy: always a cold staging)
 # (tar first in odd rounds, stage first in even ones, each after a 2 s pause)
 # once without the node daemon (in-process staging) and once with it (a cache miss: filled, then
 # linked), and prints the medians and stage / tar (target <= 0.6). An empty step (srun --tmpdir
 # true) is timed too: what every step costs anyway.
-# Usage (root): bench/stage_e2e.sh BUILD_DIR [ROUNDS] [FILES]   (FILES: 60000, or 600000)
+# With NODES=2 every step runs on both test nodes (one task each, each node staging for itself:
+# the test nodes share one host's cores, so this shows the ratio when the cores are contended,
+# not a second machine's speed).
+# Usage (root): bench/stage_e2e.sh BUILD_DIR [ROUNDS] [FILES] [NODES]   (FILES: 60000 or 600000)
 #   STAGEHAND_BENCH_PHASES="no-daemon daemon" (the default) picks the phases.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-build=$(cd "${1:?usage: stage_e2e.sh BUILD_DIR [ROUNDS] [FILES]}" && pwd)
+build=$(cd "${1:?usage: stage_e2e.sh BUILD_DIR [ROUNDS] [FILES] [NODES]}" && pwd)
 rounds=${2:-5}
 files=${3:-60000}
+nodes=${4:-1}
+case $nodes in
+  1) nodelist=node1 ;;
+  2) nodelist=node1,node2 ;;
+  *) echo "stage_e2e.sh: NODES is 1 or 2" >&2; exit 2 ;;
+esac
 source "$here/lib.sh"
 
 bench_cluster_start "$build" e2e
@@ -31,14 +40,14 @@ results=$W/bench/times
 : >"$results"
 chmod 0666 "$results"
 
-# phase NAME: ROUNDS interleaved rounds of base, tar and stage in one allocation of node1.
+# phase NAME: ROUNDS interleaved rounds of base, tar and stage in one allocation of NODES nodes.
 phase() {
-  runuser -u "$STAGEHAND_TEST_USER" -- env SLURM_CONF="$SLURM_CONF" PATH="$PATH" bash -c "cd '$W/bench' && salloc -N1 -n1 -w node1 --quiet bash -c '
+  runuser -u "$STAGEHAND_TEST_USER" -- env SLURM_CONF="$SLURM_CONF" PATH="$PATH" bash -c "cd '$W/bench' && salloc -N$nodes -n$nodes -w $nodelist --quiet bash -c '
     set -e
     t() { # name srun-args...
       local name=\$1; shift
       local t0=\$(date +%s%N)
-      srun -N1 -n1 \"\$@\" >/dev/null
+      srun -N$nodes -n$nodes \"\$@\" >/dev/null
       local t1=\$(date +%s%N)
       echo \"$1-\$name \$(( (t1 - t0) / 1000 ))\" >> $results
     }
@@ -56,9 +65,9 @@ phase() {
         fi
       done
       if [ \$i = 1 ]; then
-        srun -N1 -n1 --tmpdir bash -c \"diff -r \\\$SLURM_TMPDIR/t1 \\\$SLURM_TMPDIR/s1\" || { echo stage_e2e.sh: different trees >&2; exit 1; }
+        srun -N$nodes -n$nodes --tmpdir bash -c \"diff -r \\\$SLURM_TMPDIR/t1 \\\$SLURM_TMPDIR/s1\" || { echo stage_e2e.sh: different trees >&2; exit 1; }
       fi
-      srun -N1 -n1 --tmpdir bash -c \"rm -rf \\\$SLURM_TMPDIR/t\$i \\\$SLURM_TMPDIR/s\$i\"
+      srun -N$nodes -n$nodes --tmpdir bash -c \"rm -rf \\\$SLURM_TMPDIR/t\$i \\\$SLURM_TMPDIR/s\$i\"
       rm -f cold\$i.tar
     done
   '"
@@ -66,22 +75,22 @@ phase() {
 phases=${STAGEHAND_BENCH_PHASES:-no-daemon daemon}
 for p in $phases; do
   case $p in
-    no-daemon) "$cluster" daemon-stop node1; stopped=1 ;;
-    daemon) [ -z "${stopped:-}" ] || "$cluster" daemon-start node1 ;;
+    no-daemon) for n in ${nodelist//,/ }; do "$cluster" daemon-stop "$n"; done; stopped=1 ;;
+    daemon) [ -z "${stopped:-}" ] || for n in ${nodelist//,/ }; do "$cluster" daemon-start "$n"; done ;;
     *) echo "stage_e2e.sh: unknown phase $p" >&2; exit 2 ;;
   esac
   phase "$p"
 done
 
-python3 - "$results" "$rounds" "$files" <<'PY'
+python3 - "$results" "$rounds" "$files" "$nodes" <<'PY'
 import statistics, sys
 times = {}
 for line in open(sys.argv[1]):
     name, us = line.split()
     times.setdefault(name, []).append(int(us) / 1e6)
 m = {k: statistics.median(v) for k, v in times.items()}
-print(f"cold staging end to end: {int(sys.argv[3]):,} x 2 KiB files in a tar on tmpfs, one srun step each, "
-      f"{sys.argv[2]} rounds interleaved (median seconds):")
+print(f"cold staging end to end: {int(sys.argv[3]):,} x 2 KiB files in a tar on tmpfs, one srun step each on "
+      f"{sys.argv[4]} node(s), {sys.argv[2]} rounds interleaved (median seconds):")
 for phase in ("no-daemon", "daemon"):
     if f"{phase}-tar" not in m:
         continue
