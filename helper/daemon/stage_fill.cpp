@@ -392,8 +392,8 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
   }
   ++m_d.m_pins[key]; // ours until it is linked into the job
   m_pinned.push_back(key);
-  spdlog::info("job {}: cached {} ({} files, {} bytes on disk; written in {:.2f} s, published in {:.2f} s)",
-               m_job.job_id, src.path, fr.files, published->disk_bytes, unpacked, seconds() - unpacked);
+  spdlog::info("job {}: cached {} ({} files, {} bytes on disk; measured and published in {:.2f} s)", m_job.job_id,
+               src.path, fr.files, published->disk_bytes, seconds() - unpacked);
   return std::pair{fr, std::optional<cache::Fill>()};
 }
 

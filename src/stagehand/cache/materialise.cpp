@@ -15,10 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <memory>
-#include <thread>
 #include <vector>
 
 namespace stagehand::cache {
@@ -167,19 +165,13 @@ struct FileBatch
   std::vector<std::string> names;
 };
 
-unsigned link_threads()
-{
-  const unsigned hw = std::thread::hardware_concurrency();
-  return hw > 1 ? std::min(hw, 4U) : 0U;
-}
-
 class Materialiser
 {
 public:
   static constexpr std::size_t k_batch_files = 256;
   static constexpr std::size_t k_max_queued_batches = 16; // each holds two directory descriptors
 
-  Materialiser(int job_fd, const JobUser& user) : m_job(job_fd), m_user(user), m_pool(link_threads(), k_max_queued_batches) {}
+  Materialiser(int job_fd, const JobUser& user) : m_job(job_fd), m_user(user), m_pool(TaskPool::per_core(), k_max_queued_batches) {}
 
   Result<Materialised> run(int src_parent, const std::string& src_name, const std::string& dest_rel)
   {

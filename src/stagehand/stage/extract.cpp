@@ -4,14 +4,13 @@
 #include "stagehand/stage/archive_writer.hpp"
 #include "stagehand/stage/new_file.hpp"
 #include "stagehand/util/fd.hpp"
+#include "stagehand/util/task_pool.hpp"
 
 #include <archive.h>
 #include <archive_entry.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <memory>
-#include <thread>
 
 namespace stagehand::stage {
 
@@ -55,8 +54,7 @@ unsigned writer_threads(const ExtractLimits& limits)
   if (limits.writer_threads > 1) {
     return limits.writer_threads;
   }
-  const unsigned hw = std::thread::hardware_concurrency();
-  return hw > 1 ? std::min(hw, 4U) : 0U;
+  return TaskPool::per_core();
 }
 
 Result<ExtractStats> extract_entries(struct archive* a, int dest_fd, const ExtractLimits& limits)

@@ -1,6 +1,8 @@
 // TaskPool: one mutex, three condition variables (work queued, room in the queue, all idle).
 #include "stagehand/util/task_pool.hpp"
 
+#include <algorithm>
+
 namespace stagehand {
 
 TaskPool::TaskPool(unsigned threads, std::size_t max_queued_cost) : m_max_cost(max_queued_cost), m_lanes(threads)
@@ -8,6 +10,12 @@ TaskPool::TaskPool(unsigned threads, std::size_t max_queued_cost) : m_max_cost(m
   for (unsigned i = 0; i < threads; ++i) {
     m_threads.emplace_back([this, i] { run(i); });
   }
+}
+
+unsigned TaskPool::per_core(unsigned max)
+{
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw > 1 ? std::min(hw, max) : 0U;
 }
 
 TaskPool::~TaskPool()

@@ -31,6 +31,9 @@ public:
 
   bool parallel() const { return !m_threads.empty(); }
 
+  // One thread per core, at most `max`; none on one core (the caller does the work there).
+  static unsigned per_core(unsigned max = 4);
+
   // Queues `task` on `lane` (any number: taken modulo the threads); blocks while the queued cost
   // is at its bound (a task is always accepted into an empty queue, whatever its cost).
   void submit(Task task, std::size_t cost, std::size_t lane = 0);
