@@ -97,4 +97,6 @@ for phase in ("no-daemon", "daemon"):
     b, t, s = m[f"{phase}-base"], m[f"{phase}-tar"], m[f"{phase}-stage"]
     print(f"  {phase:10s} empty step {b:6.3f}   tar -xf step {t:6.3f}   --stage-data step {s:6.3f}"
           f"   stage / tar = {s / t:.2f}   (target <= 0.6)")
+    print("    every round, tar / stage: " +
+          "  ".join(f"{a:.3f}/{b:.3f}" for a, b in zip(times[f"{phase}-tar"], times[f"{phase}-stage"])))
 PY

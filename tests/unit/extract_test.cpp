@@ -332,6 +332,58 @@ TEST(Extract, WriterThreadsKeepArchiveOrderWhereItMatters)
   EXPECT_FALSE(exists_nofollow(box.dest + "/t/x")) << "looking for a hard link's target created a directory";
 }
 
+// Entries in the directory of the entry before, spelled the same way, reuse its checked name and
+// open handle: every attack below comes after 300 such entries, so the shortcut is in use.
+TEST(ExtractHostile, NamesInTheLastDirectoryAreCheckedLikeAnyOther)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Sandbox box;
+  const std::string a = box.archives;
+  ASSERT_EQ(sh("python3 - '" + a + "' '" + box.outside + "' <<'PY'\n"
+               "import io, sys, tarfile\n"
+               "def add(t, name, data=None, kind=tarfile.REGTYPE, link=''):\n"
+               "    i = tarfile.TarInfo(name); i.type = kind; i.linkname = link; i.mode = 0o644\n"
+               "    if data is not None: i.size = len(data)\n"
+               "    t.addfile(i, io.BytesIO(data) if data is not None else None)\n"
+               "def archive(name, *last):\n"
+               "    with tarfile.open(sys.argv[1] + '/' + name, 'w', format=tarfile.PAX_FORMAT) as t:\n"
+               "        for n in range(300): add(t, f'./d/f{n}', b'x')\n"
+               "        for name, data, kind, link in last: add(t, name, data, kind, link)\n"
+               "R = tarfile.REGTYPE\n"
+               "archive('dotdot.tar', ('./d/..', b'x', R, ''))\n"
+               "archive('dotdot-below.tar', ('./d/../escaped', b'x', R, ''))\n"
+               "archive('long.tar', ('./d/' + 'n' * 4100, b'x', R, ''))\n"
+               "archive('symlink-then-below.tar', ('./d/s', None, tarfile.SYMTYPE, sys.argv[2]),\n"
+               "        ('./d/s/escaped', b'x', R, ''))\n"
+               "archive('spellings.tar', ('d/a', b'a', R, ''), ('./d/b', b'b', R, ''), ('d//c', b'c', R, ''),\n"
+               "        ('./d/./e', b'e', R, ''), ('./d/g/', None, tarfile.DIRTYPE, ''), ('./d/g/h', b'h', R, ''),\n"
+               "        ('./d/i', b'i', R, ''), ('./j', b'j', R, ''))\n"
+               "PY"),
+            0);
+  for (unsigned threads : {1U, 4U}) {
+    SCOPED_TRACE(threads);
+    auto run = [&](const std::string& name) {
+      sh("rm -rf '" + box.dest + "' && mkdir '" + box.dest + "'");
+      ExtractLimits limits;
+      limits.writer_threads = threads;
+      auto r = box.extract(a + "/" + name, limits);
+      box.expect_outside_untouched();
+      return r ? std::string("ok") : r.error().message;
+    };
+    EXPECT_NE(run("dotdot.tar").find("\"..\" in name"), std::string::npos);
+    EXPECT_NE(run("dotdot-below.tar").find("\"..\" in name"), std::string::npos);
+    EXPECT_NE(run("long.tar").find("name longer than 4096 bytes"), std::string::npos);
+    EXPECT_NE(run("symlink-then-below.tar").find("is a symlink or a file, not a directory: refused"),
+              std::string::npos);
+    ASSERT_EQ(run("spellings.tar"), "ok");
+    for (const char* name : {"a", "b", "c", "e", "g/h", "i", "f299"}) {
+      EXPECT_TRUE(exists_nofollow(box.dest + "/d/" + name)) << name;
+    }
+    EXPECT_EQ(read_file(box.dest + "/d/e"), "e");
+    EXPECT_EQ(read_file(box.dest + "/j"), "j");
+  }
+}
+
 // The node cache's fills: files written read-only for everybody as they are unpacked.
 TEST(Extract, ReadOnlyModesAreWrittenAtOnce)
 {

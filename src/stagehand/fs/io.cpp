@@ -25,9 +25,9 @@ ssize_t sys_pwrite(int fd, const void* buf, std::size_t len, off_t off)
   return h.pwrite ? h.pwrite(fd, buf, len, off) : ::pwrite(fd, buf, len, off);
 }
 
-Error failed(const char* verb, const std::string& what, int err = errno)
+Error failed(const char* verb, std::string_view what, int err = errno)
 {
-  return Error::from_errno(what.empty() ? std::string(verb) : std::string(verb) + " " + what, err);
+  return Error::from_errno(what.empty() ? std::string(verb) : std::string(verb) + " " + std::string(what), err);
 }
 
 } // namespace
@@ -89,7 +89,7 @@ Status write_all(int fd, std::string_view data, const std::string& what)
   return ok_status();
 }
 
-Status pwrite_all(int fd, const char* data, std::size_t len, std::uint64_t offset, const std::string& what)
+Status pwrite_all(int fd, const char* data, std::size_t len, std::uint64_t offset, std::string_view what)
 {
   while (len > 0) {
     ssize_t n = sys_pwrite(fd, data, len, static_cast<off_t>(offset));

@@ -25,7 +25,7 @@ Result<std::size_t> read_some(int fd, char* buf, std::size_t len, const std::str
 Status write_all(int fd, std::string_view data, const std::string& what);
 
 // Writes all of `data` at `offset`.
-Status pwrite_all(int fd, const char* data, std::size_t len, std::uint64_t offset, const std::string& what);
+Status pwrite_all(int fd, const char* data, std::size_t len, std::uint64_t offset, std::string_view what);
 
 // Test seam: every read/write/pwrite above goes through these. A test installs a wrapper that
 // fails the Nth call with ENOSPC, or returns EINTR once; reset with io_hooks() = {}.

@@ -91,20 +91,20 @@ bool ArchiveWriter::dir_touches_queued(std::string_view dir) const
   }
 }
 
-bool ArchiveWriter::touches_queued(const std::string& dir, const std::string& path, const char* link_target)
+bool ArchiveWriter::touches_queued(std::string_view dir, std::uint64_t hash, const char* link_target)
 {
   if (m_queued.empty()) {
     return false;
   }
   // A hash collision only makes an entry wait when it need not. The directories on the way are
   // checked once per directory: entries come grouped by directory.
-  if (dir != m_clear_dir) {
+  if (!m_clear_dir || *m_clear_dir != dir) {
     if (dir_touches_queued(dir)) {
       return true;
     }
-    m_clear_dir = dir;
+    m_clear_dir.emplace(dir);
   }
-  if (m_queued.contains(path_hash(path))) {
+  if (m_queued.contains(hash)) {
     return true;
   }
   if (link_target) { // the target itself and every directory on its way
@@ -114,31 +114,59 @@ bool ArchiveWriter::touches_queued(const std::string& dir, const std::string& pa
   return false;
 }
 
+Status ArchiveWriter::Batch::write() const
+{
+  const char* base = bytes.data();
+  for (const auto& f : files) {
+    auto st = write_new_file(dirs[f.dir]->get(), base + f.name, base + f.shown, f.meta,
+                             std::string_view(base + f.data, f.data_len));
+    if (!st) {
+      return st;
+    }
+  }
+  return ok_status();
+}
+
 void ArchiveWriter::flush_batch()
 {
-  if (m_batch.empty()) {
+  if (m_batch.files.empty()) {
     return;
   }
-  const std::size_t cost = std::max(m_batch_bytes, k_queue_bytes / k_max_queued_batches);
-  if (m_batch.front().parent.get() != m_lane_dir) { // a new directory: the next writer's lane
-    m_lane_dir = m_batch.front().parent.get();
+  const std::size_t cost = std::max(m_batch.data_bytes, k_queue_bytes / k_max_queued_batches);
+  if (m_batch.dirs.front().get() != m_lane_dir) { // a new directory: the next writer's lane
+    m_lane_dir = m_batch.dirs.front().get();
     ++m_lane;
   }
   m_pool.submit(
-    [batch = std::move(m_batch)] {
-      for (const auto& f : batch) {
-        auto st = write_new_file(f.parent->get(), f.name, f.shown, f.meta,
-                                 [&](const BlockSink& sink) { return sink(f.data.data(), f.data.size(), 0); });
-        if (!st) {
-          return st;
-        }
-      }
-      return ok_status();
+    [this, batch = std::move(m_batch)]() mutable {
+      auto st = batch.write();
+      m_spare.give(std::move(batch.bytes));
+      return st;
     },
     cost, m_lane);
-  m_batch.clear();
-  m_batch_bytes = 0;
-  m_batch_dirs = 0;
+  m_batch = Batch{};
+}
+
+std::string ArchiveWriter::SpareBuffers::take()
+{
+  std::lock_guard lock(m_mutex);
+  if (m_spare.empty()) {
+    std::string fresh;
+    fresh.reserve(k_batch_bytes / 2);
+    return fresh;
+  }
+  std::string bytes = std::move(m_spare.back());
+  m_spare.pop_back();
+  return bytes;
+}
+
+void ArchiveWriter::SpareBuffers::give(std::string bytes)
+{
+  bytes.clear();
+  std::lock_guard lock(m_mutex);
+  if (m_spare.size() < k_max_queued_batches) { // more are never in flight at once
+    m_spare.push_back(std::move(bytes));
+  }
 }
 
 Status ArchiveWriter::drain()
@@ -152,12 +180,63 @@ Status ArchiveWriter::drain()
 
 Error ArchiveWriter::abandon(Error e)
 {
-  m_batch.clear();
+  m_batch = Batch{};
   m_pool.cancel(); // what waits is never written: the caller removes the destination
   if (auto earlier = m_pool.drain(); !earlier) {
     return earlier.error(); // a writer thread failed on an earlier entry: that is the first error
   }
   return e;
+}
+
+Result<bool> ArchiveWriter::name_entry(std::string_view raw)
+{
+  m_in_last_dir = false;
+  if (m_last_dir && raw.size() <= k_max_entry_path && raw.size() > m_last_dir->spelled.size() &&
+      raw.starts_with(m_last_dir->spelled)) {
+    // Same directory, same spelling: split_entry_path would give its checked parts plus this name.
+    const std::string_view name = raw.substr(m_last_dir->spelled.size());
+    if (name.find('/') == std::string_view::npos && name != "." && name != "..") {
+      m_in_last_dir = true;
+      m_name.assign(name);
+      m_rel.assign(m_last_dir->rel);
+      m_shown.assign(m_rel);
+      if (!m_rel.empty()) {
+        m_shown += '/';
+      }
+      m_shown += m_name;
+      return true;
+    }
+  }
+  auto parts = split_entry_path(raw);
+  if (!parts) {
+    return parts.error();
+  }
+  if (parts->empty()) {
+    return false;
+  }
+  m_name = std::move(parts->back());
+  parts->pop_back();
+  m_parts = std::move(*parts);
+  m_rel = join(m_parts, "/");
+  m_shown = m_rel.empty() ? m_name : m_rel + "/" + m_name;
+  return true;
+}
+
+Result<fs::SharedFd> ArchiveWriter::open_parent(std::string_view raw)
+{
+  if (m_in_last_dir) {
+    return m_last_dir->fd;
+  }
+  auto parent = m_dirs.open(m_parts);
+  if (!parent) {
+    return parent.error().with_context("entry \"" + std::string(raw) + "\"");
+  }
+  // Remembered when the name ends in this entry's own name ("./a/b/c", not "a/b/" or "a/b/."):
+  // then the spelling before it splits to exactly m_parts.
+  if (raw.ends_with(m_name) && (raw.size() == m_name.size() || raw[raw.size() - m_name.size() - 1] == '/')) {
+    m_last_dir = LastDir{std::string(raw.substr(0, raw.size() - m_name.size())), m_rel, *parent};
+  }
+  return parent;
 }
 
 Status ArchiveWriter::entry(struct archive* a, struct archive_entry* e)
@@ -166,45 +245,43 @@ Status ArchiveWriter::entry(struct archive* a, struct archive_entry* e)
     return Error::limit("more than " + std::to_string(m_limits.max_entries) + " entries (limit)");
   }
   const char* raw_name = entry_text(e, archive_entry_pathname, archive_entry_pathname_utf8);
-  auto parts = split_entry_path(raw_name ? raw_name : "");
-  if (!parts) {
-    return parts.error();
+  const std::string_view raw(raw_name ? raw_name : "");
+  auto named = name_entry(raw);
+  if (!named) {
+    return named.error();
   }
-  const mode_t type = archive_entry_filetype(e);
-  if (parts->empty()) {
+  if (!*named) {
     return ok_status(); // "." or "./": the destination itself
   }
-  std::string name = parts->back();
-  parts->pop_back();
-  const std::string rel = join(*parts, "/");
-  std::string shown = rel.empty() ? name : rel + "/" + name;
+  const mode_t type = archive_entry_filetype(e);
   const char* link_target = entry_text(e, archive_entry_hardlink, archive_entry_hardlink_utf8);
   // Entries run in archive order except small new files, which writer threads write in batches:
   // an entry that touches a path they may still be writing waits for them first.
+  const std::uint64_t hash = m_pool.parallel() ? path_hash(m_shown) : 0;
   if (m_pool.parallel() && (m_queued.size() >= k_max_remembered || m_pool.failed() ||
-                            touches_queued(rel, shown, link_target))) {
+                            touches_queued(m_rel, hash, link_target))) {
     if (auto st = drain(); !st) {
       return st;
     }
   }
-  auto parent = m_dirs.open(*parts); // held until this entry is done
+  auto parent = open_parent(raw); // held until this entry is done
   if (!parent) {
-    return parent.error().with_context("entry \"" + std::string(raw_name) + "\"");
+    return parent.error();
   }
   const int pfd = (*parent)->get();
   if (link_target) {
-    return hardlink(pfd, name, link_target, shown);
+    return hardlink(pfd, link_target);
   }
   switch (type) {
   case AE_IFDIR:
-    return directory(pfd, shown, name, e);
+    return directory(pfd, e);
   case AE_IFREG:
     if (m_pool.parallel() && archive_entry_size(e) <= static_cast<la_int64_t>(k_small_file)) {
-      return queue_file(a, *parent, std::move(name), e, std::move(shown));
+      return queue_file(a, std::move(*parent), e, hash);
     }
-    return regular_file(a, pfd, name, e, shown);
+    return regular_file(a, pfd, e);
   case AE_IFLNK:
-    return symlink(pfd, name, entry_text(e, archive_entry_symlink, archive_entry_symlink_utf8), shown);
+    return symlink(pfd, entry_text(e, archive_entry_symlink, archive_entry_symlink_utf8));
   default:
     ++m_stats.skipped_special; // devices, FIFOs, sockets are never created
     return ok_status();
@@ -228,27 +305,28 @@ Status ArchiveWriter::finish()
       return Error::from_errno("cannot set the mode of " + it->path);
     }
   }
+  m_last_dir.reset();
   m_dirs.clear();
   return ok_status();
 }
 
-Status ArchiveWriter::directory(int parent, const std::string& path, const std::string& name, struct archive_entry* e)
+Status ArchiveWriter::directory(int parent, struct archive_entry* e)
 {
-  if (::mkdirat(parent, name.c_str(), 0700) == 0) {
+  if (::mkdirat(parent, m_name.c_str(), 0700) == 0) {
     ++m_stats.dirs;
   } else if (errno != EEXIST) {
-    return Error::from_errno("cannot create directory " + name);
+    return Error::from_errno("cannot create directory " + m_name);
   }
-  if (auto fd = m_dirs.open(components(path)); !fd) { // refuses a symlink or file at that name
+  if (auto fd = m_dirs.open(components(m_shown)); !fd) { // refuses a symlink or file at that name
     return fd.error();
   }
   mode_t mode = (archive_entry_perm(e) & 0777) | S_IRWXU;
   struct timespec mtime {archive_entry_mtime(e), archive_entry_mtime_nsec(e)};
-  m_dir_times.push_back(DirTimes{path, mode, mtime});
+  m_dir_times.push_back(DirTimes{m_shown, mode, mtime});
   return ok_status();
 }
 
-template<typename Sink> Status ArchiveWriter::read_blocks(struct archive* a, const std::string& shown, Sink&& sink)
+template<typename Sink> Status ArchiveWriter::read_blocks(struct archive* a, Sink&& sink)
 {
   for (;;) {
     const void* buf = nullptr;
@@ -259,7 +337,7 @@ template<typename Sink> Status ArchiveWriter::read_blocks(struct archive* a, con
       return ok_status();
     }
     if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
-      return Error::corrupt(std::string("corrupt data in \"") + shown +
+      return Error::corrupt(std::string("corrupt data in \"") + m_shown +
                             "\": " + (archive_error_string(a) ? archive_error_string(a) : "read error"));
     }
     m_stats.bytes += size;
@@ -267,7 +345,7 @@ template<typename Sink> Status ArchiveWriter::read_blocks(struct archive* a, con
       return too_many_bytes(m_limits.max_bytes);
     }
     if (offset < 0) {
-      return Error::corrupt("corrupt data in \"" + shown + "\": negative offset");
+      return Error::corrupt("corrupt data in \"" + m_shown + "\": negative offset");
     }
     if (auto st = sink(static_cast<const char*>(buf), size, static_cast<std::uint64_t>(offset)); !st) {
       return st;
@@ -276,14 +354,14 @@ template<typename Sink> Status ArchiveWriter::read_blocks(struct archive* a, con
 }
 
 // A large file: the reader streams its blocks straight into it.
-Status ArchiveWriter::regular_file(struct archive* a, int parent, const std::string& name, struct archive_entry* e,
-                                   const std::string& shown)
+Status ArchiveWriter::regular_file(struct archive* a, int parent, struct archive_entry* e)
 {
   const FileMeta meta = meta_of(e, m_limits.file_modes);
   if (meta.size > m_limits.max_bytes) { // a sparse tail counts as written
     return too_many_bytes(m_limits.max_bytes);
   }
-  auto st = write_new_file(parent, name, shown, meta, [&](const BlockSink& sink) { return read_blocks(a, shown, sink); });
+  auto st = write_new_file(parent, m_name.c_str(), m_shown, meta,
+                           [&](const BlockSink& sink) { return read_blocks(a, sink); });
   if (!st) {
     return st;
   }
@@ -291,67 +369,83 @@ Status ArchiveWriter::regular_file(struct archive* a, int parent, const std::str
   return ok_status();
 }
 
-// A small file: read into memory here, written by a writer thread with the rest of its batch.
-Status ArchiveWriter::queue_file(struct archive* a, fs::SharedFd parent, std::string name, struct archive_entry* e,
-                                 std::string shown)
+// A small file: read into the batch here, written by a writer thread with the rest of the batch.
+Status ArchiveWriter::queue_file(struct archive* a, fs::SharedFd parent, struct archive_entry* e, std::uint64_t hash)
 {
   const FileMeta meta = meta_of(e, m_limits.file_modes);
-  std::string data;
-  data.reserve(meta.size);
-  auto read = read_blocks(a, shown, [&](const char* p, std::size_t size, std::uint64_t offset) -> Status {
+  std::string& bytes = m_batch.bytes;
+  if (m_batch.files.empty()) {
+    bytes = m_spare.take();
+  }
+  const std::size_t start = bytes.size();
+  Batch::File f{m_batch.dirs.size(), start, 0, 0, 0, meta};
+  const bool new_dir = m_batch.dirs.empty() || m_batch.dirs.back() != parent;
+  if (!new_dir) {
+    --f.dir;
+  }
+  bytes.append(m_name.c_str(), m_name.size() + 1); // with its NUL
+  f.shown = bytes.size();
+  bytes.append(m_shown.c_str(), m_shown.size() + 1);
+  f.data = bytes.size();
+  auto read = read_blocks(a, [&](const char* p, std::size_t size, std::uint64_t offset) -> Status {
     const std::uint64_t end = offset + size;
     if (end > meta.size) {
-      return Error::corrupt("corrupt data in \"" + shown + "\": more data than its declared size");
+      return Error::corrupt("corrupt data in \"" + m_shown + "\": more data than its declared size");
     }
-    if (offset == data.size()) {
-      data.append(p, size); // the usual case: the next bytes, no zero fill first
+    const std::size_t have = bytes.size() - f.data;
+    if (offset == have) {
+      bytes.append(p, size); // the usual case: the next bytes, no zero fill first
       return ok_status();
     }
-    if (data.size() < end) {
-      data.resize(end); // sparse holes read as zeros
+    if (have < end) {
+      bytes.resize(f.data + end); // sparse holes read as zeros
     }
     if (size > 0) {
-      std::memcpy(data.data() + offset, p, size);
+      std::memcpy(bytes.data() + f.data + offset, p, size);
     }
     return ok_status();
   });
   if (!read) {
+    bytes.resize(start);
     return read;
   }
+  f.data_len = bytes.size() - f.data;
   ++m_stats.files;
-  m_queued.insert(path_hash(shown));
-  if (m_clear_dir && m_clear_dir->starts_with(shown)) { // a file where a directory was seen clear
+  m_queued.insert(hash);
+  if (m_clear_dir && m_clear_dir->starts_with(m_shown)) { // a file where a directory was seen clear
     m_clear_dir.reset();
   }
-  if (m_batch.empty() || m_batch.back().parent != parent) {
-    ++m_batch_dirs;
+  if (new_dir) {
+    m_batch.dirs.push_back(std::move(parent));
   }
-  m_batch_bytes += data.size();
-  m_batch.push_back(QueuedFile{std::move(parent), std::move(name), std::move(shown), meta, std::move(data)});
-  if (m_batch.size() >= k_batch_files || m_batch_bytes >= k_batch_bytes || m_batch_dirs >= k_batch_dirs) {
+  m_batch.files.push_back(f);
+  m_batch.data_bytes += f.data_len;
+  if (m_batch.files.size() >= k_batch_files || m_batch.data_bytes >= k_batch_bytes ||
+      m_batch.dirs.size() >= k_batch_dirs) {
     flush_batch();
   }
   return ok_status();
 }
 
-Status ArchiveWriter::symlink(int parent, const std::string& name, const char* target, const std::string& shown)
+Status ArchiveWriter::symlink(int parent, const char* target)
 {
   if (!target || !*target) {
-    return Error::corrupt("symlink \"" + shown + "\" has no target");
+    return Error::corrupt("symlink \"" + m_shown + "\" has no target");
   }
-  if (auto st = make_room(parent, name, shown); !st) {
+  if (auto st = make_room(parent, m_name.c_str(), m_shown); !st) {
     return st;
   }
   // The link may point anywhere: it is only ever created, never followed by the writer.
-  if (::symlinkat(target, parent, name.c_str()) != 0) {
-    return Error::from_errno("cannot create symlink " + shown);
+  if (::symlinkat(target, parent, m_name.c_str()) != 0) {
+    return Error::from_errno("cannot create symlink " + m_shown);
   }
   ++m_stats.symlinks;
   return ok_status();
 }
 
-Status ArchiveWriter::hardlink(int parent, const std::string& name, const char* target, const std::string& shown)
+Status ArchiveWriter::hardlink(int parent, const char* target)
 {
+  const std::string& shown = m_shown;
   auto tparts = split_entry_path(target);
   if (!tparts || tparts->empty()) {
     return Error::refused("hard link \"" + shown + "\" -> \"" + target + "\": target outside the archive: refused");
@@ -370,10 +464,10 @@ Status ArchiveWriter::hardlink(int parent, const std::string& name, const char* 
   if (::fstatat(tfd, tname.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) {
     return Error::refused("hard link \"" + shown + "\" -> \"" + target + "\": not a file unpacked earlier: refused");
   }
-  if (auto room = make_room(parent, name, shown); !room) {
+  if (auto room = make_room(parent, m_name.c_str(), shown); !room) {
     return room;
   }
-  if (::linkat(tfd, tname.c_str(), parent, name.c_str(), 0) != 0) {
+  if (::linkat(tfd, tname.c_str(), parent, m_name.c_str(), 0) != 0) {
     return Error::from_errno("cannot create hard link " + shown);
   }
   ++m_stats.hardlinks;

@@ -13,6 +13,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -58,46 +59,90 @@ private:
     struct timespec mtime;
   };
 
-  Status directory(int parent, const std::string& path, const std::string& name, struct archive_entry* e);
-  Status regular_file(struct archive* a, int parent, const std::string& name, struct archive_entry* e,
-                      const std::string& shown);
-  Status queue_file(struct archive* a, fs::SharedFd parent, std::string name, struct archive_entry* e,
-                    std::string shown);
+  // Checks the entry's name and sets m_rel, m_name and m_shown; false for "." or "./" (the
+  // destination itself). Entries come grouped by directory: a name in the same directory as the
+  // last entry's, spelled the same way, reuses that directory's checked parts and open handle.
+  Result<bool> name_entry(std::string_view raw);
+  // Opens (makes where missing) the current entry's directory.
+  Result<fs::SharedFd> open_parent(std::string_view raw);
+
+  // The current entry (m_name in `parent`) as a directory, a file streamed by the reader, a small
+  // file for the writer threads, a symlink or a hard link.
+  Status directory(int parent, struct archive_entry* e);
+  Status regular_file(struct archive* a, int parent, struct archive_entry* e);
+  Status queue_file(struct archive* a, fs::SharedFd parent, struct archive_entry* e, std::uint64_t path_hash);
   // Hands the current batch to the writer threads.
   void flush_batch();
   // Waits until every queued file is written; the first error of any.
   Status drain();
   // Whether this entry touches a path a queued file may still be writing: the entry itself, a
   // directory on its way, or a hard link's target. Such an entry waits for the writers.
-  bool touches_queued(const std::string& dir, const std::string& path, const char* link_target);
+  bool touches_queued(std::string_view dir, std::uint64_t path_hash, const char* link_target);
   bool dir_touches_queued(std::string_view dir) const; // `dir` or a directory above it
-  Status symlink(int parent, const std::string& name, const char* target, const std::string& shown);
-  Status hardlink(int parent, const std::string& name, const char* target, const std::string& shown);
+  Status symlink(int parent, const char* target);
+  Status hardlink(int parent, const char* target);
 
   // Feeds each data block of the current entry to `sink`, counting bytes against the limit.
-  template<typename Sink> Status read_blocks(struct archive* a, const std::string& shown, Sink&& sink);
+  template<typename Sink> Status read_blocks(struct archive* a, Sink&& sink);
 
   ExtractLimits m_limits;
   ExtractStats m_stats;
   std::uint64_t m_entries = 0;
   fs::DirCache m_dirs;
-  TaskPool m_pool;
-  struct QueuedFile
+  // Batch buffers the writer threads are done with, for the next batches: a fresh buffer per
+  // batch would cost its page faults every time. Declared before m_pool: it outlives the threads.
+  class SpareBuffers
   {
-    fs::SharedFd parent;
-    std::string name;
-    std::string shown;
-    FileMeta meta;
-    std::string data;
+  public:
+    std::string take();
+    void give(std::string bytes);
+
+  private:
+    std::mutex m_mutex;
+    std::vector<std::string> m_spare;
   };
-  std::vector<QueuedFile> m_batch; // not yet handed over
-  std::size_t m_batch_bytes = 0;
-  std::size_t m_batch_dirs = 0;
+  SpareBuffers m_spare;
+  TaskPool m_pool;
+  // Small files handed to a writer thread together: their names, paths and data back to back in
+  // one buffer (one allocation per batch, not three per file).
+  struct Batch
+  {
+    struct File
+    {
+      std::size_t dir;   // in `dirs`
+      std::size_t name;  // offset in `bytes` of the name, NUL-terminated
+      std::size_t shown; // then its path in the archive (for errors), NUL-terminated
+      std::size_t data;  // then its data
+      std::size_t data_len;
+      FileMeta meta;
+    };
+    std::vector<fs::SharedFd> dirs; // one per run of files in the same directory
+    std::vector<File> files;
+    std::string bytes;
+    std::size_t data_bytes = 0;
+    Status write() const; // on a writer thread
+  };
+  Batch m_batch; // not yet handed over
   const UniqueFd* m_lane_dir = nullptr; // the directory of the last batch handed over (identity only)
   std::size_t m_lane = 0;               // its writer's lane: one per directory, in turn
   HashSet m_queued;                 // hashes of the paths queued since the last drain
   std::optional<std::string> m_clear_dir; // a directory none of whose ancestors is in m_queued
   std::vector<DirTimes> m_dir_times;
+  // The current entry: its directory below the destination ("a/b", "" for the destination), its
+  // name there, and its path ("a/b/name") for errors and the conflict check.
+  std::string m_rel;
+  std::string m_name;
+  std::string m_shown;
+  std::vector<std::string> m_parts; // the directories of m_rel, unless m_in_last_dir
+  bool m_in_last_dir = false;       // the current entry is in m_last_dir
+  // The last entry's directory as the archive spelled it ("./a/b/"), and what it resolved to.
+  struct LastDir
+  {
+    std::string spelled;
+    std::string rel;
+    fs::SharedFd fd;
+  };
+  std::optional<LastDir> m_last_dir;
 };
 
 } // namespace stagehand::stage

@@ -31,52 +31,85 @@ mode_t current_umask()
   return um;
 }
 
-Status make_room(int parent, const std::string& name, const std::string& shown)
+Status make_room(int parent, const char* name, std::string_view shown)
 {
   struct stat st {};
-  if (::fstatat(parent, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+  if (::fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
     return ok_status();
   }
   if (S_ISDIR(st.st_mode)) {
-    return Error::refused("entry \"" + shown + "\" would replace a directory: refused", EISDIR);
+    return Error::refused("entry \"" + std::string(shown) + "\" would replace a directory: refused", EISDIR);
   }
-  if (::unlinkat(parent, name.c_str(), 0) != 0) {
-    return Error::from_errno("cannot replace " + shown);
+  if (::unlinkat(parent, name, 0) != 0) {
+    return Error::from_errno("cannot replace " + std::string(shown));
   }
   return ok_status();
 }
 
-Status write_new_file(int parent, const std::string& name, const std::string& shown, const FileMeta& meta,
-                      const std::function<Status(const BlockSink&)>& fill)
+namespace {
+
+// A fresh file: O_EXCL|O_NOFOLLOW, an entry already at `name` removed first (never written through).
+Result<UniqueFd> create_fresh(int parent, const char* name, std::string_view shown, mode_t mode)
 {
   const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-  UniqueFd fd(::openat(parent, name.c_str(), flags, meta.mode));
+  UniqueFd fd(::openat(parent, name, flags, mode));
   if (!fd.valid() && errno == EEXIST) { // a later entry of the same name replaces the earlier
     if (auto st = make_room(parent, name, shown); !st) {
-      return st;
+      return st.error();
     }
-    fd.reset(::openat(parent, name.c_str(), flags, meta.mode));
+    fd.reset(::openat(parent, name, flags, mode));
   }
   if (!fd.valid()) {
-    return Error::from_errno("cannot create " + shown);
+    return Error::from_errno("cannot create " + std::string(shown));
+  }
+  return fd;
+}
+
+// After the data (which ended at `end`): a sparse tail, the mode the umask took away, the mtime.
+Status finish_file(int fd, std::string_view shown, const FileMeta& meta, std::uint64_t end)
+{
+  if (meta.size > end && ::ftruncate(fd, static_cast<off_t>(meta.size)) != 0) { // a sparse tail
+    return Error::from_errno("cannot write " + std::string(shown));
+  }
+  if ((meta.mode & current_umask()) != 0 && ::fchmod(fd, meta.mode) != 0) {
+    return Error::from_errno("cannot set the mode of " + std::string(shown));
+  }
+  struct timespec times[2] = {{0, UTIME_OMIT}, meta.mtime};
+  ::futimens(fd, times);
+  return ok_status();
+}
+
+} // namespace
+
+Status write_new_file(int parent, const char* name, std::string_view shown, const FileMeta& meta,
+                      const std::function<Status(const BlockSink&)>& fill)
+{
+  auto fd = create_fresh(parent, name, shown, meta.mode);
+  if (!fd) {
+    return fd.error();
   }
   std::uint64_t end = 0;
   auto written = fill([&](const char* data, std::size_t len, std::uint64_t offset) -> Status {
     end = std::max(end, offset + len);
-    return fs::pwrite_all(fd.get(), data, len, offset, shown);
+    return fs::pwrite_all(fd->get(), data, len, offset, shown);
   });
   if (!written) {
     return written;
   }
-  if (meta.size > end && ::ftruncate(fd.get(), static_cast<off_t>(meta.size)) != 0) { // a sparse tail
-    return Error::from_errno("cannot write " + shown);
+  return finish_file(fd->get(), shown, meta, end);
+}
+
+Status write_new_file(int parent, const char* name, std::string_view shown, const FileMeta& meta,
+                      std::string_view data)
+{
+  auto fd = create_fresh(parent, name, shown, meta.mode);
+  if (!fd) {
+    return fd.error();
   }
-  if ((meta.mode & current_umask()) != 0 && ::fchmod(fd.get(), meta.mode) != 0) {
-    return Error::from_errno("cannot set the mode of " + shown);
+  if (auto st = fs::pwrite_all(fd->get(), data.data(), data.size(), 0, shown); !st) {
+    return st;
   }
-  struct timespec times[2] = {{0, UTIME_OMIT}, meta.mtime};
-  ::futimens(fd.get(), times);
-  return ok_status();
+  return finish_file(fd->get(), shown, meta, data.size());
 }
 
 } // namespace stagehand::stage

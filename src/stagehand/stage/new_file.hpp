@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 
 namespace stagehand::stage {
 
@@ -26,12 +27,17 @@ using BlockSink = std::function<Status(const char* data, std::size_t len, std::u
 
 // Makes `name` in `parent` and calls `fill` with a sink for its data. `shown` names the file in
 // errors (its path in the archive).
-Status write_new_file(int parent, const std::string& name, const std::string& shown, const FileMeta& meta,
+Status write_new_file(int parent, const char* name, std::string_view shown, const FileMeta& meta,
                       const std::function<Status(const BlockSink&)>& fill);
+
+// The same for a file whose data is all in memory (`data` from offset 0): a writer thread's small
+// file, with no callback per file.
+Status write_new_file(int parent, const char* name, std::string_view shown, const FileMeta& meta,
+                      std::string_view data);
 
 // Removes a non-directory entry at `name` so a later entry replaces it (tar's semantics); a
 // directory is never replaced.
-Status make_room(int parent, const std::string& name, const std::string& shown);
+Status make_room(int parent, const char* name, std::string_view shown);
 
 // The process umask, read once without calling umask() (which changes it and is not
 // thread-safe). Call it before starting threads that write files.
