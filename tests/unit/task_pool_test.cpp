@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -90,4 +92,37 @@ TEST(TaskPool, WithoutThreadsTheCallerRunsTheTask)
   pool.submit([&] { ++ran; return ok_status(); }, 100);
   EXPECT_EQ(ran, 1);
   EXPECT_TRUE(pool.drain());
+}
+
+// Threads for the cores the caller may run on (a job bound to one core of a big node gets none),
+// not for every core of the node.
+TEST(TaskPool, PerCoreCountsTheCoresThisProcessMayUse)
+{
+  cpu_set_t all;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof all, &all), 0);
+  std::vector<int> allowed;
+  for (int cpu = 0; cpu < CPU_SETSIZE && allowed.size() < 2; ++cpu) {
+    if (CPU_ISSET(cpu, &all)) {
+      allowed.push_back(cpu);
+    }
+  }
+  // In a thread of its own: the binding below is that thread's only.
+  auto bound_to = [](std::vector<int> cpus) {
+    unsigned got = 99;
+    std::thread([&] {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      for (int c : cpus) {
+        CPU_SET(c, &set);
+      }
+      ASSERT_EQ(::sched_setaffinity(0, sizeof set, &set), 0);
+      got = TaskPool::per_core(4);
+    }).join();
+    return got;
+  };
+  EXPECT_EQ(bound_to({allowed[0]}), 0U) << "one core: the caller does the work";
+  if (allowed.size() == 2) {
+    EXPECT_EQ(bound_to(allowed), 2U);
+    EXPECT_EQ(TaskPool::per_core(1), 1U);
+  }
 }

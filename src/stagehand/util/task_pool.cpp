@@ -1,6 +1,8 @@
 // TaskPool: one mutex, three condition variables (work queued, room in the queue, all idle).
 #include "stagehand/util/task_pool.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
 
 namespace stagehand {
@@ -14,8 +16,13 @@ TaskPool::TaskPool(unsigned threads, std::size_t max_queued_cost) : m_max_cost(m
 
 unsigned TaskPool::per_core(unsigned max)
 {
-  const unsigned hw = std::thread::hardware_concurrency();
-  return hw > 1 ? std::min(hw, max) : 0U;
+  // hardware_concurrency() counts the node's cores: a job bound to one of them would get writer
+  // threads that only take turns with the reader.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const unsigned cores = ::sched_getaffinity(0, sizeof set, &set) == 0 ? static_cast<unsigned>(CPU_COUNT(&set))
+                                                                         : std::thread::hardware_concurrency();
+  return cores > 1 ? std::min(cores, max) : 0U;
 }
 
 TaskPool::~TaskPool()
