@@ -24,6 +24,8 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <ctime>
 
@@ -98,7 +100,15 @@ private:
   Result<registry::JobRecord> job_for(std::uint32_t job_id, const Peer& peer);
   Result<UniqueFd> open_base() const;
   void save_registry_locked();
-  void evict_to_fit_locked(std::uint64_t max_bytes);
+  // Evicts least recently used entries no job uses until `store` holds at most `max_bytes`.
+  void evict_to_fit_locked(const std::shared_ptr<cache::Store>& store, std::uint64_t max_bytes);
+  // A fill or an evicted entry under `store`'s tmp/, removed later by the GC thread without the
+  // lock (a big one takes seconds: no staging, prolog or epilog waits for it). Its name stays in
+  // m_fill_dirs until then, so GC's sweep leaves it alone. Called with m_mutex held.
+  using TmpName = std::pair<std::shared_ptr<cache::Store>, std::string>;
+  void remove_later_locked(std::shared_ptr<cache::Store> store, std::string name);
+  // Removes `names` (set aside as above), then forgets them; called without m_mutex.
+  void remove_now(const std::vector<TmpName>& names);
   void write_metrics();
   void gc_loop();
   void kick_gc();
@@ -118,6 +128,7 @@ private:
   Counters m_counters;
   std::map<std::string, std::shared_ptr<FillWait>> m_fills; // by key
   std::set<std::string> m_fill_dirs;                         // tmp/ names in use
+  std::vector<TmpName> m_removals;                           // for the GC thread to remove
   std::map<std::string, int> m_pins;                         // keys being materialised
   std::map<std::uint64_t, Staging> m_stagings; // running stagings, for status
   std::uint64_t m_next_staging = 0;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <ctime>
+#include <utility>
 
 namespace stagehand::daemon {
 
@@ -132,7 +133,7 @@ proto::GcReply Daemon::collect(bool dry_run)
     for (const auto& s : swept) {
       reply.actions.push_back(proto::GcAction{m_store->path() + "/" + s, "interrupted cache fill"});
     }
-    evict_to_fit_locked(m_config.daemon.cache_max_bytes);
+    evict_to_fit_locked(m_store, m_config.daemon.cache_max_bytes);
   }
   return reply;
 }
@@ -146,18 +147,31 @@ void Daemon::kick_gc()
 
 void Daemon::gc_loop()
 {
+  auto next_pass = std::chrono::steady_clock::now();
+  bool kicked = false;
   for (;;) {
-    auto reply = collect(false);
-    if (!reply.actions.empty()) {
-      spdlog::debug("gc: {} actions", reply.actions.size());
+    if (kicked || std::chrono::steady_clock::now() >= next_pass) {
+      auto reply = collect(false);
+      if (!reply.actions.empty()) {
+        spdlog::debug("gc: {} actions", reply.actions.size());
+      }
+      write_metrics();
     }
-    write_metrics();
+    std::vector<TmpName> removals; // evicted entries and dropped fills, removed without the lock
+    {
+      std::lock_guard lock(m_mutex);
+      removals.swap(m_removals);
+    }
+    remove_now(removals);
     std::unique_lock lock(m_mutex);
-    m_gc_cv.wait_for(lock, m_config.daemon.gc_interval, [&] { return m_stopping || m_gc_kicked; });
+    if (kicked || std::chrono::steady_clock::now() >= next_pass) {
+      next_pass = std::chrono::steady_clock::now() + m_config.daemon.gc_interval;
+    }
+    m_gc_cv.wait_until(lock, next_pass, [&] { return m_stopping || m_gc_kicked || !m_removals.empty(); });
     if (m_stopping) {
       return;
     }
-    m_gc_kicked = false;
+    kicked = std::exchange(m_gc_kicked, false);
   }
 }
 

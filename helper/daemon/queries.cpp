@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <ctime>
+#include <map>
 
 namespace stagehand::daemon {
 
@@ -49,7 +50,7 @@ void Daemon::on_status(const Peer& peer, Responder& out)
   }
   const auto live = gc::live_step_jobs();
   const std::string& base_path = m_base_path;
-  std::lock_guard lock(m_mutex);
+  std::unique_lock lock(m_mutex);
   std::set<std::uint32_t> listed;
   auto add = [&](std::uint32_t job, uid_t uid, const std::string& state) {
     if (!peer.root() && uid != peer.uid) {
@@ -58,7 +59,7 @@ void Daemon::on_status(const Peer& peer, Responder& out)
     if (!listed.insert(job).second) {
       return;
     }
-    reply.jobs.push_back(proto::JobInfo{job, user_name(uid), uid, base_path + "/" + tmpdir::job_dir_name(job), state});
+    reply.jobs.push_back(proto::JobInfo{job, "", uid, base_path + "/" + tmpdir::job_dir_name(job), state});
   };
   if (snap) {
     for (const auto& e : snap->entries) {
@@ -83,7 +84,7 @@ void Daemon::on_status(const Peer& peer, Responder& out)
         continue;
       }
       listed.insert(p.job_id);
-      reply.jobs.push_back(proto::JobInfo{p.job_id, user_name(p.uid), p.uid, base_path + "/" + p.dir,
+      reply.jobs.push_back(proto::JobInfo{p.job_id, "", p.uid, base_path + "/" + p.dir,
                                           "stage-out pending (attempt " + std::to_string(p.attempts) + ")"});
     }
   }
@@ -101,6 +102,17 @@ void Daemon::on_status(const Peer& peer, Responder& out)
     if (peer.root() || staging.uid == peer.uid) { // a user sees only their own
       reply.stagings.push_back(staging.progress);
     }
+  }
+  lock.unlock();
+  // User names after the daemon's lock: a name service that answers slowly (LDAP, SSSD) holds up
+  // this reply only, never a job's prolog, epilog or staging.
+  std::map<std::uint32_t, std::string> names;
+  for (auto& j : reply.jobs) {
+    auto [name, fresh] = names.try_emplace(j.uid);
+    if (fresh) {
+      name->second = user_name(j.uid);
+    }
+    j.user = name->second;
   }
   // Stagings that run in the job without the daemon (no cache, or it could not) keep a record in
   // the job's directory: read as root with the care root takes with what a user wrote.
@@ -143,27 +155,33 @@ void Daemon::on_cache_list(const Peer& peer, Responder& out)
 
 void Daemon::on_cache_evict(const proto::CacheEvict& r, const Peer&, Responder& out)
 {
-  std::lock_guard lock(m_mutex);
-  if (!m_store) {
-    out.error(Error::io("the cache is off on node " + m_node, ENOENT));
-    return;
-  }
   proto::GcReply reply;
-  for (const auto& e : m_store->list()) {
-    if (!r.all && e.source != r.source) {
-      continue;
+  std::vector<TmpName> evicted; // removed below, without the lock; the answer comes once they are
+  {
+    std::lock_guard lock(m_mutex);
+    if (!m_store) {
+      out.error(Error::io("the cache is off on node " + m_node, ENOENT));
+      return;
     }
-    if (m_pins.count(e.key)) {
-      reply.errors.push_back(e.source + ": being staged right now, not evicted");
-      continue;
-    }
-    if (auto st = m_store->evict(e.key); !st) {
-      reply.errors.push_back(st.error().message);
-    } else {
-      ++m_counters.evictions;
-      reply.actions.push_back(proto::GcAction{e.source, "evicted"});
+    for (const auto& e : m_store->list()) {
+      if (!r.all && e.source != r.source) {
+        continue;
+      }
+      if (m_pins.count(e.key)) {
+        reply.errors.push_back(e.source + ": being staged right now, not evicted");
+        continue;
+      }
+      if (auto aside = m_store->set_aside(e.key); !aside) {
+        reply.errors.push_back(aside.error().message);
+      } else {
+        m_fill_dirs.insert(*aside);
+        evicted.emplace_back(m_store, std::move(*aside));
+        ++m_counters.evictions;
+        reply.actions.push_back(proto::GcAction{e.source, "evicted"});
+      }
     }
   }
+  remove_now(evicted);
   if (!r.all && reply.actions.empty() && reply.errors.empty()) {
     out.error(Error::refused("no cache entry for " + r.source + " on node " + m_node));
     return;
@@ -171,12 +189,12 @@ void Daemon::on_cache_evict(const proto::CacheEvict& r, const Peer&, Responder& 
   out.result(reply);
 }
 
-void Daemon::evict_to_fit_locked(std::uint64_t max_bytes)
+void Daemon::evict_to_fit_locked(const std::shared_ptr<cache::Store>& store, std::uint64_t max_bytes)
 {
-  if (!m_store) {
+  if (!store) {
     return;
   }
-  auto entries = m_store->list();
+  auto entries = store->list();
   std::uint64_t total = 0;
   for (const auto& e : entries) {
     total += e.disk_bytes;
@@ -189,11 +207,35 @@ void Daemon::evict_to_fit_locked(std::uint64_t max_bytes)
     if (m_pins.count(e.key) || m_registry.key_in_use(e.key)) {
       continue; // an entry a running job uses is never evicted
     }
-    if (m_store->evict(e.key)) {
+    if (auto aside = store->set_aside(e.key)) {
+      remove_later_locked(store, std::move(*aside));
       total -= std::min(total, e.disk_bytes);
       ++m_counters.evictions;
       spdlog::info("cache: evicted {} ({} bytes, least recently used)", e.source, e.disk_bytes);
     }
+  }
+}
+
+void Daemon::remove_later_locked(std::shared_ptr<cache::Store> store, std::string name)
+{
+  m_fill_dirs.insert(name);
+  m_removals.emplace_back(std::move(store), std::move(name));
+  m_gc_cv.notify_all();
+}
+
+void Daemon::remove_now(const std::vector<TmpName>& names)
+{
+  if (names.empty()) {
+    return;
+  }
+  for (const auto& [store, name] : names) {
+    if (auto st = store->remove_from_tmp(name); !st) {
+      spdlog::warn("cache: {}/tmp/{}: {} (GC's sweep retries)", store->path(), name, st.error().message);
+    }
+  }
+  std::lock_guard lock(m_mutex);
+  for (const auto& [store, name] : names) {
+    m_fill_dirs.erase(name);
   }
 }
 

@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 namespace stagehand::daemon {
 
@@ -205,8 +206,8 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
     placed = cache::materialise(uncached->dir.get(), cache::k_data_name, m_job_fd.get(), src.dest,
                                 cache::JobUser{m_job.uid, m_job.gid});
     std::lock_guard lock(m_d.m_mutex);
-    m_d.m_fill_dirs.erase(uncached->name);
-    m_store->discard(*uncached);
+    m_d.remove_later_locked(m_store, std::exchange(uncached->name, {})); // by the GC thread
+    uncached->dir.reset();
   } else {
     auto entry = m_store->open_entry(key);
     if (!entry) {
@@ -260,8 +261,8 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
   cache::Fill f = std::move(*begun);
   auto drop = [&](Error e) -> Error {
     std::lock_guard lock(m_d.m_mutex);
-    m_d.m_fill_dirs.erase(f.name);
-    m_store->discard(f);
+    m_d.remove_later_locked(m_store, std::exchange(f.name, {})); // by the GC thread
+    f.dir.reset();
     return e;
   };
   const int fill_fd = f.dir.get();
@@ -360,16 +361,19 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
   cache::FillResult fr{(*result)["how"].get<std::string>(), (*result)["files"].get<std::uint64_t>(),
                        (*result)["bytes"].get<std::uint64_t>()};
   const double unpacked = seconds();
-  std::lock_guard lock(m_d.m_mutex);
+  // Until it is published the fill is this staging's alone: measured, described and synced without
+  // the daemon's lock (a walk of every file, a sync that waits for the disk).
   const std::uint64_t fill_bytes = cache::disk_usage(f.dir.get(), cache::k_data_name);
-  if (source_changed || fill_bytes > m_d.m_config.daemon.cache_max_bytes) {
+  std::uint64_t max_bytes = 0;
+  {
+    std::lock_guard lock(m_d.m_mutex);
+    max_bytes = m_d.m_config.daemon.cache_max_bytes;
+  }
+  if (source_changed || fill_bytes > max_bytes) {
     spdlog::info("job {}: {}: staged without caching ({})", m_job.job_id, src.path,
                  source_changed ? "the source changed while it was read" : "larger than the node cache");
     return std::pair{fr, std::optional<cache::Fill>(std::move(f))};
   }
-  m_d.evict_to_fit_locked(m_d.m_config.daemon.cache_max_bytes > fill_bytes
-                            ? m_d.m_config.daemon.cache_max_bytes - fill_bytes
-                            : 0);
   cache::EntryMeta meta;
   meta.key = key;
   meta.source = src.path;
@@ -378,11 +382,23 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
   meta.files = fr.files;
   meta.bytes = fr.bytes;
   meta.disk_bytes = fill_bytes; // measured above: one walk of the fill, not two
-  auto published = m_store->publish(f, meta);
-  m_d.m_fill_dirs.erase(f.name);
+  auto sealed = m_store->seal(f, meta);
+  if (!sealed) {
+    spdlog::warn("job {}: {}: staged without caching ({})", m_job.job_id, src.path, sealed.error().message);
+    return std::pair{fr, std::optional<cache::Fill>(std::move(f))};
+  }
+  std::lock_guard lock(m_d.m_mutex);
+  if (m_store == m_d.m_store) { // not when a reload moved the cache meanwhile: this entry goes to the old one
+    max_bytes = m_d.m_config.daemon.cache_max_bytes; // as it is now
+    m_d.evict_to_fit_locked(m_store, max_bytes > fill_bytes ? max_bytes - fill_bytes : 0);
+  }
+  m_d.m_fill_dirs.erase(f.name); // published, the name is gone from tmp/
+  auto published = m_store->publish_sealed(f, *sealed);
   if (!published) {
     if (published.error().code == EEXIST || published.error().code == ENOTEMPTY) {
-      m_store->discard(f); // another fill of the same key won: use that one
+      // Another fill of the same key won: use that one; this one goes (by the GC thread).
+      m_d.remove_later_locked(m_store, std::exchange(f.name, {}));
+      f.dir.reset();
       ++m_d.m_pins[key];
       m_pinned.push_back(key);
       return std::pair{fr, std::optional<cache::Fill>()};

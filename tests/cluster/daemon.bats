@@ -338,3 +338,47 @@ PY
   [ -z "$(ls -A "$SCRATCH/node1" | grep "^.trash.job_$JOB_ID\.")" ]
   assert_nodes_healthy
 }
+
+@test "a full cache evicts the least recently used entry no job uses; root's cache evict empties it and frees the space" {
+  set_tmpdir_config ""
+  sed -i 's/^cache_max_bytes = .*/cache_max_bytes = "5M"/' "$STAGEHAND_TEST_CONFIG"
+  "$CLUSTER" daemon-stop node2
+  "$CLUSTER" daemon-start node2
+  cache=$STAGEHAND_CLUSTER_DIR/cache/node2
+  as_user "rm -rf lru && mkdir lru && for n in 1 2 3; do head -c 2000000 /dev/urandom >lru/s\$n.bin; done"
+  for n in 1 2; do
+    submit -N1 -w node2 --stage-data=lru/s$n.bin:s$n --wrap true
+    [ "$JOB_RC" -eq 0 ]
+    echo "$LAST_OUTPUT" | grep -q '(cache miss)$'
+  done
+  sleep 1.1 # last use is kept in seconds: s1's hit is later than s2's fill
+  submit -N1 -w node2 --stage-data=lru/s1.bin:s1 --wrap true
+  echo "$LAST_OUTPUT" | grep -q '(cache hit)$'
+  # Two fit in 5 MiB, three do not: the third fill evicts s2, the least recently used.
+  submit -N1 -w node2 --stage-data=lru/s3.bin:s3 --wrap "'cmp \$SLURM_TMPDIR/s3 lru/s3.bin && echo same'"
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q '(cache miss)$'
+  echo "$LAST_OUTPUT" | grep -qx same
+  grep -q "cache: evicted .*/lru/s2.bin" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node2.log"
+  ! grep -q "cache: evicted .*/lru/s1.bin" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node2.log"
+  run --separate-stderr "$STAGEHAND_BUILD_DIR/helper/stagehand" cache ls --json --config "$STAGEHAND_TEST_CONFIG" --node node2
+  [ "$status" -eq 0 ]
+  python3 -c "
+import json, sys
+s = sorted(e['source'].rsplit('/', 1)[1] for e in json.loads(sys.argv[1]))
+assert s == ['s1.bin', 's3.bin'], s" "$output"
+  # The evicted files leave the disk too, removed by the daemon's GC thread after its lock.
+  for _ in $(seq 1 50); do [ -z "$(ls -A "$cache/tmp")" ] && break; sleep 0.1; done
+  [ -z "$(ls -A "$cache/tmp")" ]
+  [ "$(du -sB1 "$cache/entries" | cut -f1)" -le 5242880 ]
+  # root's evict: its answer comes once the space is free.
+  run "$STAGEHAND_BUILD_DIR/helper/stagehand" cache evict --all --config "$STAGEHAND_TEST_CONFIG" --node node2
+  [ "$status" -eq 0 ]
+  [ -z "$(ls -A "$cache/entries")" ]
+  [ -z "$(ls -A "$cache/tmp")" ]
+  submit -N1 -w node2 --stage-data=lru/s1.bin:s1 --wrap true
+  echo "$LAST_OUTPUT" | grep -q '(cache miss)$'
+  set_tmpdir_config ""
+  "$CLUSTER" daemon-stop node2
+  "$CLUSTER" daemon-start node2
+}

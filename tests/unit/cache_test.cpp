@@ -167,6 +167,24 @@ TEST(CacheStore, PublishLookupEvictAndSweep)
   EXPECT_FALSE(store->lookup(key));
   EXPECT_TRUE(store->list().empty());
   EXPECT_FALSE(store->evict("../../etc")); // not a key
+  // In two steps (the daemon's, around its lock): set aside, no job finds the entry any more, and
+  // the sweep leaves it while its name is active; then removed.
+  auto again = store->begin_fill(key, 0, 0);
+  ASSERT_TRUE(again);
+  write_file(d / ("cache/tmp/" + again->name + "/data"), "y");
+  auto sealed = store->seal(*again, meta);
+  ASSERT_TRUE(sealed) << sealed.error().message;
+  EXPECT_FALSE(store->lookup(key)) << "sealed is not published";
+  ASSERT_TRUE(store->publish_sealed(*again, *sealed));
+  ASSERT_TRUE(store->lookup(key));
+  auto aside = store->set_aside(key);
+  ASSERT_TRUE(aside) << aside.error().message;
+  EXPECT_FALSE(store->lookup(key));
+  EXPECT_TRUE(store->sweep({*aside, live->name}).empty());
+  EXPECT_TRUE(exists_nofollow(d / ("cache/tmp/" + *aside + "/data")));
+  ASSERT_TRUE(store->remove_from_tmp(*aside));
+  EXPECT_FALSE(exists_nofollow(d / ("cache/tmp/" + *aside)));
+  EXPECT_FALSE(store->set_aside(key)) << "nothing left to set aside";
   // The cache directory is closed to users.
   struct stat st {};
   ::stat((d / "cache").c_str(), &st);

@@ -198,6 +198,15 @@ Result<Fill> Store::begin_fill(const std::string& key, uid_t owner, gid_t group)
 
 Result<EntryMeta> Store::publish(Fill& fill, EntryMeta meta)
 {
+  auto sealed = seal(fill, std::move(meta));
+  if (!sealed) {
+    return sealed.error();
+  }
+  return publish_sealed(fill, *sealed);
+}
+
+Result<EntryMeta> Store::seal(Fill& fill, EntryMeta meta)
+{
   if (meta.disk_bytes == 0) {
     meta.disk_bytes = disk_usage(fill.dir.get(), k_data_name);
   }
@@ -212,6 +221,11 @@ Result<EntryMeta> Store::publish(Fill& fill, EntryMeta meta)
   if (::syncfs(fill.dir.get()) != 0) {
     return Error::from_errno("cannot sync the cache");
   }
+  return meta;
+}
+
+Result<EntryMeta> Store::publish_sealed(Fill& fill, const EntryMeta& meta)
+{
   if (::renameat2(m_tmp.get(), fill.name.c_str(), m_entries.get(), meta.key.c_str(), RENAME_NOREPLACE) != 0) {
     return Error::from_errno("cannot publish cache entry " + meta.key);
   }
@@ -244,14 +258,28 @@ Status Store::touch(const std::string& key, std::int64_t now)
 
 Status Store::evict(const std::string& key)
 {
+  auto aside = set_aside(key);
+  if (!aside) {
+    return aside.error();
+  }
+  return remove_from_tmp(*aside);
+}
+
+Result<std::string> Store::set_aside(const std::string& key)
+{
   if (!valid_key(key)) {
     return Error::refused("not a cache key: " + key.substr(0, 80));
   }
-  const std::string aside = "evict." + key.substr(0, 16) + "." + random_suffix();
+  std::string aside = "evict." + key.substr(0, 16) + "." + random_suffix();
   if (::renameat2(m_entries.get(), key.c_str(), m_tmp.get(), aside.c_str(), RENAME_NOREPLACE) != 0) {
     return Error::from_errno("cannot evict cache entry " + key);
   }
-  return fs::remove_tree(m_tmp.get(), aside);
+  return aside;
+}
+
+Status Store::remove_from_tmp(const std::string& name)
+{
+  return fs::remove_tree(m_tmp.get(), name);
 }
 
 std::vector<EntryMeta> Store::list() const

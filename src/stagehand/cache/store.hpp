@@ -56,11 +56,19 @@ public:
   // EEXIST (another fill of the same key won) leaves the fill in place for discard().
   // meta.disk_bytes: the data's disk usage when the caller measured it already (0: measured here).
   Result<EntryMeta> publish(Fill& fill, EntryMeta meta);
+  // The same in two steps: seal() does the slow part (measure, manifest, sync: no lock needed, the
+  // fill is the caller's alone), publish_sealed() the rename (under the caller's lock).
+  Result<EntryMeta> seal(Fill& fill, EntryMeta meta);
+  Result<EntryMeta> publish_sealed(Fill& fill, const EntryMeta& sealed);
   void discard(Fill& fill);
 
   Status touch(const std::string& key, std::int64_t now);
-  // Moves the entry out of entries/ (atomically) and removes it.
+  // Moves the entry out of entries/ (atomically: no job finds it from then on) and removes it.
   Status evict(const std::string& key);
+  // The same in two steps, for a caller holding a lock: the move, which returns the entry's name
+  // under tmp/, then its removal (seconds for a big entry), called once the lock is released.
+  Result<std::string> set_aside(const std::string& key);
+  Status remove_from_tmp(const std::string& name);
   std::vector<EntryMeta> list() const;
 
   // Removes what tmp/ holds except the named active fills, and entries without a manifest.

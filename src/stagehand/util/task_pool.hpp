@@ -31,8 +31,8 @@ public:
 
   bool parallel() const { return !m_threads.empty(); }
 
-  // One thread per core this process may run on (a job's cpuset or CPU binding, not the whole
-  // node), at most `max`; none on one core (the caller does the work there).
+  // One thread per core the calling thread may run on (a job's cpuset or CPU binding, not the
+  // whole node), at most `max`; none on one core (the caller does the work there).
   static unsigned per_core(unsigned max = 4);
 
   // Queues `task` on `lane` (any number: taken modulo the threads); blocks while the queued cost
