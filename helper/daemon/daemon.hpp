@@ -107,6 +107,8 @@ private:
   // m_fill_dirs until then, so GC's sweep leaves it alone. Called with m_mutex held.
   using TmpName = std::pair<std::shared_ptr<cache::Store>, std::string>;
   void remove_later_locked(std::shared_ptr<cache::Store> store, std::string name);
+  // A fill that is not published, likewise (`fill` is left empty).
+  void remove_later_locked(const std::shared_ptr<cache::Store>& store, cache::Fill& fill);
   // Removes `names` (set aside as above), then forgets them; called without m_mutex.
   void remove_now(const std::vector<TmpName>& names);
   void write_metrics();

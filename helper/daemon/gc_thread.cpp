@@ -150,7 +150,8 @@ void Daemon::gc_loop()
   auto next_pass = std::chrono::steady_clock::now();
   bool kicked = false;
   for (;;) {
-    if (kicked || std::chrono::steady_clock::now() >= next_pass) {
+    const bool pass = kicked || std::chrono::steady_clock::now() >= next_pass;
+    if (pass) {
       auto reply = collect(false);
       if (!reply.actions.empty()) {
         spdlog::debug("gc: {} actions", reply.actions.size());
@@ -164,7 +165,7 @@ void Daemon::gc_loop()
     }
     remove_now(removals);
     std::unique_lock lock(m_mutex);
-    if (kicked || std::chrono::steady_clock::now() >= next_pass) {
+    if (pass) {
       next_pass = std::chrono::steady_clock::now() + m_config.daemon.gc_interval;
     }
     m_gc_cv.wait_until(lock, next_pass, [&] { return m_stopping || m_gc_kicked || !m_removals.empty(); });

@@ -19,6 +19,7 @@
 
 #include <ctime>
 #include <map>
+#include <utility>
 
 namespace stagehand::daemon {
 
@@ -221,6 +222,12 @@ void Daemon::remove_later_locked(std::shared_ptr<cache::Store> store, std::strin
   m_fill_dirs.insert(name);
   m_removals.emplace_back(std::move(store), std::move(name));
   m_gc_cv.notify_all();
+}
+
+void Daemon::remove_later_locked(const std::shared_ptr<cache::Store>& store, cache::Fill& fill)
+{
+  remove_later_locked(store, std::exchange(fill.name, {}));
+  fill.dir.reset();
 }
 
 void Daemon::remove_now(const std::vector<TmpName>& names)

@@ -21,7 +21,6 @@
 
 #include <chrono>
 #include <cstring>
-#include <utility>
 
 namespace stagehand::daemon {
 
@@ -206,8 +205,7 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
     placed = cache::materialise(uncached->dir.get(), cache::k_data_name, m_job_fd.get(), src.dest,
                                 cache::JobUser{m_job.uid, m_job.gid});
     std::lock_guard lock(m_d.m_mutex);
-    m_d.remove_later_locked(m_store, std::exchange(uncached->name, {})); // by the GC thread
-    uncached->dir.reset();
+    m_d.remove_later_locked(m_store, *uncached); // by the GC thread
   } else {
     auto entry = m_store->open_entry(key);
     if (!entry) {
@@ -261,8 +259,7 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
   cache::Fill f = std::move(*begun);
   auto drop = [&](Error e) -> Error {
     std::lock_guard lock(m_d.m_mutex);
-    m_d.remove_later_locked(m_store, std::exchange(f.name, {})); // by the GC thread
-    f.dir.reset();
+    m_d.remove_later_locked(m_store, f); // by the GC thread
     return e;
   };
   const int fill_fd = f.dir.get();
@@ -397,8 +394,7 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
   if (!published) {
     if (published.error().code == EEXIST || published.error().code == ENOTEMPTY) {
       // Another fill of the same key won: use that one; this one goes (by the GC thread).
-      m_d.remove_later_locked(m_store, std::exchange(f.name, {}));
-      f.dir.reset();
+      m_d.remove_later_locked(m_store, f);
       ++m_d.m_pins[key];
       m_pinned.push_back(key);
       return std::pair{fr, std::optional<cache::Fill>()};
