@@ -4,7 +4,8 @@
 # tmpfs. Each round, inside one allocation (of node1; of both nodes with NODES=2), interleaved:
 #   tar     srun --tmpdir bash -c 'mkdir $SLURM_TMPDIR/tN && tar -xf many.tar -C $SLURM_TMPDIR/tN'
 #   stage   srun --stage-data=coldN.tar:sN true        (a fresh copy: always a cold staging)
-# (tar first in odd rounds, stage first in even ones, each after a 2 s pause)
+# (tar first in odd rounds, stage first in even ones; every step starts from an empty job directory,
+# after a 2 s pause; the trees are compared once, untimed, before the rounds)
 # once without the node daemon (in-process staging) and once with it (a cache miss: filled, then
 # linked; and a cache hit: many.tar itself, staged once before the rounds), and prints the medians
 # and stage / tar (target <= 0.6 for cold staging without the daemon; with it, a miss also fills
@@ -13,12 +14,12 @@
 # With NODES=2 every step runs on both test nodes (one task each, each node staging for itself:
 # the test nodes share one host's cores, so this shows the ratio when the cores are contended,
 # not a second machine's speed).
-# Usage (root): bench/stage_e2e.sh BUILD_DIR [ROUNDS] [FILES] [NODES]   (ROUNDS: 9; FILES: 60000 or 600000)
+# Usage (root): bench/stage_e2e.sh BUILD_DIR [ROUNDS] [FILES] [NODES]   (ROUNDS: 10; FILES: 60000 or 600000)
 #   STAGEHAND_BENCH_PHASES="no-daemon daemon" (the default) picks the phases.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:?usage: stage_e2e.sh BUILD_DIR [ROUNDS] [FILES] [NODES]}" && pwd)
-rounds=${2:-9}
+rounds=${2:-10}
 files=${3:-60000}
 nodes=${4:-1}
 case $nodes in
@@ -43,6 +44,9 @@ results=$W/bench/times
 chmod 0666 "$results"
 
 # phase NAME: ROUNDS interleaved rounds of base, tar and stage in one allocation of NODES nodes.
+# Every timed step starts from an empty job directory: what one step leaves in tmpfs slowed the
+# next step's file creation by up to half here, so whichever went second in a round paid for the
+# first. The order still alternates. (No single quotes inside the script below: it is one.)
 phase() {
   runuser -u "$STAGEHAND_TEST_USER" -- env SLURM_CONF="$SLURM_CONF" PATH="$PATH" bash -c "cd '$W/bench' && salloc -N$nodes -n$nodes -w $nodelist --quiet bash -c '
     set -e
@@ -53,29 +57,28 @@ phase() {
       local t1=\$(date +%s%N)
       echo \"$1-\$name \$(( (t1 - t0) / 1000 ))\" >> $results
     }
+    # Untimed: both ways once, and the trees must match.
+    cp many.tar cold0.tar
+    srun -N$nodes -n$nodes --tmpdir bash -c \"mkdir \\\$SLURM_TMPDIR/t0 && tar -xf many.tar -C \\\$SLURM_TMPDIR/t0\" >/dev/null
+    srun -N$nodes -n$nodes --stage-data=cold0.tar:s0 true >/dev/null
+    srun -N$nodes -n$nodes --tmpdir bash -c \"diff -r \\\$SLURM_TMPDIR/t0 \\\$SLURM_TMPDIR/s0\" || { echo stage_e2e.sh: different trees >&2; exit 1; }
+    rm -f cold0.tar
     # With the daemon: many.tar staged once first, so every warm step below is a cache hit.
     [ $1 != daemon ] || srun -N$nodes -n$nodes --stage-data=many.tar:w0 true >/dev/null
+    srun -N$nodes -n$nodes --tmpdir bash -c \"rm -rf \\\$SLURM_TMPDIR/*\"
     for i in \$(seq 1 $rounds); do
       cp many.tar cold\$i.tar
       t base --tmpdir true
-      # Alternate which goes first: the kernel frees the files of the last round lazily (RCU), and
-      # whatever runs first after a cleanup pays for it; a pause lets that finish.
-      for what in \$( [ \$((i % 2)) = 1 ] && echo tar stage || echo stage tar); do
+      # Every timed step starts from an empty job directory (see above), after a pause.
+      for what in \$( [ \$((i % 2)) = 1 ] && echo tar stage || echo stage tar) \$( [ $1 = daemon ] && echo warm); do
         sleep 2
-        if [ \$what = tar ]; then
-          t tar --tmpdir bash -c \"mkdir \\\$SLURM_TMPDIR/t\$i && tar -xf many.tar -C \\\$SLURM_TMPDIR/t\$i\"
-        else
-          t stage --stage-data=cold\$i.tar:s\$i true
-        fi
+        case \$what in
+          tar) t tar --tmpdir bash -c \"mkdir \\\$SLURM_TMPDIR/t\$i && tar -xf many.tar -C \\\$SLURM_TMPDIR/t\$i\" ;;
+          stage) t stage --stage-data=cold\$i.tar:s\$i true ;;
+          warm) t warm --stage-data=many.tar:w\$i true ;;
+        esac
+        srun -N$nodes -n$nodes --tmpdir bash -c \"rm -rf \\\$SLURM_TMPDIR/*\"
       done
-      if [ $1 = daemon ]; then
-        sleep 2
-        t warm --stage-data=many.tar:w\$i true
-      fi
-      if [ \$i = 1 ]; then
-        srun -N$nodes -n$nodes --tmpdir bash -c \"diff -r \\\$SLURM_TMPDIR/t1 \\\$SLURM_TMPDIR/s1\" || { echo stage_e2e.sh: different trees >&2; exit 1; }
-      fi
-      srun -N$nodes -n$nodes --tmpdir bash -c \"rm -rf \\\$SLURM_TMPDIR/t\$i \\\$SLURM_TMPDIR/s\$i \\\$SLURM_TMPDIR/w\$i\"
       rm -f cold\$i.tar
     done
   '"

@@ -9,14 +9,27 @@
 #include <fcntl.h>
 
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 using namespace stagehand;
 
 namespace {
 
-UniqueFd open_dir(const char* path) { return UniqueFd(::open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)); }
+// Opens PATH (a directory when DIR), or says why not and exits: the engine is handed only open fds.
+UniqueFd open_or_exit(const char* path, int dir)
+{
+  UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC | dir));
+  if (!fd.valid()) {
+    std::fprintf(stderr, "stage_tool: %s: %s\n", path, std::strerror(errno));
+    std::exit(1);
+  }
+  return fd;
+}
+UniqueFd open_dir(const char* path) { return open_or_exit(path, O_DIRECTORY); }
+UniqueFd open_file(const char* path) { return open_or_exit(path, 0); }
 
 int report(const Status& st)
 {
@@ -37,13 +50,13 @@ int main(int argc, char** argv)
     if (argc == 5) {
       limits.writer_threads = static_cast<unsigned>(std::atoi(argv[4]));
     }
-    UniqueFd in(::open(argv[2], O_RDONLY | O_CLOEXEC));
+    UniqueFd in = open_file(argv[2]);
     UniqueFd out = open_dir(argv[3]);
     auto r = stage::extract_archive(in.get(), out.get(), limits, argv[2]);
     return report(r ? ok_status() : Status(r.error()));
   }
   if (cmd == "copy-file" && argc == 5) {
-    UniqueFd in(::open(argv[2], O_RDONLY | O_CLOEXEC));
+    UniqueFd in = open_file(argv[2]);
     UniqueFd out = open_dir(argv[3]);
     stage::CopyStats stats;
     return report(stage::copy_file(in.get(), out.get(), argv[4], ~0ULL, stats, argv[2]));
