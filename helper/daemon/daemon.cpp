@@ -273,6 +273,7 @@ void Daemon::write_metrics()
 {
   MetricsSnapshot m;
   std::string path;
+  std::shared_ptr<cache::Store> store;
   {
     std::lock_guard lock(m_mutex);
     path = m_config.daemon.metrics_file;
@@ -283,16 +284,17 @@ void Daemon::write_metrics()
     m.node = m_node;
     m.counters = m_counters;
     m.cache_max_bytes = m_config.daemon.cache_max_bytes;
-    if (m_store) {
-      for (const auto& e : m_store->list()) {
-        ++m.cache_entries;
-        m.cache_bytes += e.disk_bytes;
-      }
-    }
+    store = m_store;
     for (const auto& [id, job] : m_registry.jobs()) {
       if (job.state == registry::JobState::running) {
         ++m.running_jobs;
       }
+    }
+  }
+  if (store) { // every entry's manifest: read without the daemon's lock
+    for (const auto& e : store->list()) {
+      ++m.cache_entries;
+      m.cache_bytes += e.disk_bytes;
     }
   }
   if (auto st = write_metrics_file(path, m); !st) {

@@ -86,7 +86,8 @@ proto::GcReply Daemon::collect(bool dry_run)
   for (const auto& f : applied.failures) {
     reply.errors.push_back(base_path + ": " + f.message);
   }
-  std::lock_guard lock(m_mutex);
+  std::vector<TmpName> debris; // a crash's leftovers in the cache, removed below without the lock
+  std::unique_lock lock(m_mutex);
   // Every gc_interval meets the same mount point again: the log says it once.
   for (const auto& f : m_gc_reported.fresh(applied)) {
     spdlog::warn("gc: {}: {}; the rest stays in the trash (said once, retried at every pass)", base_path, f.message);
@@ -129,12 +130,15 @@ proto::GcReply Daemon::collect(bool dry_run)
     save_registry_locked();
   }
   if (m_store) {
-    auto swept = m_store->sweep(m_fill_dirs);
-    for (const auto& s : swept) {
-      reply.actions.push_back(proto::GcAction{m_store->path() + "/" + s, "interrupted cache fill"});
+    for (auto& d : m_store->set_aside_debris(m_fill_dirs)) {
+      reply.actions.push_back(proto::GcAction{m_store->path() + "/" + d.shown, "interrupted cache fill"});
+      m_fill_dirs.insert(d.tmp_name); // as for any removal in flight: the next sweep leaves it alone
+      debris.emplace_back(m_store, std::move(d.tmp_name));
     }
     evict_to_fit_locked(m_store, m_config.daemon.cache_max_bytes);
   }
+  lock.unlock();
+  remove_now(debris);
   return reply;
 }
 

@@ -89,12 +89,7 @@ void Daemon::on_status(const Peer& peer, Responder& out)
                                           "stage-out pending (attempt " + std::to_string(p.attempts) + ")"});
     }
   }
-  if (m_store) {
-    for (const auto& e : m_store->list()) {
-      ++reply.cache.entries;
-      reply.cache.bytes += e.disk_bytes;
-    }
-  }
+  const auto store = m_store; // listed below, after the lock: it reads every entry's manifest
   reply.cache.max_bytes = m_config.daemon.cache_max_bytes;
   reply.cache.hits = m_counters.hits;
   reply.cache.misses = m_counters.misses;
@@ -105,6 +100,12 @@ void Daemon::on_status(const Peer& peer, Responder& out)
     }
   }
   lock.unlock();
+  if (store) {
+    for (const auto& e : store->list()) {
+      ++reply.cache.entries;
+      reply.cache.bytes += e.disk_bytes;
+    }
+  }
   // User names after the daemon's lock: a name service that answers slowly (LDAP, SSSD) holds up
   // this reply only, never a job's prolog, epilog or staging.
   std::map<std::uint32_t, std::string> names;
@@ -133,18 +134,26 @@ void Daemon::on_status(const Peer& peer, Responder& out)
 void Daemon::on_cache_list(const Peer& peer, Responder& out)
 {
   proto::CacheListReply reply;
-  std::lock_guard lock(m_mutex);
-  if (!m_store) {
+  std::shared_ptr<cache::Store> store;
+  {
+    std::lock_guard lock(m_mutex);
+    store = m_store;
+  }
+  if (!store) {
     out.result(reply);
     return;
   }
+  // The manifests are read without the daemon's lock (a big cache holds hundreds); what the jobs
+  // use is asked under it after.
+  auto entries = store->list();
+  std::lock_guard lock(m_mutex);
   std::set<std::string> mine; // keys the peer's jobs used
   for (const auto& [id, job] : m_registry.jobs()) {
     if (job.uid == peer.uid) {
       mine.insert(job.cache_keys.begin(), job.cache_keys.end());
     }
   }
-  for (const auto& e : m_store->list()) {
+  for (const auto& e : entries) {
     if (!peer.root() && !mine.count(e.key)) {
       continue;
     }
@@ -158,13 +167,23 @@ void Daemon::on_cache_evict(const proto::CacheEvict& r, const Peer&, Responder& 
 {
   proto::GcReply reply;
   std::vector<TmpName> evicted; // removed below, without the lock; the answer comes once they are
+  std::shared_ptr<cache::Store> store;
   {
     std::lock_guard lock(m_mutex);
-    if (!m_store) {
-      out.error(Error::io("the cache is off on node " + m_node, ENOENT));
+    store = m_store;
+  }
+  if (!store) {
+    out.error(Error::io("the cache is off on node " + m_node, ENOENT));
+    return;
+  }
+  const auto entries = store->list(); // without the lock; an entry gone since is skipped below
+  {
+    std::lock_guard lock(m_mutex);
+    if (m_store != store) {
+      out.error(Error::io("the cache moved (a reload) while listing it on node " + m_node + "; try again", EAGAIN));
       return;
     }
-    for (const auto& e : m_store->list()) {
+    for (const auto& e : entries) {
       if (!r.all && e.source != r.source) {
         continue;
       }
@@ -173,7 +192,9 @@ void Daemon::on_cache_evict(const proto::CacheEvict& r, const Peer&, Responder& 
         continue;
       }
       if (auto aside = m_store->set_aside(e.key); !aside) {
-        reply.errors.push_back(aside.error().message);
+        if (aside.error().code != ENOENT) { // ENOENT: evicted since it was listed
+          reply.errors.push_back(aside.error().message);
+        }
       } else {
         m_fill_dirs.insert(*aside);
         evicted.emplace_back(m_store, std::move(*aside));

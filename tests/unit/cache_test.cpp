@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -185,6 +186,27 @@ TEST(CacheStore, PublishLookupEvictAndSweep)
   ASSERT_TRUE(store->remove_from_tmp(*aside));
   EXPECT_FALSE(exists_nofollow(d / ("cache/tmp/" + *aside)));
   EXPECT_FALSE(store->set_aside(key)) << "nothing left to set aside";
+  // Debris in two steps too (GC's, around the daemon's lock): a broken entry leaves entries/ at
+  // once, under a name of its own in tmp/, and nothing is removed until remove_from_tmp.
+  auto dead2 = store->begin_fill(std::string(64, 'e'), 0, 0);
+  ASSERT_TRUE(dead2);
+  const std::string broken = std::string(64, 'f');
+  ::mkdir((d / ("cache/entries/" + broken)).c_str(), 0700);
+  write_file(d / ("cache/entries/" + broken + "/data"), "z");
+  auto debris = store->set_aside_debris({live->name});
+  ASSERT_EQ(debris.size(), 2U);
+  std::set<std::string> shown;
+  for (const auto& x : debris) {
+    shown.insert(x.shown);
+    EXPECT_TRUE(exists_nofollow(d / ("cache/tmp/" + x.tmp_name))) << x.shown << " not yet removed";
+  }
+  EXPECT_EQ(shown, (std::set<std::string>{"tmp/" + dead2->name, "entries/" + broken}));
+  EXPECT_FALSE(exists_nofollow(d / ("cache/entries/" + broken))) << "a broken entry leaves entries/ at once";
+  for (const auto& x : debris) {
+    ASSERT_TRUE(store->remove_from_tmp(x.tmp_name));
+  }
+  EXPECT_TRUE(store->set_aside_debris({live->name}).empty());
+  EXPECT_TRUE(exists_nofollow(d / ("cache/tmp/" + live->name)));
   // The cache directory is closed to users.
   struct stat st {};
   ::stat((d / "cache").c_str(), &st);

@@ -303,24 +303,18 @@ std::vector<EntryMeta> Store::list() const
   return out;
 }
 
-std::vector<std::string> Store::sweep(const std::set<std::string>& active_fills)
+std::vector<Store::Debris> Store::set_aside_debris(const std::set<std::string>& active_fills)
 {
-  std::vector<std::string> removed;
-  std::vector<std::string> names;
+  std::vector<Debris> out;
   if (fs::DirStream d = fs::open_dir_stream(m_tmp.get())) {
     while (struct dirent* e = ::readdir(d.get())) {
       std::string n = e->d_name;
       if (n != "." && n != ".." && !active_fills.count(n)) {
-        names.push_back(n);
+        out.push_back(Debris{"tmp/" + n, n});
       }
     }
   }
-  for (const auto& n : names) {
-    if (fs::remove_tree(m_tmp.get(), n)) {
-      removed.push_back("tmp/" + n);
-    }
-  }
-  names.clear();
+  std::vector<std::string> names;
   if (fs::DirStream d = fs::open_dir_stream(m_entries.get())) {
     while (struct dirent* e = ::readdir(d.get())) {
       std::string n = e->d_name;
@@ -330,9 +324,24 @@ std::vector<std::string> Store::sweep(const std::set<std::string>& active_fills)
     }
   }
   for (const auto& n : names) {
-    bool good = valid_key(n) && lookup(n).ok();
-    if (!good && fs::remove_tree(m_entries.get(), n)) {
-      removed.push_back("entries/" + n);
+    if (valid_key(n) && lookup(n).ok()) {
+      continue;
+    }
+    // Out of entries/ by one rename (no job finds it from then on), under a name of its own in tmp/.
+    std::string aside = "broken." + random_suffix();
+    if (::renameat2(m_entries.get(), n.c_str(), m_tmp.get(), aside.c_str(), RENAME_NOREPLACE) == 0) {
+      out.push_back(Debris{"entries/" + n, std::move(aside)});
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> Store::sweep(const std::set<std::string>& active_fills)
+{
+  std::vector<std::string> removed;
+  for (const auto& d : set_aside_debris(active_fills)) {
+    if (remove_from_tmp(d.tmp_name)) {
+      removed.push_back(d.shown);
     }
   }
   return removed;

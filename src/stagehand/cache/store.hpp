@@ -74,6 +74,15 @@ public:
   // Removes what tmp/ holds except the named active fills, and entries without a manifest.
   // Returns the names removed.
   std::vector<std::string> sweep(const std::set<std::string>& active_fills);
+  // The same in two steps, for a caller holding a lock: what sweep() would remove, each under its
+  // name in tmp/ (a broken entry is moved there first, by one rename), for remove_from_tmp() once
+  // the lock is released. `shown`: "tmp/NAME" or "entries/NAME", as it was found.
+  struct Debris
+  {
+    std::string shown;
+    std::string tmp_name;
+  };
+  std::vector<Debris> set_aside_debris(const std::set<std::string>& active_fills);
 
 private:
   std::string m_path;
