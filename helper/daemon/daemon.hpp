@@ -109,8 +109,9 @@ private:
   void remove_later_locked(std::shared_ptr<cache::Store> store, std::string name);
   // A fill that is not published, likewise (`fill` is left empty).
   void remove_later_locked(const std::shared_ptr<cache::Store>& store, cache::Fill& fill);
-  // Removes `names` (set aside as above), then forgets them; called without m_mutex.
-  void remove_now(const std::vector<TmpName>& names);
+  // Removes `names` (set aside as above), then forgets them; called without m_mutex. Returns, for
+  // each name in order, nothing when it is gone or why not (logged too; GC's sweep retries it).
+  std::vector<std::optional<std::string>> remove_now(const std::vector<TmpName>& names);
   void write_metrics();
   void gc_loop();
   void kick_gc();

@@ -129,16 +129,24 @@ proto::GcReply Daemon::collect(bool dry_run)
   if (changed) {
     save_registry_locked();
   }
+  std::vector<std::string> shown; // debris[i] as it was found
   if (m_store) {
     for (auto& d : m_store->set_aside_debris(m_fill_dirs)) {
-      reply.actions.push_back(proto::GcAction{m_store->path() + "/" + d.shown, "interrupted cache fill"});
       m_fill_dirs.insert(d.tmp_name); // as for any removal in flight: the next sweep leaves it alone
       debris.emplace_back(m_store, std::move(d.tmp_name));
+      shown.push_back(m_store->path() + "/" + d.shown);
     }
     evict_to_fit_locked(m_store, m_config.daemon.cache_max_bytes);
   }
   lock.unlock();
-  remove_now(debris);
+  auto failed = remove_now(debris); // reported as removed only once it is
+  for (std::size_t i = 0; i < debris.size(); ++i) {
+    if (failed[i]) {
+      reply.errors.push_back(std::move(*failed[i]));
+    } else {
+      reply.actions.push_back(proto::GcAction{shown[i], "interrupted cache fill"});
+    }
+  }
   return reply;
 }
 

@@ -168,42 +168,46 @@ void Daemon::on_cache_evict(const proto::CacheEvict& r, const Peer&, Responder& 
   proto::GcReply reply;
   std::vector<TmpName> evicted; // removed below, without the lock; the answer comes once they are
   std::shared_ptr<cache::Store> store;
-  {
-    std::lock_guard lock(m_mutex);
+  std::vector<cache::EntryMeta> entries;
+  std::unique_lock lock(m_mutex);
+  while (m_store != store) { // listed without the lock; again if a reload moved the cache meanwhile
     store = m_store;
+    entries.clear();
+    if (store) {
+      lock.unlock();
+      entries = store->list();
+      lock.lock();
+    }
   }
   if (!store) {
     out.error(Error::io("the cache is off on node " + m_node, ENOENT));
     return;
   }
-  const auto entries = store->list(); // without the lock; an entry gone since is skipped below
-  {
-    std::lock_guard lock(m_mutex);
-    if (m_store != store) {
-      out.error(Error::io("the cache moved (a reload) while listing it on node " + m_node + "; try again", EAGAIN));
-      return;
+  for (const auto& e : entries) { // an entry evicted since it was listed is skipped
+    if (!r.all && e.source != r.source) {
+      continue;
     }
-    for (const auto& e : entries) {
-      if (!r.all && e.source != r.source) {
-        continue;
+    if (m_pins.count(e.key)) {
+      reply.errors.push_back(e.source + ": being staged right now, not evicted");
+      continue;
+    }
+    if (auto aside = m_store->set_aside(e.key); !aside) {
+      if (aside.error().code != ENOENT) { // ENOENT: evicted since it was listed
+        reply.errors.push_back(aside.error().message);
       }
-      if (m_pins.count(e.key)) {
-        reply.errors.push_back(e.source + ": being staged right now, not evicted");
-        continue;
-      }
-      if (auto aside = m_store->set_aside(e.key); !aside) {
-        if (aside.error().code != ENOENT) { // ENOENT: evicted since it was listed
-          reply.errors.push_back(aside.error().message);
-        }
-      } else {
-        m_fill_dirs.insert(*aside);
-        evicted.emplace_back(m_store, std::move(*aside));
-        ++m_counters.evictions;
-        reply.actions.push_back(proto::GcAction{e.source, "evicted"});
-      }
+    } else {
+      m_fill_dirs.insert(*aside);
+      evicted.emplace_back(m_store, std::move(*aside));
+      ++m_counters.evictions;
+      reply.actions.push_back(proto::GcAction{e.source, "evicted"});
     }
   }
-  remove_now(evicted);
+  lock.unlock();
+  for (auto& failed : remove_now(evicted)) {
+    if (failed) {
+      reply.errors.push_back(std::move(*failed));
+    }
+  }
   if (!r.all && reply.actions.empty() && reply.errors.empty()) {
     out.error(Error::refused("no cache entry for " + r.source + " on node " + m_node));
     return;
@@ -251,20 +255,24 @@ void Daemon::remove_later_locked(const std::shared_ptr<cache::Store>& store, cac
   fill.dir.reset();
 }
 
-void Daemon::remove_now(const std::vector<TmpName>& names)
+std::vector<std::optional<std::string>> Daemon::remove_now(const std::vector<TmpName>& names)
 {
+  std::vector<std::optional<std::string>> failed(names.size());
   if (names.empty()) {
-    return;
+    return failed;
   }
-  for (const auto& [store, name] : names) {
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const auto& [store, name] = names[i];
     if (auto st = store->remove_from_tmp(name); !st) {
       spdlog::warn("cache: {}/tmp/{}: {} (GC's sweep retries)", store->path(), name, st.error().message);
+      failed[i] = store->path() + "/tmp/" + name + ": " + st.error().message;
     }
   }
   std::lock_guard lock(m_mutex);
   for (const auto& [store, name] : names) {
     m_fill_dirs.erase(name);
   }
+  return failed;
 }
 
 } // namespace stagehand::daemon

@@ -202,11 +202,37 @@ TEST(CacheStore, PublishLookupEvictAndSweep)
   }
   EXPECT_EQ(shown, (std::set<std::string>{"tmp/" + dead2->name, "entries/" + broken}));
   EXPECT_FALSE(exists_nofollow(d / ("cache/entries/" + broken))) << "a broken entry leaves entries/ at once";
+  // While the daemon holds their names as active (until removed), a second sweep leaves them.
+  std::set<std::string> active{live->name};
+  for (const auto& x : debris) {
+    active.insert(x.tmp_name);
+  }
+  EXPECT_TRUE(store->set_aside_debris(active).empty());
   for (const auto& x : debris) {
     ASSERT_TRUE(store->remove_from_tmp(x.tmp_name));
   }
   EXPECT_TRUE(store->set_aside_debris({live->name}).empty());
   EXPECT_TRUE(exists_nofollow(d / ("cache/tmp/" + live->name)));
+  // A good entry whose manifest cannot be read for a passing reason (no descriptor left: EMFILE)
+  // is not debris. One free descriptor: enough to list entries/ and open the entry, not its manifest.
+  auto good = store->begin_fill(key, 0, 0);
+  ASSERT_TRUE(good);
+  write_file(d / ("cache/tmp/" + good->name + "/data"), "g");
+  ASSERT_TRUE(store->publish(*good, meta));
+  {
+    const int lowest_free = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(lowest_free, 0);
+    ::close(lowest_free);
+    struct rlimit old_limit {};
+    ::getrlimit(RLIMIT_NOFILE, &old_limit);
+    struct rlimit one_left = old_limit;
+    one_left.rlim_cur = static_cast<rlim_t>(lowest_free) + 1;
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &one_left), 0);
+    auto starved = store->set_aside_debris({live->name});
+    ::setrlimit(RLIMIT_NOFILE, &old_limit);
+    EXPECT_TRUE(starved.empty()) << starved.front().shown << " set aside for want of a descriptor";
+  }
+  EXPECT_TRUE(store->lookup(key)) << "the good entry stays published";
   // The cache directory is closed to users.
   struct stat st {};
   ::stat((d / "cache").c_str(), &st);

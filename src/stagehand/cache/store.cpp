@@ -95,6 +95,13 @@ std::string meta_to_json(const EntryMeta& m)
            .dump(1) + "\n";
 }
 
+// An entry that can never be served (no directory, no manifest, or a manifest that does not
+// parse or names another key): debris. Not one that failed for a passing reason (EMFILE, EIO).
+bool broken_entry(const Error& e)
+{
+  return e.code == ENOENT || e.code == ENOTDIR || e.code == ELOOP || e.code == EINVAL;
+}
+
 } // namespace
 
 std::uint64_t disk_usage(int dir_fd, const std::string& name)
@@ -166,8 +173,10 @@ Result<EntryMeta> Store::lookup(const std::string& key) const
     return dir.error();
   }
   auto text = fs::read_small_file(dir->get(), k_manifest);
-  if (!text) {
-    return Error::io("cache entry " + key + ": no manifest", ENOENT);
+  if (!text) { // ENOENT: no manifest; anything else (EMFILE, EIO) says nothing about the entry
+    const int code = text.error().code != 0 ? text.error().code : ENOENT;
+    return Error::io("cache entry " + key + (code == ENOENT ? ": no manifest" : ": manifest: " + text.error().message),
+                     code);
   }
   auto meta = meta_from_json(*text, key);
   if (!meta) {
@@ -324,8 +333,11 @@ std::vector<Store::Debris> Store::set_aside_debris(const std::set<std::string>& 
     }
   }
   for (const auto& n : names) {
-    if (valid_key(n) && lookup(n).ok()) {
-      continue;
+    if (valid_key(n)) {
+      auto meta = lookup(n);
+      if (meta || !broken_entry(meta.error())) {
+        continue;
+      }
     }
     // Out of entries/ by one rename (no job finds it from then on), under a name of its own in tmp/.
     std::string aside = "broken." + random_suffix();
