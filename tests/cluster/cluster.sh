@@ -294,6 +294,12 @@ cmd_start() {
   # A fresh work directory: job ids start again at FirstJobId, and files a test left for job N of
   # an earlier cluster (release-N) must not speak to job N of this one.
   rm -rf "$DIR/work"
+  # Nor job directories and trash an earlier cluster left in the scratch bases (one stopped while a
+  # job ran): job N of this cluster is not that one, and the tests count what is left there.
+  local d
+  for d in "$DIR"/scratch/*/; do
+    if [ -d "$d" ]; then find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system -- {} +; fi
+  done
   write_configs "$plugin" "$mode"
   echo "$SLURM_PREFIX" >"$DIR/etc/slurm-prefix"
   eval "$(print_env)"

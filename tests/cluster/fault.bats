@@ -42,6 +42,12 @@ wait_no_job_dirs() {
     sleep 0.5
   done
   echo "left behind: $left" >&2
+  # What Slurm and the hooks said of those jobs: still queued or running, or an epilog's line.
+  squeue -a -o '%i %u %T %M %N %j' >&2 || true
+  local id
+  for id in $(echo "$left" | grep -Eo 'job_[0-9]+' | sort -u | cut -d_ -f2); do
+    grep -h "job $id[:;]\\|job_$id\\b\\|JobId=$id\\b" "$STAGEHAND_CLUSTER_DIR"/log/slurm*.log >&2 || true
+  done
   return 1
 }
 
@@ -70,6 +76,7 @@ EOF2
     id=$(as_user "sbatch --parsable -o out.%j -N1 -w node$((i % 2 + 1)) --tmpdir racer.sh")
     ids+=("$id")
   done
+  echo "# racer jobs: ${ids[*]}" >&3
   for id in "${ids[@]}"; do wait_job_done "$id"; done
   for id in "${ids[@]}"; do grep -qx racing "$WORK/out.$id"; done
   [ "$(wc -l <"$WORK/racers.pids")" -eq 10 ]

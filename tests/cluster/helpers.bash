@@ -38,14 +38,18 @@ submit() {
   fi
 }
 
-# Waits until the job has left every node (epilogs done), at most 30 s.
+# Waits until the job has left every node (epilogs done), at most 30 s. A squeue that fails (a
+# busy slurmctld) says nothing about the job: it is asked again.
 wait_job_done() {
-  local i
+  local i out
   for i in $(seq 1 60); do
-    [ -z "$(squeue -h -j "$1" -t PD,R,CG,S -o %i 2>/dev/null)" ] && return 0
+    if out=$(squeue -h -j "$1" -t PD,R,CG,S -o %i 2>/dev/null); then
+      [ -z "$out" ] && return 0
+    fi
     sleep 0.5
   done
   echo "job $1 still present after 30 s" >&2
+  squeue -a -j "$1" -o '%i %u %T %M %N %r' >&2 || true
   return 1
 }
 
@@ -79,8 +83,10 @@ job_dir() { echo "$SCRATCH/$1/job_$2"; }
 
 # Rewrites the test config with extra [tmpdir] lines and extra tables (the plugin reads it at
 # every step). TMPDIR_BASE and KEEP_FOR replace the base and keep_for.
+# Written aside and renamed over: an epilog reading it meanwhile sees the old file or the new one,
+# never a half-written one (which would point it at another base and leave the job's directory).
 set_tmpdir_config() {
-  cat >"$STAGEHAND_TEST_CONFIG" <<TOML
+  cat >"$STAGEHAND_TEST_CONFIG.new" <<TOML
 [tmpdir]
 base = "${TMPDIR_BASE:-$SCRATCH/%n}"
 keep_for = "${KEEP_FOR:-1h}"
@@ -88,6 +94,8 @@ $1
 ${2:-}
 $(cat "$STAGEHAND_DAEMON_TOML")
 TOML
+  chmod 0644 "$STAGEHAND_TEST_CONFIG.new"
+  mv -f "$STAGEHAND_TEST_CONFIG.new" "$STAGEHAND_TEST_CONFIG"
 }
 
 # Starts the stagehandd of any node whose daemon a test stopped or killed.
