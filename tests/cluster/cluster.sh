@@ -232,7 +232,7 @@ daemon_start() {
 node_restart() {
   local n=$1 mode=${2:-} i
   eval "$(print_env)"
-  kill_pidfile "$DIR/slurmd-$n.pid"
+  kill_pidfile "$DIR/slurmd-$n.pid" slurmd
   if [ "$mode" = private ]; then
     mkdir -p "$DIR/scratch/local"
     # The namespace holds the mounts that exist now (sharedfs included) and its own tmpfs.
@@ -252,10 +252,12 @@ daemon_stop() {
   local n=$1 sig=${2:-TERM} f pid
   f="$DIR/stagehandd-$n.pid"
   [ -f "$f" ] || return 0
-  pid=$(cat "$f")
-  kill -"$sig" "$pid" 2>/dev/null || true
-  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -9 "$pid" 2>/dev/null || true
+  pid=$(pid_of "$f" stagehandd)
+  if [ -n "$pid" ]; then
+    kill -"$sig" "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
   rm -f "$f"
 }
 
@@ -315,11 +317,20 @@ cmd_start() {
   done
 }
 
+# The pid in a pid file, when that process is still the program named (a pid file an earlier
+# machine or boot left may name anybody now).
+pid_of() {
+  local f=$1 name=$2 pid
+  pid=$(cat "$f" 2>/dev/null || true)
+  [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ] && echo "$pid"
+  return 0
+}
+
 kill_pidfile() {
   local f=$1 pid
   [ -f "$f" ] || return 0
-  pid=$(cat "$f" 2>/dev/null || true)
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+  pid=$(pid_of "$f" "$2")
+  if [ -n "$pid" ]; then
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$pid" 2>/dev/null || true
@@ -336,7 +347,7 @@ cmd_stop() {
       sleep 0.5
     done
   fi
-  for n in "${NODES[@]}"; do daemon_stop "$n"; kill_pidfile "$DIR/slurmd-$n.pid"; done
+  for n in "${NODES[@]}"; do daemon_stop "$n"; kill_pidfile "$DIR/slurmd-$n.pid" slurmd; done
   # Steps left behind: only ours, recognised by the SLURM_CONF they inherited from our slurmd.
   local pid
   for pid in $(pgrep -f '^slurmstepd:' || true); do
@@ -345,8 +356,8 @@ cmd_stop() {
     fi
   done
   pkill -9 -u "$TEST_USER" 2>/dev/null || true # tasks orphaned by killed steps (our own test user)
-  kill_pidfile "$DIR/slurmctld.pid"
-  kill_pidfile "$DIR/munge/munged.pid"
+  kill_pidfile "$DIR/slurmctld.pid" slurmctld
+  kill_pidfile "$DIR/munge/munged.pid" munged
   rm -rf "$DIR/ctld" "$DIR/spool" "$DIR/munge" "$DIR/log" "$DIR/run" "$DIR/state" "$DIR/cache" "$DIR/etc/slurm-prefix"
 }
 
