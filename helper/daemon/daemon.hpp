@@ -52,9 +52,8 @@ struct FillWait
   bool done = false;
   bool published = false;
   std::condition_variable cv;
-  bool measured = false;                             // file sources: the leader reports bytes read
-  std::uint64_t progress = 0;                        // bytes the fill has read, as far as known
-  std::chrono::steady_clock::time_point progressed;  // when `progress` last moved
+  std::uint64_t progress = 0;                        // the fill's bytes: read (a file), written (a directory)
+  std::chrono::steady_clock::time_point progressed;  // when it last moved (or a directory's entries did)
 };
 
 class Daemon

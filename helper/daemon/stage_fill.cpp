@@ -9,6 +9,7 @@
 #include "stagehand/cache/source.hpp"
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/fs/walk.hpp"
+#include "stagehand/ipc/shared_memory.hpp"
 #include "stagehand/stage/entry_path.hpp"
 #include "stagehand/tmpdir/job_dir.hpp"
 
@@ -151,7 +152,7 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
     if (auto it = m_d.m_fills.find(key); it != m_d.m_fills.end() && attempt < 3) {
       auto wait = it->second;
       while (!wait->done) {
-        if (wait->measured && std::chrono::steady_clock::now() - wait->progressed > k_stalled_fill) {
+        if (std::chrono::steady_clock::now() - wait->progressed > k_stalled_fill) {
           return Error::io("another job's fill of this source has made no progress for " +
                              std::to_string(k_stalled_fill.count()) + " s",
                            ETIMEDOUT);
@@ -171,11 +172,9 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
     // Ours to fill.
     auto wait = std::make_shared<FillWait>();
     wait->progressed = std::chrono::steady_clock::now();
-    wait->measured = src.kind == proto::SourceKind::file;
     m_d.m_fills[key] = wait;
     m_fill_wait = wait;
     const ipc::Credentials service = *m_d.m_service;
-    const std::uint64_t cache_max = m_d.m_config.daemon.cache_max_bytes;
     lock.unlock();
     auto filled = fill(src, src_fd.get(), key, service, room, src_bytes, seconds);
     lock.lock();
@@ -194,7 +193,6 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
       out.cache = proto::CacheOutcome::none;
       break;
     }
-    (void)cache_max;
     break; // published and pinned by fill()
   }
 
@@ -300,6 +298,14 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
     }
     UniqueFd rd(p[0]);
     UniqueFd wr(p[1]);
+    // What the service side has unpacked: a directory's fill reads a pipe, which has no offset to
+    // look at. Its bytes are the progress the job and `stagehand status` see; bytes or entries
+    // moving keep jobs waiting for this fill from giving up on it.
+    auto counters = ipc::SharedMemory<stage::ExtractCounters>::make();
+    if (!counters) {
+      return drop(counters.error());
+    }
+    stage::ExtractCounters* const done = counters->get();
     const std::string path = src.path;
     auto reader = ipc::spawn_as(m_user, {src_fd, wr.get()}, [&](int sock, const std::vector<int>& kept) {
       auto r = cache::stream_tree(kept[0], kept[1], path, shown);
@@ -315,7 +321,7 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
       return drop(reader.error());
     }
     auto svc = ipc::spawn_as(service, {rd.get(), fill_fd}, [&](int sock, const std::vector<int>& kept) {
-      auto r = cache::fill_from_stream(kept[0], kept[1], room, shown);
+      auto r = cache::fill_from_stream(kept[0], kept[1], room, shown, done);
       if (!r) {
         (void)ipc::send_message(sock, child_error(r.error()));
         return 1;
@@ -328,11 +334,22 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
     if (!svc) {
       return drop(svc.error());
     }
-    auto msg = await(*svc, [&] { return proto::Progress{shown, 0, src_bytes, seconds()}; });
+    std::uint64_t entries_seen = 0;
+    auto status = [&] {
+      if (const auto entries = done->entries.load(std::memory_order_relaxed); entries != entries_seen) {
+        entries_seen = entries; // empty files move no bytes, yet the fill is alive
+        std::lock_guard lock(m_d.m_mutex);
+        if (m_fill_wait) {
+          m_fill_wait->progressed = std::chrono::steady_clock::now();
+        }
+      }
+      return proto::Progress{shown, done->bytes.load(std::memory_order_relaxed), src_bytes, seconds()};
+    };
+    auto msg = await(*svc, status);
     if (!msg) {
       reader->kill(); // the other side of the pipe goes too
     }
-    auto read_msg = await(*reader, [&] { return proto::Progress{shown, 0, src_bytes, seconds()}; });
+    auto read_msg = await(*reader, status);
     if (msg) {
       (void)svc->wait();
     }

@@ -15,6 +15,7 @@ setup_file() {
   head -c 32M /dev/urandom >"$W/prog-src/ds/part.bin"
   tar -C "$W/prog-src" -cf "$W/prog-src/big.tar" ds
   rm -rf "$W/prog-src/ds"
+  mkdir -p "$W/prog-src/tree/sub" && head -c 32M /dev/urandom >"$W/prog-src/tree/sub/part.bin"
   echo small >"$W/prog-src/small.txt"
   chown -R "$STAGEHAND_TEST_USER:" "$W/prog-src" "$W/prog"
   # A slow shared filesystem (4 MB/s): 32 MiB take about 8 s to read.
@@ -80,6 +81,20 @@ assert_progress_before_summary() {
   [ "$JOB_RC" -eq 0 ]
   echo "$LAST_OUTPUT" | grep -q '(cache miss)$'
   assert_progress_before_summary b.tar
+}
+
+# A directory reaches the daemon's cache as a stream (through a pipe, which has no offset to look
+# at): its progress is the bytes the fill has written.
+@test "a directory staged through the node daemon prints progress that moves, before its summary" {
+  submit -N1 -w node1 --stage-data=prog/tree:t --wrap "'cmp \$SLURM_TMPDIR/t/sub/part.bin $WORK/prog-src/tree/sub/part.bin && echo same'"
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -qx same
+  echo "$LAST_OUTPUT" | grep -q '^stagehand: node1: copied .*/tree -> .*(cache miss)$'
+  local moving summary_at
+  moving=$(echo "$LAST_OUTPUT" | grep -nE "^stagehand: node1: staging .*/tree: [1-9][0-9]*%, [0-9.]+ [KMG]?i?B of 32\.0 MiB, [0-9.]+ [KMG]?i?B/s, [0-9]+ s left$") || {
+    echo "no progress line with bytes done for tree" >&2; return 1; }
+  summary_at=$(echo "$LAST_OUTPUT" | grep -n '^stagehand: node1: copied .*/tree -> ' | cut -d: -f1)
+  [ "$(echo "$moving" | tail -n1 | cut -d: -f1)" -lt "$summary_at" ]
 }
 
 @test "a staging shorter than the interval prints no progress line; progress_interval = 0 prints none" {

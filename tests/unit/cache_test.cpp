@@ -8,6 +8,7 @@
 #include "stagehand/cache/store.hpp"
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/ipc/child.hpp"
+#include "stagehand/ipc/shared_memory.hpp"
 
 #include "test_support.hpp"
 
@@ -274,10 +275,13 @@ TEST(CacheFill, ArchivesUnpackReadOnlyAndTreesStreamIdentical)
     EXPECT_EQ(s->identity.key, tree_key(d / "src"));
     ::close(p[1]);
   });
-  auto streamed = fill_from_stream(p[0], f3.get(), 1 << 20, "src");
+  stage::ExtractCounters counters;
+  auto streamed = fill_from_stream(p[0], f3.get(), 1 << 20, "src", &counters);
   writer.join();
   ::close(p[0]);
   ASSERT_TRUE(streamed) << streamed.error().message;
+  EXPECT_EQ(counters.bytes.load(), 3U);   // "hi\n": what a watcher sees as the fill's progress
+  EXPECT_GE(counters.entries.load(), 3U); // sub, sub/a, l (and ".")
   run("diff -r --no-dereference '" + (d / "src") + "' '" + (d / "fill3/data") + "'");
   // The limit holds while writing.
   ::mkdir((d / "fill4").c_str(), 0700);
@@ -438,6 +442,26 @@ TEST(CacheMaterialise, RacingSwapsNeverMakeRootChownOrChmodAnythingElse)
 
 // The daemon under `ulimit -n 256` (issue 10, item 7): its children still start, with the
 // descriptors they are given.
+TEST(Child, CountersInSharedMemoryAreSeenByTheParent)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  auto counters = ipc::SharedMemory<stage::ExtractCounters>::make();
+  ASSERT_TRUE(counters) << counters.error().message;
+  stage::ExtractCounters* c = counters->get();
+  ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "attacker"};
+  auto child = ipc::spawn_as(user, {}, [c](int sock, const std::vector<int>&) {
+    c->bytes.store(123456789012ULL);
+    c->entries.store(42);
+    (void)ipc::send_message(sock, "set");
+    return 0;
+  });
+  ASSERT_TRUE(child);
+  ASSERT_TRUE(ipc::receive_message(child->sock(), std::chrono::seconds(10)));
+  EXPECT_EQ(*child->wait(), 0);
+  EXPECT_EQ(c->bytes.load(), 123456789012ULL); // written by another process, as another user
+  EXPECT_EQ(c->entries.load(), 42U);
+}
+
 TEST(Child, StartsUnderALowDescriptorLimit)
 {
   STAGEHAND_REQUIRE_ROOT();

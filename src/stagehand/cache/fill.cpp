@@ -32,7 +32,8 @@ Status make_read_only(int fill_dir_fd)
   return ok_status();
 }
 
-Result<FillResult> unpack_into(int archive_fd, int fill_dir_fd, std::uint64_t max_bytes, const std::string& shown)
+Result<FillResult> unpack_into(int archive_fd, int fill_dir_fd, std::uint64_t max_bytes, const std::string& shown,
+                               stage::ExtractCounters* counters = nullptr)
 {
   if (::mkdirat(fill_dir_fd, k_data_name, 0700) != 0) {
     return Error::from_errno("cache fill");
@@ -44,6 +45,7 @@ Result<FillResult> unpack_into(int archive_fd, int fill_dir_fd, std::uint64_t ma
   stage::ExtractLimits limits;
   limits.max_bytes = max_bytes;
   limits.file_modes = stage::FileModes::read_only; // made read-only as they are written: no second pass
+  limits.counters = counters;
   auto stats = stage::extract_archive(archive_fd, dest.get(), limits, shown);
   if (!stats) {
     return stats.error();
@@ -83,9 +85,10 @@ Result<FillResult> fill_from_file(int src_fd, int fill_dir_fd, UnpackMode unpack
   return result;
 }
 
-Result<FillResult> fill_from_stream(int stream_fd, int fill_dir_fd, std::uint64_t max_bytes, const std::string& shown)
+Result<FillResult> fill_from_stream(int stream_fd, int fill_dir_fd, std::uint64_t max_bytes, const std::string& shown,
+                                    stage::ExtractCounters* counters)
 {
-  auto r = unpack_into(stream_fd, fill_dir_fd, max_bytes, shown);
+  auto r = unpack_into(stream_fd, fill_dir_fd, max_bytes, shown, counters);
   if (!r) {
     return r;
   }

@@ -6,6 +6,8 @@
 #include "stagehand/cache/key.hpp"
 #include "stagehand/util/result.hpp"
 
+#include "stagehand/stage/extract.hpp"
+
 #include <cstdint>
 #include <string>
 
@@ -23,7 +25,9 @@ struct FillResult
 Result<FillResult> fill_from_file(int src_fd, int fill_dir_fd, UnpackMode unpack, std::uint64_t max_bytes,
                                   const std::string& shown);
 
-// A directory source arriving as a tar stream (from the user side) on `stream_fd`.
-Result<FillResult> fill_from_stream(int stream_fd, int fill_dir_fd, std::uint64_t max_bytes, const std::string& shown);
+// A directory source arriving as a tar stream (from the user side) on `stream_fd`; `counters`,
+// when given, follow the unpacking.
+Result<FillResult> fill_from_stream(int stream_fd, int fill_dir_fd, std::uint64_t max_bytes, const std::string& shown,
+                                    stage::ExtractCounters* counters = nullptr);
 
 } // namespace stagehand::cache

@@ -244,6 +244,9 @@ Status ArchiveWriter::entry(struct archive* a, struct archive_entry* e)
   if (++m_entries > m_limits.max_entries) {
     return Error::limit("more than " + std::to_string(m_limits.max_entries) + " entries (limit)");
   }
+  if (m_limits.counters) {
+    m_limits.counters->entries.store(m_entries, std::memory_order_relaxed);
+  }
   const char* raw_name = entry_text(e, archive_entry_pathname, archive_entry_pathname_utf8);
   const std::string_view raw(raw_name ? raw_name : "");
   auto named = name_entry(raw);
@@ -341,6 +344,9 @@ template<typename Sink> Status ArchiveWriter::read_blocks(struct archive* a, Sin
                             "\": " + (archive_error_string(a) ? archive_error_string(a) : "read error"));
     }
     m_stats.bytes += size;
+    if (m_limits.counters) {
+      m_limits.counters->bytes.store(m_stats.bytes, std::memory_order_relaxed);
+    }
     if (m_stats.bytes > m_limits.max_bytes) {
       return too_many_bytes(m_limits.max_bytes);
     }
