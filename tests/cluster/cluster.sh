@@ -298,9 +298,17 @@ cmd_start() {
   rm -rf "$DIR/work"
   # Nor job directories and trash an earlier cluster left in the scratch bases (one stopped while a
   # job ran): job N of this cluster is not that one, and the tests count what is left there.
-  local d
+  # A mount left there (a test's FUSE share, a node's tmpfs) is detached first: emptying it would
+  # act on what it shows, and a dead FUSE mount would fail or hang the removal.
+  local d m
+  while read -r m; do
+    if [[ "$m" == "$DIR/scratch/"* ]]; then umount -l "$m" || die "cannot detach the mount $m"; fi
+  done < <(findmnt -rn -o TARGET | sort -r)
   for d in "$DIR"/scratch/*/; do
-    if [ -d "$d" ]; then find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system -- {} +; fi
+    d=${d%/}
+    [ -d "$d" ] && [ ! -L "$d" ] || continue
+    find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system -- {} + \
+      || die "cannot empty $d (a mount or an immutable file left there?)"
   done
   write_configs "$plugin" "$mode"
   echo "$SLURM_PREFIX" >"$DIR/etc/slurm-prefix"

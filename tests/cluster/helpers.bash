@@ -39,17 +39,21 @@ submit() {
 }
 
 # Waits until the job has left every node (epilogs done), at most 30 s. A squeue that fails (a
-# busy slurmctld) says nothing about the job: it is asked again.
+# busy slurmctld) says nothing about the job: it is asked again, each ask bounded to 5 s so that a
+# slurmctld that does not answer cannot stretch the wait past its deadline. A job slurmctld has
+# already purged (MinJobAge) is done.
 wait_job_done() {
-  local i out
-  for i in $(seq 1 60); do
-    if out=$(squeue -h -j "$1" -t PD,R,CG,S -o %i 2>/dev/null); then
+  local out end=$((SECONDS + 30))
+  while [ "$SECONDS" -lt "$end" ]; do
+    if out=$(timeout 5 squeue -h -j "$1" -t PD,R,CG,S -o %i 2>&1); then
       [ -z "$out" ] && return 0
+    elif [[ "$out" == *"Invalid job id"* ]]; then
+      return 0
     fi
     sleep 0.5
   done
   echo "job $1 still present after 30 s" >&2
-  squeue -a -j "$1" -o '%i %u %T %M %N %r' >&2 || true
+  timeout 5 squeue -a -j "$1" -o '%i %u %T %M %N %r' >&2 || true
   return 1
 }
 
