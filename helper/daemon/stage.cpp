@@ -86,6 +86,14 @@ void StageRun::finish_staging()
   m_d.m_stagings.erase(m_staging_id);
 }
 
+void StageRun::fill_alive()
+{
+  std::lock_guard lock(m_d.m_mutex);
+  if (m_fill_wait) {
+    m_fill_wait->progressed = std::chrono::steady_clock::now();
+  }
+}
+
 void StageRun::progress(const proto::Progress& p)
 {
   {

@@ -298,14 +298,6 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
     }
     UniqueFd rd(p[0]);
     UniqueFd wr(p[1]);
-    // What the service side has unpacked: a directory's fill reads a pipe, which has no offset to
-    // look at. Its bytes are the progress the job and `stagehand status` see; bytes or entries
-    // moving keep jobs waiting for this fill from giving up on it.
-    auto counters = ipc::SharedMemory<stage::ExtractCounters>::make();
-    if (!counters) {
-      return drop(counters.error());
-    }
-    stage::ExtractCounters* const done = counters->get();
     const std::string path = src.path;
     auto reader = ipc::spawn_as(m_user, {src_fd, wr.get()}, [&](int sock, const std::vector<int>& kept) {
       auto r = cache::stream_tree(kept[0], kept[1], path, shown);
@@ -320,8 +312,23 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
     if (!reader) {
       return drop(reader.error());
     }
-    auto svc = ipc::spawn_as(service, {rd.get(), fill_fd}, [&](int sock, const std::vector<int>& kept) {
-      auto r = cache::fill_from_stream(kept[0], kept[1], room, shown, done);
+    // What the service side has unpacked: a directory's fill reads a pipe, which has no offset to
+    // look at. Its bytes are the progress the job and `stagehand status` see; bytes or entries
+    // moving keep jobs waiting for this fill from giving up on it. Made after the user's reader
+    // is forked and handed to the service side alone: the job's user cannot write these numbers.
+    auto counters = ipc::SharedMemory<stage::WorkCounters>::make();
+    if (!counters) {
+      reader->kill();
+      return drop(counters.error());
+    }
+    stage::WorkCounters* const done = counters->get();
+    auto svc = ipc::spawn_as(service, {rd.get(), fill_fd, counters->fd()}, [&](int sock, const std::vector<int>& kept) {
+      auto shared = ipc::SharedMemory<stage::WorkCounters>::attach(kept[2]);
+      if (!shared) {
+        (void)ipc::send_message(sock, child_error(shared.error()));
+        return 1;
+      }
+      auto r = cache::fill_from_stream(kept[0], kept[1], room, shown, shared->get());
       if (!r) {
         (void)ipc::send_message(sock, child_error(r.error()));
         return 1;
@@ -338,10 +345,7 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
     auto status = [&] {
       if (const auto entries = done->entries.load(std::memory_order_relaxed); entries != entries_seen) {
         entries_seen = entries; // empty files move no bytes, yet the fill is alive
-        std::lock_guard lock(m_d.m_mutex);
-        if (m_fill_wait) {
-          m_fill_wait->progressed = std::chrono::steady_clock::now();
-        }
+        fill_alive();
       }
       return proto::Progress{shown, done->bytes.load(std::memory_order_relaxed), src_bytes, seconds()};
     };
@@ -376,8 +380,11 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
                        (*result)["bytes"].get<std::uint64_t>()};
   const double unpacked = seconds();
   // Until it is published the fill is this staging's alone: measured, described and synced without
-  // the daemon's lock (a walk of every file, a sync that waits for the disk).
+  // the daemon's lock (a walk of every file, a sync that waits for the disk). Jobs waiting for it
+  // see it alive before each of the two.
+  fill_alive();
   const std::uint64_t fill_bytes = cache::disk_usage(f.dir.get(), cache::k_data_name);
+  fill_alive();
   std::uint64_t max_bytes = 0;
   {
     std::lock_guard lock(m_d.m_mutex);

@@ -41,6 +41,9 @@ private:
   Result<UniqueFd> open_job_dir();
   void finish_staging();
   void progress(const proto::Progress& p);
+  // Our fill is alive though its bytes may not move (empty files, its final walk and sync): jobs
+  // waiting for it do not give up on it yet.
+  void fill_alive();
   // Waits for a child's message, sending a progress frame every few seconds meanwhile. On any
   // failure the child is killed (the job user may have stopped it: it runs with their uid).
   Result<ipc::Message> await(ipc::Child& child, const std::function<proto::Progress()>& status);

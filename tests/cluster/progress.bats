@@ -97,6 +97,23 @@ assert_progress_before_summary() {
   [ "$(echo "$moving" | tail -n1 | cut -d: -f1)" -lt "$summary_at" ]
 }
 
+# Without the daemon the job copies the directory itself: its progress is the bytes copied so far
+# of the total its check on the node measured (it said "size unknown" before).
+@test "a directory staged in the job (no daemon cache) prints progress with percent and time left" {
+  cache_off
+  submit -N1 -w node1 --stage-data=prog/tree:t2 --wrap "'cmp \$SLURM_TMPDIR/t2/sub/part.bin $WORK/prog-src/tree/sub/part.bin && echo same'"
+  cache_on
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -qx same
+  echo "$LAST_OUTPUT" | grep -q '^stagehand: node1: copied .*/tree -> .*(no cache)$'
+  ! echo "$LAST_OUTPUT" | grep -q 'size unknown'
+  local moving summary_at
+  moving=$(echo "$LAST_OUTPUT" | grep -nE "^stagehand: node1: staging .*/tree: [1-9][0-9]*%, [0-9.]+ [KMG]?i?B of 32\.0 MiB, [0-9.]+ [KMG]?i?B/s, [0-9]+ s left$") || {
+    echo "no progress line with bytes done for tree" >&2; return 1; }
+  summary_at=$(echo "$LAST_OUTPUT" | grep -n '^stagehand: node1: copied .*/tree -> ' | cut -d: -f1)
+  [ "$(echo "$moving" | tail -n1 | cut -d: -f1)" -lt "$summary_at" ]
+}
+
 @test "a staging shorter than the interval prints no progress line; progress_interval = 0 prints none" {
   submit -N1 -w node1 --stage-data=prog/small.txt:small.txt --wrap true
   [ "$JOB_RC" -eq 0 ]

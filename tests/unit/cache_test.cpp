@@ -275,7 +275,7 @@ TEST(CacheFill, ArchivesUnpackReadOnlyAndTreesStreamIdentical)
     EXPECT_EQ(s->identity.key, tree_key(d / "src"));
     ::close(p[1]);
   });
-  stage::ExtractCounters counters;
+  stage::WorkCounters counters;
   auto streamed = fill_from_stream(p[0], f3.get(), 1 << 20, "src", &counters);
   writer.join();
   ::close(p[0]);
@@ -440,18 +440,23 @@ TEST(CacheMaterialise, RacingSwapsNeverMakeRootChownOrChmodAnythingElse)
   EXPECT_EQ(st.st_mode & 07777, 0444U);
 }
 
-// The daemon under `ulimit -n 256` (issue 10, item 7): its children still start, with the
-// descriptors they are given.
+// Counters a service-side child updates (a directory fill's bytes and entries): the child given
+// the descriptor writes them, as another user, and the parent reads them; a child not given it
+// (the job user's reader, forked from the same process) has no mapping of them at all.
 TEST(Child, CountersInSharedMemoryAreSeenByTheParent)
 {
   STAGEHAND_REQUIRE_ROOT();
-  auto counters = ipc::SharedMemory<stage::ExtractCounters>::make();
+  auto counters = ipc::SharedMemory<stage::WorkCounters>::make();
   ASSERT_TRUE(counters) << counters.error().message;
-  stage::ExtractCounters* c = counters->get();
+  stage::WorkCounters* c = counters->get();
   ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "attacker"};
-  auto child = ipc::spawn_as(user, {}, [c](int sock, const std::vector<int>&) {
-    c->bytes.store(123456789012ULL);
-    c->entries.store(42);
+  auto child = ipc::spawn_as(user, {counters->fd()}, [](int sock, const std::vector<int>& kept) {
+    auto shared = ipc::SharedMemory<stage::WorkCounters>::attach(kept.at(0));
+    if (!shared) {
+      return 1;
+    }
+    (*shared)->bytes.store(123456789012ULL);
+    (*shared)->entries.store(42);
     (void)ipc::send_message(sock, "set");
     return 0;
   });
@@ -460,8 +465,22 @@ TEST(Child, CountersInSharedMemoryAreSeenByTheParent)
   EXPECT_EQ(*child->wait(), 0);
   EXPECT_EQ(c->bytes.load(), 123456789012ULL); // written by another process, as another user
   EXPECT_EQ(c->entries.load(), 42U);
+
+  auto other = ipc::spawn_as(user, {}, [c](int sock, const std::vector<int>&) {
+    const bool mapped = ::msync(static_cast<void*>(c), sizeof *c, MS_ASYNC) == 0 || errno != ENOMEM;
+    (void)ipc::send_message(sock, mapped ? "mapped" : "not mapped");
+    return 0;
+  });
+  ASSERT_TRUE(other);
+  auto said = ipc::receive_message(other->sock(), std::chrono::seconds(10));
+  ASSERT_TRUE(said);
+  EXPECT_EQ(said->text, "not mapped");
+  EXPECT_EQ(*other->wait(), 0);
+  EXPECT_EQ(c->bytes.load(), 123456789012ULL);
 }
 
+// The daemon under `ulimit -n 256` (issue 10, item 7): its children still start, with the
+// descriptors they are given.
 TEST(Child, StartsUnderALowDescriptorLimit)
 {
   STAGEHAND_REQUIRE_ROOT();

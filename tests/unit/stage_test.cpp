@@ -240,9 +240,13 @@ TEST(CopyTree, ContentModesLinksTimesNoSetuidNoSpecials)
      "touch -d @1500000000 src/a/b/blob");
   UniqueFd src(::open((dir / "src").c_str(), O_RDONLY | O_DIRECTORY));
   UniqueFd dst(::open((dir / "dst").c_str(), O_RDONLY | O_DIRECTORY));
+  WorkCounters progress; // what the progress reporter's thread reads while the copy goes
   CopyStats stats;
+  stats.counters = &progress;
   ASSERT_TRUE(copy_tree(src.get(), dst.get(), 1ULL << 30, stats, "src"));
   EXPECT_EQ(sh("cmp '" + dir / "src/a/b/blob" + "' '" + dir / "dst/a/b/blob" + "'"), 0);
+  EXPECT_EQ(progress.bytes.load(), 300002U);
+  EXPECT_EQ(progress.entries.load(), 2U);
   EXPECT_EQ(stats.files, 2U);
   EXPECT_EQ(stats.symlinks, 1U);
   EXPECT_EQ(stats.skipped_special, 1U);

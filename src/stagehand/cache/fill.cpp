@@ -33,7 +33,7 @@ Status make_read_only(int fill_dir_fd)
 }
 
 Result<FillResult> unpack_into(int archive_fd, int fill_dir_fd, std::uint64_t max_bytes, const std::string& shown,
-                               stage::ExtractCounters* counters = nullptr)
+                               stage::WorkCounters* counters = nullptr)
 {
   if (::mkdirat(fill_dir_fd, k_data_name, 0700) != 0) {
     return Error::from_errno("cache fill");
@@ -86,7 +86,7 @@ Result<FillResult> fill_from_file(int src_fd, int fill_dir_fd, UnpackMode unpack
 }
 
 Result<FillResult> fill_from_stream(int stream_fd, int fill_dir_fd, std::uint64_t max_bytes, const std::string& shown,
-                                    stage::ExtractCounters* counters)
+                                    stage::WorkCounters* counters)
 {
   auto r = unpack_into(stream_fd, fill_dir_fd, max_bytes, shown, counters);
   if (!r) {

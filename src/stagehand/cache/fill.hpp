@@ -28,6 +28,6 @@ Result<FillResult> fill_from_file(int src_fd, int fill_dir_fd, UnpackMode unpack
 // A directory source arriving as a tar stream (from the user side) on `stream_fd`; `counters`,
 // when given, follow the unpacking.
 Result<FillResult> fill_from_stream(int stream_fd, int fill_dir_fd, std::uint64_t max_bytes, const std::string& shown,
-                                    stage::ExtractCounters* counters = nullptr);
+                                    stage::WorkCounters* counters = nullptr);
 
 } // namespace stagehand::cache

@@ -21,7 +21,7 @@ namespace {
 // Copies until EOF with one method; returns false (nothing copied) if the method is unsupported.
 enum class Method { copy_file_range, sendfile, read_write };
 
-Result<bool> copy_with(Method m, int in, int out, std::uint64_t& copied, std::uint64_t limit)
+Result<bool> copy_with(Method m, int in, int out, std::uint64_t& copied, std::uint64_t limit, WorkCounters* counters)
 {
   std::vector<char> buf;
   for (;;) {
@@ -60,6 +60,9 @@ Result<bool> copy_with(Method m, int in, int out, std::uint64_t& copied, std::ui
       return true;
     }
     copied += static_cast<std::uint64_t>(n);
+    if (counters) {
+      counters->bytes.fetch_add(static_cast<std::uint64_t>(n), std::memory_order_relaxed);
+    }
     if (copied > limit) {
       return Error::limit("more than " + std::to_string(limit) + " bytes (limit)");
     }
@@ -82,7 +85,7 @@ Status copy_contents(int src_fd, int out_fd, std::uint64_t max_bytes, CopyStats&
   const std::uint64_t room = max_bytes > stats.bytes ? max_bytes - stats.bytes : 0;
   std::uint64_t copied = 0;
   for (Method m : {Method::copy_file_range, Method::sendfile, Method::read_write}) {
-    auto done = copy_with(m, src_fd, out_fd, copied, room);
+    auto done = copy_with(m, src_fd, out_fd, copied, room, stats.counters);
     if (!done) {
       return done.error();
     }
@@ -92,6 +95,9 @@ Status copy_contents(int src_fd, int out_fd, std::uint64_t max_bytes, CopyStats&
   }
   stats.bytes += copied;
   ++stats.files;
+  if (stats.counters) {
+    stats.counters->entries.fetch_add(1, std::memory_order_relaxed);
+  }
   if (::fchmod(out_fd, st.st_mode & 0777) != 0) {
     return Error::from_errno("cannot set the mode of the copy");
   }

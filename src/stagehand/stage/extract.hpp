@@ -2,9 +2,9 @@
 // outside it. libarchive only reads; every write is ours, fd-relative.
 #pragma once
 
+#include "stagehand/stage/counters.hpp"
 #include "stagehand/util/result.hpp"
 
-#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -15,22 +15,13 @@ namespace stagehand::stage {
 // files, which nobody may write).
 enum class FileModes { from_archive, read_only };
 
-// What an extraction has done so far, for a watcher elsewhere (another process, when these live in
-// shared memory): the source's offset says nothing when it is a pipe.
-struct ExtractCounters
-{
-  std::atomic<std::uint64_t> bytes{0};   // file data written
-  std::atomic<std::uint64_t> entries{0}; // entries read
-};
-static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "ExtractCounters may live in shared memory");
-
 struct ExtractLimits
 {
   std::uint64_t max_bytes = 2ULL << 40;      // file data written, in total
   std::uint64_t max_entries = 10'000'000ULL; // entries read
   unsigned writer_threads = 0; // small-file writers: 0 one per core (up to 4); 1 none (reader writes)
   FileModes file_modes = FileModes::from_archive;
-  ExtractCounters* counters = nullptr; // kept up to date when set
+  WorkCounters* counters = nullptr; // kept up to date when set
 };
 
 struct ExtractStats

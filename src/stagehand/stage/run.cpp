@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
 namespace stagehand::stage {
 
@@ -117,7 +118,14 @@ Result<Staged> stage_one(const CheckedSource& src, int tmpdir_fd, const StageLim
   struct stat in_st {};
   const std::uint64_t in_size =
     !src.is_dir && ::fstat(in->fd.get(), &in_st) == 0 && S_ISREG(in_st.st_mode) ? static_cast<std::uint64_t>(in_st.st_size) : 0;
-  const ProgressScope progress(limits.progress, src.shown, src.is_dir ? -1 : in->fd.get(), in_size);
+  // A file's progress is its offset; a directory's, the bytes its copy has written so far, of the
+  // total its check on this node measured.
+  WorkCounters tree_done;
+  const std::optional<ProgressScope> progress =
+    src.is_dir ? std::optional<ProgressScope>(std::in_place, limits.progress, src.shown,
+                                              [&tree_done] { return tree_done.bytes.load(std::memory_order_relaxed); },
+                                              src.bytes)
+               : std::optional<ProgressScope>(std::in_place, limits.progress, src.shown, in->fd.get(), in_size);
   Staged out;
   // The content decides, here too: a file is unpacked only if it really is an archive.
   bool unpack = false;
@@ -149,6 +157,7 @@ Result<Staged> stage_one(const CheckedSource& src, int tmpdir_fd, const StageLim
   remember(made, parent->get(), name, dest.get());
   if (src.is_dir) {
     CopyStats stats;
+    stats.counters = &tree_done;
     if (auto st = copy_tree(in->fd.get(), dest.get(), room, stats, src.shown); !st) {
       return st.error();
     }
