@@ -338,6 +338,7 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
     });
     rd.reset();
     wr.reset();
+    counters->handed_out();
     if (!svc) {
       return drop(svc.error());
     }
@@ -364,13 +365,20 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
       return drop(read_msg.error());
     }
     auto read = child_reply(*read_msg);
+    if (msg) {
+      result = child_reply(*msg);
+    }
     if (!read) {
-      return drop(read.error()); // the user side's reason (e.g. permission denied) comes first
+      // The user side's reason (e.g. permission denied) comes first, unless it only saw the fill
+      // side go away: then the fill side's own reason is the one to say (out of room, a limit).
+      if (read.error().code == EPIPE && msg && !result) {
+        return drop(result.error());
+      }
+      return drop(read.error());
     }
     if (!msg) {
       return drop(msg.error());
     }
-    result = child_reply(*msg);
     source_changed = (*read)["key"].get<std::string>() != key || (*read)["changed"].get<bool>();
   }
   if (!result) {

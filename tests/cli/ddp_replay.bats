@@ -23,7 +23,7 @@ value() { echo "$1" | awk -v r="$2" -v n="$3" '/^# rank /{ cur = $3 } cur == r &
   done
   [ "$(value "$output" 0 LOCAL_WORLD_SIZE)" = 4 ] && [ "$(value "$output" 4 LOCAL_WORLD_SIZE)" = 1 ]
   [ "$(echo "$output" | grep '^export MASTER_PORT=' | sort -u | wc -l)" -eq 1 ]
-  ! echo "$output" | grep -q '^export PET_'
+  ! echo "$output" | grep -q '^export PET_' || false
 }
 
 @test "one task per node: the torchrun set, with node 0 hosting the rendezvous; the output is sourceable" {
@@ -40,7 +40,7 @@ value() { echo "$1" | awk -v r="$2" -v n="$3" '/^# rank /{ cur = $3 } cur == r &
 @test "tasks mode leaves the torchrun set out; a bad mode or a missing layout is one line" {
   run "$STAGEHAND_DDP_REPLAY" "$FIXTURES" pernode tasks
   [ "$status" -eq 0 ]
-  ! echo "$output" | grep -q '^export PET_'
+  ! echo "$output" | grep -q '^export PET_' || false
   run "$STAGEHAND_DDP_REPLAY" "$FIXTURES" pernode mpi
   [ "$status" -eq 2 ]
   [ "$output" = 'stagehand-ddp-replay: --ddp-env: unknown value "mpi" (expected auto, tasks or torchrun)' ]

@@ -152,7 +152,7 @@ EOF2
   echo "$LAST_OUTPUT" | grep -qx "tree ok on node1"
   echo "$LAST_OUTPUT" | grep -qx "tree ok on node2"
   [ "$(echo "$LAST_OUTPUT" | grep -c '^stagehand: node[12]: copied .*/tree -> .*/tree: 1 files, .* (no cache)$')" -eq 2 ]
-  ! echo "$LAST_OUTPUT" | grep -q 'broadcast'
+  ! echo "$LAST_OUTPUT" | grep -q 'broadcast' || false
 }
 
 @test "when sbcast cannot run, the waiting node says so in one line and reads the source itself" {
@@ -185,7 +185,7 @@ EOF2
   [ "$JOB_RC" -eq 0 ]
   echo "$LAST_OUTPUT" | grep -qx "content ok on node1"
   echo "$LAST_OUTPUT" | grep -qx "content ok on node2"
-  ! echo "$LAST_OUTPUT" | grep -q 'broadcast'
+  ! echo "$LAST_OUTPUT" | grep -q 'broadcast' || false
   [ "$read" -ge $(( size * 2 )) ]
   [ "$(grep -c 'differs per node' "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log")" -eq "$logged" ] # not per job
 }

@@ -300,9 +300,13 @@ cmd_start() {
   # job ran): job N of this cluster is not that one, and the tests count what is left there.
   # A mount left there (a test's FUSE share, a node's tmpfs) is detached first: emptying it would
   # act on what it shows, and a dead FUSE mount would fail or hang the removal.
-  local d m
+  local d m base
+  base=$(realpath -m "$DIR/scratch")
   while read -r m; do
-    if [[ "$m" == "$DIR/scratch/"* ]]; then umount -l "$m" || die "cannot detach the mount $m"; fi
+    m=$(printf '%b' "$m") # findmnt -r writes a space as \x20
+    if [[ "$m" == "$base/"* ]]; then
+      umount -l "$m" || ! mountpoint -q "$m" || die "cannot detach the mount $m"
+    fi
   done < <(findmnt -rn -o TARGET | sort -r)
   for d in "$DIR"/scratch/*/; do
     d=${d%/}

@@ -100,7 +100,7 @@ print(sum(x['bytes'] for x in e))" "$output")
   scontrol release "$id"; wait_job_done "$id"
   out=$(cat "$WORK/out.$id"); echo "$out"
   [ "$(echo "$out" | grep -c 'stagehand: --stage-data: .*lab/ds.tar: [Pp]ermission denied')" -eq 1 ]
-  ! echo "$out" | grep -q 'line 2'
+  ! echo "$out" | grep -q 'line 2' || false
   [ "$(scontrol show job "$id" -o | grep -o 'JobState=[A-Z]*')" = JobState=FAILED ]
   # The owner opens it again (the archive's own identity unchanged): a hit.
   chmod 0755 "$WORK/cache-src/lab"
@@ -266,7 +266,7 @@ PY
   for _ in $(seq 1 100); do [ -d "$(job_dir node1 "$id")" ] && break; sleep 0.2; done
   run runuser -u "$other" -- "$STAGEHAND_BUILD_DIR/helper/stagehand" status --json --config "$STAGEHAND_TEST_CONFIG" --node node1
   [ "$status" -eq 0 ]
-  ! echo "$output" | grep -q "\"job_id\": $id"
+  ! echo "$output" | grep -q "\"job_id\": $id" || false
   run as_user "'$STAGEHAND_BUILD_DIR/helper/stagehand' status --json --config '$STAGEHAND_TEST_CONFIG' --node node1"
   echo "$output" | grep -q "\"job_id\": $id"
   echo "$output" | grep -q '"state": "running"'
@@ -360,7 +360,7 @@ PY
   echo "$LAST_OUTPUT" | grep -q '(cache miss)$'
   echo "$LAST_OUTPUT" | grep -qx same
   grep -q "cache: evicted .*/lru/s2.bin" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node2.log"
-  ! grep -q "cache: evicted .*/lru/s1.bin" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node2.log"
+  ! grep -q "cache: evicted .*/lru/s1.bin" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node2.log" || false
   run --separate-stderr "$STAGEHAND_BUILD_DIR/helper/stagehand" cache ls --json --config "$STAGEHAND_TEST_CONFIG" --node node2
   [ "$status" -eq 0 ]
   python3 -c "

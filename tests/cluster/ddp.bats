@@ -84,7 +84,7 @@ assert_all_ranks_agree() {
   [ "$JOB_RC" -eq 0 ]
   echo "$LAST_OUTPUT" | grep -q '^PET_RDZV_CONF=is_host=1,read_timeout=3600,join_timeout=3600$'
   echo "$LAST_OUTPUT" | grep -q '^PET_RDZV_CONF=is_host=0,read_timeout=3600,join_timeout=3600$'
-  ! echo "$LAST_OUTPUT" | grep -q '^TORCHELASTIC_'
+  ! echo "$LAST_OUTPUT" | grep -q '^TORCHELASTIC_' || false
 }
 
 @test "a bad --ddp-env value is refused at submit, nothing queued" {

@@ -34,7 +34,7 @@ EOF
   outer_port=$(echo "$LAST_OUTPUT" | sed -n 's/^outer 0 1 \([0-9]*\) 1$/\1/p')
   [ -n "$outer_port" ]
   [ "$(echo "$LAST_OUTPUT" | grep -Ec '^inner [0-3] 4 [0-9]+ nopet$')" -eq 4 ]
-  ! echo "$LAST_OUTPUT" | grep -q "^inner .* $outer_port "
+  ! echo "$LAST_OUTPUT" | grep -q "^inner .* $outer_port " || false
   assert_all_ranks_agree "$LAST_OUTPUT" 4
 }
 
@@ -123,7 +123,7 @@ EOF
   next=$(echo "$LAST_OUTPUT" | sed -n 's/^next //p')
   [ -n "$next" ]
   echo "$LAST_OUTPUT" | grep -qx 'rc=1'
-  ! echo "$LAST_OUTPUT" | grep -q '^started'
+  ! echo "$LAST_OUTPUT" | grep -q '^started' || false
   [ "$(echo "$LAST_OUTPUT" | grep -c 'stagehand:')" -eq 1 ]
   echo "$LAST_OUTPUT" | grep -q "stagehand: --ddp-env: MASTER_PORT $next is already in use on node1 (another program holds it); resubmit, or set MASTER_PORT yourself; your admin can give every step ports of its own with MpiParams=ports= in slurm.conf"
 }

@@ -105,7 +105,7 @@ EOF2
   for src in fault/big.bin fault/big.tar.gz; do
     submit -N1 -w node1 --stage-data=$src --wrap "'echo should-not-run'"
     [ "$JOB_RC" -ne 0 ]
-    ! echo "$LAST_OUTPUT" | grep -q should-not-run
+    ! echo "$LAST_OUTPUT" | grep -q should-not-run || false
     [ "$(echo "$LAST_OUTPUT" | grep -c "stagehand: --stage-data: .*$src.*No space left on device")" -eq 1 ]
     wait_no_job_dirs "$small"
     [ "$(du -sk "$small" | cut -f1)" -lt 100 ]

@@ -46,7 +46,7 @@ wait_job_done() {
   local out end=$((SECONDS + 30))
   while [ "$SECONDS" -lt "$end" ]; do
     if out=$(timeout 5 squeue -h -j "$1" -t PD,R,CG,S -o %i 2>&1); then
-      [ -z "$out" ] && return 0
+      grep -qE '^[0-9]+' <<<"$out" || return 0 # a warning squeue printed is not the job
     elif [[ "$out" == *"Invalid job id"* ]]; then
       return 0
     fi

@@ -106,7 +106,7 @@ assert_progress_before_summary() {
   [ "$JOB_RC" -eq 0 ]
   echo "$LAST_OUTPUT" | grep -qx same
   echo "$LAST_OUTPUT" | grep -q '^stagehand: node1: copied .*/tree -> .*(no cache)$'
-  ! echo "$LAST_OUTPUT" | grep -q 'size unknown'
+  ! echo "$LAST_OUTPUT" | grep -q 'size unknown' || false
   local moving summary_at
   moving=$(echo "$LAST_OUTPUT" | grep -nE "^stagehand: node1: staging .*/tree: [1-9][0-9]*%, [0-9.]+ [KMG]?i?B of 32\.0 MiB, [0-9.]+ [KMG]?i?B/s, [0-9]+ s left$") || {
     echo "no progress line with bytes done for tree" >&2; return 1; }
@@ -118,14 +118,14 @@ assert_progress_before_summary() {
   submit -N1 -w node1 --stage-data=prog/small.txt:small.txt --wrap true
   [ "$JOB_RC" -eq 0 ]
   echo "$LAST_OUTPUT" | grep -q '^stagehand: node1: copied .*/small.txt -> '
-  ! echo "$LAST_OUTPUT" | grep -q 'staging '
+  ! echo "$LAST_OUTPUT" | grep -q 'staging ' || false
   set_tmpdir_config "" '[stage]
 progress_interval = "0"'
   fresh c.tar
   submit -N1 -w node1 --stage-data=prog/c.tar:c --wrap true
   [ "$JOB_RC" -eq 0 ]
   echo "$LAST_OUTPUT" | grep -q '^stagehand: node1: unpacked .*/c.tar -> '
-  ! echo "$LAST_OUTPUT" | grep -q 'staging '
+  ! echo "$LAST_OUTPUT" | grep -q 'staging ' || false
 }
 
 # Submits a job staging prog/SRC on node1 without waiting; polls `stagehand status` until it lists

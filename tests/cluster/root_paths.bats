@@ -53,7 +53,7 @@ EOF2
   run "$STAGEHAND" gc --config "$STAGEHAND_TEST_CONFIG" --node node1
   echo "$output"
   [ "$status" -eq 0 ]
-  ! echo "$output" | grep -q "job_$id"
+  ! echo "$output" | grep -q "job_$id" || false
   sleep 7
   [ -e "$d/run-1" ]
   touch "$WORK/release-$id"
@@ -77,7 +77,7 @@ EOF2
     [ "$(cat "$b/$e/data")" = left ]
   done
   grep "prolog: job $JOB_ID: created" "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log"
-  ! grep "prolog: job $JOB_ID:" "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log" | grep -q removed
+  ! grep "prolog: job $JOB_ID:" "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log" | grep -q removed || false
   "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-start node1
   for e in job_900001 job_900002 .trash.job_900003.1 .new.job_900004.1.0; do wait_gone "$b/$e"; done
   [ ! -e "$b/.keep.job_900001" ]
@@ -167,7 +167,7 @@ EOF2
   submit -N1 -w node1 --tmpdir --wrap "'echo should-not-run'"
   [ "$JOB_RC" -ne 0 ]
   echo "$LAST_OUTPUT" | grep -q "no scratch directory on node node1"
-  ! echo "$LAST_OUTPUT" | grep -q should-not-run
+  ! echo "$LAST_OUTPUT" | grep -q should-not-run || false
   lines=$(grep "prolog: job $JOB_ID:" "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log")
   echo "$lines"
   [ "$(echo "$lines" | wc -l)" -eq 1 ]

@@ -114,7 +114,7 @@ EOF2
   submit -N1 --stage-data=data/symlink-then-write.tar --wrap "'echo should-not-run'"
   [ "$JOB_RC" -ne 0 ]
   echo "$LAST_OUTPUT" | grep -q 'stagehand: --stage-data: /.*/data/symlink-then-write.tar: entry "evil/escaped": "evil" is a symlink or a file, not a directory: refused (node node1)'
-  ! echo "$LAST_OUTPUT" | grep -q should-not-run
+  ! echo "$LAST_OUTPUT" | grep -q should-not-run || false
   [ "$(ls -A "$STAGEHAND_CLUSTER_DIR/outside")" = sentinel ]
   [ ! -e "$(job_dir node1 "$JOB_ID")" ]
 }
@@ -145,7 +145,7 @@ EOF2
   mv -f "$helper.real" "$helper"
   [ "$JOB_RC" -ne 0 ]
   [ "$(echo "$LAST_OUTPUT" | grep -c 'stagehand: --stage-data: the staging helper was killed by signal 9 (SIGKILL) on node node1$')" -eq 1 ]
-  ! echo "$LAST_OUTPUT" | grep -q should-not-run
+  ! echo "$LAST_OUTPUT" | grep -q should-not-run || false
   [ ! -e "$(job_dir node1 "$JOB_ID")" ]
 }
 

@@ -90,7 +90,7 @@ EOF2
     echo "$LAST_OUTPUT" | grep -qx bottom
     if [ "$daemon" = up ]; then
       echo "$LAST_OUTPUT" | grep -q 'eng/deep -> .* (cache \(miss\|hit\))$'
-      ! echo "$LAST_OUTPUT" | grep -q 'could not stage'
+      ! echo "$LAST_OUTPUT" | grep -q 'could not stage' || false
     else
       echo "$LAST_OUTPUT" | grep -q 'copied .*eng/wide -> .*: 1 files, .* (no cache)$'
     fi
@@ -112,7 +112,7 @@ EOF2
   out=$(cat "$WORK/out.$id"); echo "$out"
   as_user "rm -f eng/second.bin && echo second > eng/second.bin"
   [ "$(echo "$out" | grep -c 'eng/second.bin: is a FIFO, device or socket, not a file or directory: refused')" -eq 1 ]
-  ! echo "$out" | grep -q should-not-run
+  ! echo "$out" | grep -q should-not-run || false
   [ "$(scontrol show job "$id" -o | grep -o 'JobState=[A-Z]*')" = JobState=FAILED ]
   [ "$n" -lt 16777216 ] # the swap came while the first source was staging
   assert_nodes_healthy

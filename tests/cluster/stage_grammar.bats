@@ -115,6 +115,6 @@ max_bytes = \"100K\""
   echo "$LAST_OUTPUT" | grep -qx 300
   submit -N1 -w node1 --stage-data=gram/zeros.tar.gz --wrap "'echo should-not-run'"
   [ "$JOB_RC" -ne 0 ]
-  ! echo "$LAST_OUTPUT" | grep -q should-not-run
+  ! echo "$LAST_OUTPUT" | grep -q should-not-run || false
   [ "$(echo "$LAST_OUTPUT" | grep -c 'gram/zeros.tar.gz: unpacks to more than 102400 bytes (limit)')" -ge 1 ]
 }

@@ -129,7 +129,7 @@ EOF2
   wait_copied "$JOB_ID" "$WORK/so/r/$LOG"
   [ -L "$WORK/so/r/link" ]
   [ "$(readlink "$WORK/so/r/link")" = "$secret" ]
-  ! grep -rq TOP-SECRET "$WORK/so/r"
+  ! grep -rq TOP-SECRET "$WORK/so/r" || false
   [ "$(cat "$WORK/so/r/ok")" = ok ]
   grep -q "res -> $WORK/so/r: 1 file, 3 bytes, 1 symlink" "$WORK/so/r/$LOG"
 }
@@ -227,7 +227,7 @@ assert any(j['job_id'] == $JOB_ID and j['state'].startswith('stage-out pending')
   copied=$(find "$dest" -name 'f*' | wc -l)
   echo "# copied before kill -9: $copied of 4000 files" >&3
   [ "$copied" -lt 4000 ]
-  ! grep -qs "job $JOB_ID" "$dest/$LOG"
+  ! grep -qs "job $JOB_ID" "$dest/$LOG" || false
   ls -a "$SCRATCH/node1" | grep -q "^.stageout.job_$JOB_ID\."
   "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-start node1
   for _ in $(seq 1 240); do grep -qs "job $JOB_ID node node1: big -> $dest: 4000 files, 4194304000 bytes" "$dest/$LOG" && break; sleep 0.5; done
@@ -237,6 +237,6 @@ assert any(j['job_id'] == $JOB_ID and j['state'].startswith('stage-out pending')
   [ -z "$(find "$dest" ! -user "$STAGEHAND_TEST_USER")" ]
   [ -z "$(find "$dest" -name '.stagehand-out.*')" ]
   for _ in $(seq 1 100); do ls -a "$SCRATCH/node1" | grep -q "job_$JOB_ID" || break; sleep 0.2; done
-  ! ls -a "$SCRATCH/node1" | grep "job_$JOB_ID"
+  ! ls -a "$SCRATCH/node1" | grep "job_$JOB_ID" || false
   grep -q "job $JOB_ID: stage-out: resuming the copy" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"
 }

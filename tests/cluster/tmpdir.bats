@@ -155,6 +155,6 @@ EOF2
   out=$(cat "$WORK/out.$id")
   echo "$out"
   echo "$out" | grep -qx "run 1"
-  ! echo "$out" | grep -q "^found:"
+  ! echo "$out" | grep -q "^found:" || false
   [ ! -e "$(job_dir node1 "$id")" ]
 }

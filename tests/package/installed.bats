@@ -18,7 +18,7 @@ setup_file() {
 @test "the installed binaries are the ones in use" {
   [ "$(command -v stagehand)" = /usr/bin/stagehand ]
   grep -q "^required /usr/lib/.*/slurm-wlm/stagehand.so config=" "$STAGEHAND_CLUSTER_DIR/etc/plugstack.conf"
-  ! grep -q "helper=" "$STAGEHAND_CLUSTER_DIR/etc/plugstack.conf"
+  ! grep -q "helper=" "$STAGEHAND_CLUSTER_DIR/etc/plugstack.conf" || false
   run /usr/bin/stagehand check-config /etc/slurm/stagehand.toml
   [ "$status" -eq 0 ]
   [[ "$output" == *"/etc/slurm/stagehand.toml: ok"* ]]

@@ -27,8 +27,10 @@ TEST(Progress, UnknownTotalOrNothingReadYetStillSaysSomethingTrue)
   EXPECT_EQ(progress_text(proto::Progress{"/d/tree", 0, 0, 31.2}), "staging /d/tree: 31 s so far, size unknown");
   EXPECT_EQ(progress_text(proto::Progress{"/a.tar", 0, 100, 30.0}),
             "staging /a.tar: 0%, 0 B of 100 B, 0 B/s, time left unknown");
-  // A file that grew past its size at open never reads above 100%.
-  EXPECT_EQ(progress_text(proto::Progress{"/a", 200, 100, 1.0}), "staging /a: 100%, 100 B of 100 B, 200 B/s, 0 s left");
+  // A file that grew past its size at open never reads above 100%, nor claims to be done.
+  EXPECT_EQ(progress_text(proto::Progress{"/a", 200, 100, 1.0}),
+            "staging /a: 100%, 100 B of 100 B, 200 B/s, time left unknown");
+  EXPECT_EQ(progress_text(proto::Progress{"/a", 100, 100, 1.0}), "staging /a: 100%, 100 B of 100 B, 100 B/s, 0 s left");
 }
 
 TEST(Progress, RecordRoundTripsAndGarbageIsRefused)

@@ -75,8 +75,8 @@ std::string progress_text(const proto::Progress& p)
   if (p.total_bytes > 0) {
     const std::uint64_t done = std::min(p.done_bytes, p.total_bytes);
     const double pct = 100.0 * static_cast<double>(done) / static_cast<double>(p.total_bytes);
-    char left[32] = "time left unknown";
-    if (rate > 0) {
+    char left[32] = "time left unknown"; // also when more came than measured (files that grew)
+    if (rate > 0 && p.done_bytes <= p.total_bytes) {
       std::snprintf(left, sizeof left, "%.0f s left", std::ceil(static_cast<double>(p.total_bytes - done) / rate));
     }
     std::snprintf(buf, sizeof buf, ": %.0f%%, %s of %s, %s/s, %s", std::floor(pct), human_bytes(done).c_str(),
