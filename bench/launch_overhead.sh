@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Step launch overhead of stagehand: `srun -N2 -n2 true` with an empty plugstack.conf, with the
 # plugin loaded, with --tmpdir and with --ddp-env, interleaved inside one allocation (slurmstepd
-# and srun re-read plugstack.conf at every step). Prints medians and ratios. Target <= 1.05.
+# and srun re-read plugstack.conf at every step). Prints medians and ratios. Targets: <= 1.02 with
+# the plugin and no option, <= 1.05 with an option.
 # Usage (root): bench/launch_overhead.sh BUILD_DIR [ROUNDS]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -54,5 +55,7 @@ base = statistics.median(times["empty"])
 print(f"srun -N2 -n2 true, {sys.argv[2]} rounds interleaved (median ms):")
 for mode in ("empty", "noop-plugin", "plugin", "plugin+tmpdir", "plugin+ddp-env"):
     m = statistics.median(times[mode])
-    print(f"  {mode:14s} {m:8.1f} ms   ratio {m / base:5.3f}   (target <= 1.05)")
+    # The plugin loaded and no option asked for: <= 1.02 (issue 11); an option's own work: <= 1.05.
+    target = {"plugin": "   (target <= 1.02)", "plugin+tmpdir": "   (target <= 1.05)", "plugin+ddp-env": "   (target <= 1.05)"}
+    print(f"  {mode:14s} {m:8.1f} ms   ratio {m / base:5.3f}{target.get(mode, '')}")
 PY
