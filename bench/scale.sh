@@ -5,7 +5,8 @@
 #   1 GiB and 8 GiB tars of 128 MiB / 1 GiB files  unpack      vs  tar -xf
 #   the 1 GiB tar as a file (--stage-data=X.tar:X.tar with unpack off)   copy  vs  cp, cat >
 #   16 x 64 MiB shards (a directory)               copy        vs  cp -r
-# and prints the medians, stagehand / tool, and the cost per file (us) and per byte (GB/s).
+# and prints the medians, stagehand / tool, and the cost per file (us) and per byte (GB/s). tar
+# runs as a user's would (--no-same-owner: root's would chown every file, which stagehand never does).
 # The 8 GiB case runs once per tool and only when tmpfs has room for it twice (the archive and
 # one unpacked copy). Cluster-level figures (srun end to end, two nodes) come from stage_e2e.sh
 # and broadcast.sh.   Usage: bench/scale.sh BUILD_DIR [ROUNDS]
@@ -47,7 +48,7 @@ big_tar() { # NAME PARTS PART_MIB
   files[$1]=$2 bytes[$1]=$(($2 * $3 << 20))
 }
 
-cmds=("tar=tar -xf \$S -C \$D" "stagehand=\$T unpack \$S \$D")
+cmds=("tar=tar --no-same-owner -xf \$S -C \$D" "stagehand=\$T unpack \$S \$D")
 for n in 60000 600000; do
   small_tar "$n"
   run_case "small-$n" "$rounds" "$work/small-$n.tar"
@@ -70,7 +71,7 @@ rm -rf "$work/shards"
 avail_kib=$(df --output=avail -k /dev/shm | tail -1)
 if [ "$avail_kib" -gt $((17 << 20)) ]; then
   big_tar big-8g 8 1024
-  cmds=("tar=tar -xf \$S -C \$D" "stagehand=\$T unpack \$S \$D")
+  cmds=("tar=tar --no-same-owner -xf \$S -C \$D" "stagehand=\$T unpack \$S \$D")
   run_case big-8g 1 "$work/big-8g.tar"
   rm -f "$work/big-8g.tar"
 else

@@ -15,15 +15,17 @@ bench_small_tree "$work/src"
 (cd "$work/src" && tar cf "$work/small.tar" . && tar czf "$work/small.tar.gz" . && tar --zstd -cf "$work/small.tar.zst" .)
 
 # KEY (archive kind:tool) and the command, with $A the archive, $D the destination, $T stage_tool.
+# tar and bsdtar run as a user's would (--no-same-owner): run by root they give every file the
+# archive's owner, a chown per file that a user's tar, and stagehand, never make (0.2 s of 0.9 s).
 keys=(tar:gnu-tar tar:bsdtar tar:stagehand tar:stagehand-1-writer gz:gnu-tar gz:stagehand zst:zstd-pipe-tar zst:stagehand)
 declare -A cmds=(
-  [tar:gnu-tar]='tar xf $A -C $D'
-  [tar:bsdtar]='bsdtar xf $A -C $D'
+  [tar:gnu-tar]='tar --no-same-owner -xf $A -C $D'
+  [tar:bsdtar]='bsdtar --no-same-owner -xf $A -C $D'
   [tar:stagehand]='$T unpack $A $D'
   [tar:stagehand-1-writer]='$T unpack $A $D 1'
-  [gz:gnu-tar]='tar xzf $A -C $D'
+  [gz:gnu-tar]='tar --no-same-owner -xzf $A -C $D'
   [gz:stagehand]='$T unpack $A $D'
-  [zst:zstd-pipe-tar]='zstd -dcq $A | tar xf - -C $D'
+  [zst:zstd-pipe-tar]='zstd -dcq $A | tar --no-same-owner -xf - -C $D'
   [zst:stagehand]='$T unpack $A $D'
 )
 declare -A archive=([tar]=small.tar [gz]=small.tar.gz [zst]=small.tar.zst)
