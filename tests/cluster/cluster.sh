@@ -180,7 +180,7 @@ LaunchParameters=use_interactive_step
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=1
+SchedulerParameters=sched_interval=1,bf_interval=1
 PrologFlags=Alloc
 SlurmdParameters=config_overrides
 ReturnToService=2

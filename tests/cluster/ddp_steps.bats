@@ -41,18 +41,22 @@ EOF
 @test "salloc's interactive step and srun --pty bash get job-level values; steps typed there their own" {
   script inter.sh <<'EOF'
 echo "shell $MASTER_ADDR $NNODES ${RANK:-norank} ${MASTER_PORT:-noport}"
-srun --overlap -N2 -n2 bash -c 'echo typed $RANK $WORLD_SIZE ${MASTER_PORT:+port}'
+srun --overlap -N2 -n2 bash -c 'echo typed $RANK $WORLD_SIZE ${MASTER_PORT:+port}' </dev/null
 exit
 EOF
   # A terminal, as a user at a keyboard has: salloc's default command is then the interactive
-  # step (LaunchParameters=use_interactive_step), `srun --pty` gets its pseudo-terminal.
+  # step (LaunchParameters=use_interactive_step), `srun --pty` gets its pseudo-terminal. (The
+  # typed srun reads nothing: srun forwards its stdin to task 0, and would take the `exit` line
+  # with it; the session would then last until the timeout.) Each session ends by its `exit`.
   run as_user "timeout 60 script -qec 'salloc -N2 -n4 --ddp-env' /dev/null < inter.sh"
   echo "$output"
+  [ "$status" -eq 0 ]
   # (a terminal echoes the typed lines, unexpanded, and wraps output in escape sequences)
   [ "$(echo "$output" | grep -ac 'shell node1 2 norank noport')" -eq 1 ]
   [ "$(echo "$output" | grep -aEc 'typed [01] 2 port')" -eq 2 ]
   run as_user "timeout 60 script -qec 'salloc -N2 -n4 --quiet srun --pty -N1 -n1 --ddp-env bash' /dev/null < inter.sh"
   echo "$output"
+  [ "$status" -eq 0 ]
   [ "$(echo "$output" | grep -ac 'shell node1 2 norank noport')" -eq 1 ]
   # The srun typed in `srun --pty --ddp-env bash` did not ask for --ddp-env: its values are its own.
   [ "$(echo "$output" | grep -aEc 'typed [01] 2 port')" -eq 2 ]
