@@ -40,10 +40,7 @@ check_output() {
 
 @test "SBATCH_EXPORT=NONE: the same" {
   write_script
-  out=$(as_user "SBATCH_EXPORT=NONE sbatch --parsable --wait -o out.%j -N2 -n2 --stage-data=exportnone --ddp-env exportnone.sh" 2>&1) && JOB_RC=0 || JOB_RC=$?
-  JOB_ID=$(echo "$out" | grep -Eo '^[0-9]+' | head -n1)
-  wait_job_done "$JOB_ID"
-  LAST_OUTPUT=$(cat "$WORK/out.$JOB_ID")
+  sbatch_wait SBATCH_EXPORT=NONE -N2 -n2 --stage-data=exportnone --ddp-env exportnone.sh
   check_output
 }
 

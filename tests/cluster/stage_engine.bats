@@ -39,16 +39,6 @@ teardown_file() {
   [ ! -e "$STAGEHAND_CLUSTER_DIR/lib/stagehand.real" ] || mv -f "$STAGEHAND_CLUSTER_DIR/lib/stagehand.real" "$STAGEHAND_CLUSTER_DIR/lib/stagehand"
 }
 
-# sbatch --wait as the user with a shell prefix (limits); sets JOB_ID, JOB_RC, LAST_OUTPUT.
-submit_with() {
-  local prefix=$1 out
-  shift
-  out=$(as_user "$prefix sbatch --parsable --wait -o out.%j $*" 2>&1) && JOB_RC=0 || JOB_RC=$?
-  SUBMIT_OUTPUT=$out
-  JOB_ID=$(echo "$out" | grep -Eo '^[0-9]+' | head -n1)
-  [ -z "$JOB_ID" ] || { wait_job_done "$JOB_ID"; LAST_OUTPUT=$(cat "$WORK/out.$JOB_ID" 2>/dev/null || true); }
-}
-
 @test "a step staging onto what the job made is refused with one line; the job's files stay, with or without the daemon" {
   script own-files.sh <<'EOF2'
 #!/bin/bash
@@ -81,7 +71,7 @@ EOF2
   for daemon in up down; do
     [ "$daemon" = up ] || "$CLUSTER" daemon-stop node1 KILL
     rm -f "$WORK"/out.*
-    submit_with "ulimit -n 256 &&" -N1 -w node1 --stage-data=eng/wide,eng/deep --wrap "'$check'"
+    sbatch_wait "ulimit -n 256 &&" -N1 -w node1 --stage-data=eng/wide,eng/deep --wrap "'$check'"
     echo "$SUBMIT_OUTPUT"; echo "$LAST_OUTPUT"
     [ "$JOB_RC" -eq 0 ]
     echo "$LAST_OUTPUT" | grep -qx 256
@@ -123,7 +113,7 @@ EOF2
   cp -p "$helper" "$helper.real"
   printf '#!/bin/sh\ncat /proc/self/limits >"%s/helper-limits"\nexec "%s.real" "$@"\n' "$WORK" "$helper" >"$helper"
   rm -f "$WORK/helper-limits"
-  submit_with "ulimit -S -c unlimited && ulimit -S -n 4096 &&" -N1 -w node1 --stage-data=eng/plain.bin --wrap "'ulimit -c; ulimit -n'"
+  sbatch_wait "ulimit -S -c unlimited && ulimit -S -n 4096 &&" -N1 -w node1 --stage-data=eng/plain.bin --wrap "'ulimit -c; ulimit -n'"
   mv -f "$helper.real" "$helper"
   echo "$LAST_OUTPUT"; cat "$WORK/helper-limits"
   [ "$JOB_RC" -eq 0 ]
