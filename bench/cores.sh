@@ -28,11 +28,7 @@ for n in 2 3; do
 done
 for r in $(seq 1 "$rounds"); do
   for kv in "${cmds[@]}"; do
-    rm -rf "$work/out" && mkdir "$work/out"
-    bench_time "${kv%%=*}" env A="$work/a.tar" D="$work/out" T="$tool" bash -c "${kv#*=}"
-    if [ "$r" = 1 ] && ! diff -rq "$work/src" "$work/out" >/dev/null; then
-      echo "cores.sh: ${kv%%=*} produced a different tree" >&2; exit 1
-    fi
+    bench_unpack "${kv%%=*}" "$work/a.tar" "${kv#*=}" "$([ "$r" != 1 ] || echo "$work/src")"
   done
 done
 

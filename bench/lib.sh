@@ -26,6 +26,19 @@ bench_time() {
   BENCH_TIMES[$key]+="$(((t1 - t0) / 1000)) "
 }
 
+# bench_unpack KEY ARCHIVE COMMAND [TREE]: COMMAND ($A the archive, $D the destination, $T the
+# caller's $tool) into a fresh, empty $work/out, its wall time recorded under KEY; with TREE, exits
+# unless what it unpacked is the same tree.
+bench_unpack() {
+  local key=$1 cmd=$3 tree=${4:-}
+  rm -rf "$work/out" && mkdir "$work/out"
+  bench_time "$key" env A="$2" D="$work/out" T="$tool" bash -c "$cmd"
+  if [ -n "$tree" ] && ! diff -rq "$tree" "$work/out" >/dev/null; then
+    echo "$(basename "$0"): $key produced a different tree" >&2
+    exit 1
+  fi
+}
+
 # bench_median KEY: the median of KEY's times, in seconds.
 bench_median() {
   printf '%s\n' ${BENCH_TIMES[$1]} | sort -n |

@@ -31,12 +31,7 @@ declare -A cmds=(
 declare -A archive=([tar]=small.tar [gz]=small.tar.gz [zst]=small.tar.zst)
 for r in $(seq 1 "$rounds"); do
   for key in "${keys[@]}"; do
-    D=$work/out
-    rm -rf "$D" && mkdir "$D"
-    bench_time "$key" env A="$work/${archive[${key%%:*}]}" D="$D" T="$tool" bash -c "${cmds[$key]}"
-    if [ "$r" = 1 ] && ! diff -rq "$work/src" "$D" >/dev/null; then
-      echo "unpack.sh: $key produced a different tree" >&2; exit 1
-    fi
+    bench_unpack "$key" "$work/${archive[${key%%:*}]}" "${cmds[$key]}" "$([ "$r" != 1 ] || echo "$work/src")"
   done
 done
 
