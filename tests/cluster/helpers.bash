@@ -59,9 +59,11 @@ job_exit_code() {
             if ($i ~ /^JobState=/) state = substr($i, 10)
             if ($i ~ /^ExitCode=/) code = substr($i, 10)
           }
+          if (state == "") next # not a job: a warning, or a line of a --wrap command (25.11 shows it)
+          seen = 1
           if (state !~ /^(COMPLETED|CANCELLED|FAILED|TIMEOUT|NODE_FAIL|PREEMPTED|BOOT_FAIL|DEADLINE|OUT_OF_MEMORY)$/) busy = 1
           split(code, part, ":"); v = part[2] != 0 ? 1 : part[1] + 0; if (v > max) max = v }
-        END { print (busy || NR == 0) ? "running" : max + 0 }' <<<"$out")
+        END { print (busy || !seen) ? "running" : max + 0 }' <<<"$out")
       [ "$rc" = running ] || { echo "$rc"; return 0; }
     elif [[ "$out" == *"Invalid job id"* ]]; then
       echo "job $1: purged before its end was seen" >&2
