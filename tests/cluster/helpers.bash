@@ -107,7 +107,7 @@ assert_nodes_healthy() {
   fi
 }
 
-# submit (sbatch --wait) of a --tmpdir job that fills its directory with 1,000 directories of 1,000
+# submit (waits for the job) of a --tmpdir job that fills its directory with 1,000 directories of 1,000
 # empty files and prints "made"; fails unless it did. Extra args go to sbatch.
 submit_million_files() {
   submit "$@" --tmpdir --wrap "'cd \$SLURM_TMPDIR && python3 -c \"
