@@ -30,7 +30,7 @@ pack() {
   cp "$build/helper/stagehand" "$build/helper/stagehandd" "$out/b/helper/" && strip --strip-unneeded "$out/b/helper/"*
   cp "$build/bench/stage_tool" "$out/b/bench/" && strip --strip-unneeded "$out/b/bench/stage_tool"
   { find "$root" -type f; find "$out/b" -type f; } | while read -r f; do
-    file -b "$f" | grep -q ELF || continue
+    [[ $(file -b "$f") == ELF* ]] || continue
     ldd "$f" 2>/dev/null | awk '/=> \//{ print $3 }'
   done | sort -u | grep -vE '/(libc|libm|libresolv|libpthread|libdl|librt|ld-linux-x86-64|libslurmfull|libslurm|libmunge)\.so' |
     while read -r l; do cp -L "$l" "$out/libs/"; done

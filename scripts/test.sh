@@ -18,6 +18,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 ci=$root/scripts/ci
 source "$ci/lib.sh"
+trap - ERR # a failed phase is recorded by ci_phase
 
 [ "$(id -u)" -eq 0 ] || { echo "test.sh: run as root (security tests drop to a user; the cluster runs slurmd)" >&2; exit 1; }
 build=${STAGEHAND_BUILD_DIR:-$root/build-test}

@@ -11,4 +11,5 @@ status=0
 "$CI_ROOT/tests/cluster/run.sh" "$build" 2>&1 | tee "$log" || status=$?
 counts=$(grep -E '^cluster \(Slurm ' "$log" | tail -n1 || true)
 ci_result "${counts:-cluster ($build): no result line}"
+[ "$status" -eq 0 ] || ci_failed_tests "$log"
 exit "$status"

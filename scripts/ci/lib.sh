@@ -4,12 +4,36 @@
 CI_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 ci_log() { echo "== $*"; }
-ci_die() { echo "ci: error: $*" >&2; exit 1; }
+
+# A phase's failure reaches the summary with its reason, since the summary may be all of a CI
+# log that someone gets to read: ci_die's message, or the command that failed under set -e
+# (the ERR trap; test.sh, which records the failed phase itself, turns it off).
+ci_die() {
+  echo "ci: error: $*" >&2
+  ci_summary_line "  $(basename "$0"): $*"
+  exit 1
+}
+ci_on_error() {
+  local status=$1 line=$2 command=$3
+  ci_summary_line "  $(basename "$0") line $line: exit $status from: $command"
+}
+trap 'ci_on_error $? $LINENO "$BASH_COMMAND"' ERR
+
+ci_summary_line() {
+  if [ -n "${STAGEHAND_CI_SUMMARY:-}" ]; then echo "$*" >>"$STAGEHAND_CI_SUMMARY"; fi
+}
+
+# ci_failed_tests LOG: the failed tests' lines in a bats (TAP) or ctest log, ten at most,
+# into the summary.
+ci_failed_tests() {
+  grep -E '^not ok |^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*' "$1" 2>/dev/null |
+    sed 's/^ */  failed: /' | head -n 10 >>"${STAGEHAND_CI_SUMMARY:-/dev/null}" || true
+}
 
 # ci_result TEXT: one line of the final summary (STAGEHAND_CI_SUMMARY, a file test.sh sets).
 ci_result() {
   echo "result: $*" >&2
-  if [ -n "${STAGEHAND_CI_SUMMARY:-}" ]; then echo "$*" >>"$STAGEHAND_CI_SUMMARY"; fi
+  ci_summary_line "$*"
 }
 
 # ci_phase NAME COMMAND...: runs one phase, prints its duration, records a failure.

@@ -22,10 +22,11 @@ for f in "/usr/lib/$arch/slurm-wlm/stagehand.so" /usr/bin/stagehand /usr/sbin/st
   /lib/systemd/system/stagehandd.service /usr/lib/sysusers.d/stagehand.conf /usr/lib/tmpfiles.d/stagehand.conf \
   /etc/slurm/stagehand.toml /etc/slurm/plugstack.conf.d/stagehand.conf /usr/share/man/man1/stagehand.1.gz \
   /usr/share/man/man5/stagehand.toml.5.gz /usr/share/man/man8/stagehandd.8.gz; do
-  echo "$listing" | grep -qx "$f" || ci_die "$f missing from $(basename "$deb")"
+  grep -qx "$f" <<<"$listing" || ci_die "$f missing from $(basename "$deb")"
 done
-if echo "$listing" | grep -q '^/usr/local'; then ci_die "the .deb installs under /usr/local"; fi
-dpkg-deb --ctrl-tarfile "$deb" | tar -tf - | grep -qx './conffiles' || ci_die "no conffiles"
+if grep -q '^/usr/local' <<<"$listing"; then ci_die "the .deb installs under /usr/local"; fi
+control=$(dpkg-deb --ctrl-tarfile "$deb" | tar -tf -)
+grep -qx './conffiles' <<<"$control" || ci_die "no conffiles"
 
 # lintian: errors fail, warnings are listed.
 lintian_log=$(mktemp)

@@ -18,7 +18,7 @@ apt_get() {
   ci_log "apt-get $*: ok"
 }
 
-if dpkg-query -W -f='${Status}' stagehand 2>/dev/null | grep -q installed; then
+if [ "$(dpkg-query -W -f='${Status}' stagehand 2>/dev/null)" = "install ok installed" ]; then
   ci_log "purging a stagehand package left installed by an earlier run"
   apt_get purge stagehand
 fi

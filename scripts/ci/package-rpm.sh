@@ -12,10 +12,14 @@ top=$(mktemp -d "${TMPDIR:-/tmp}/stagehand-rpm.XXXXXX")
 trap 'rm -rf "$top"' EXIT
 rpmbuild -bb --nodeps --define "_topdir $top" --define "_sourcedir $(dirname "$tarball")" \
   "$CI_ROOT/packaging/rpm/stagehand.spec"
-rpm=$(find "$top/RPMS" -name 'stagehand-[0-9]*.rpm' | head -n1)
+rpm=$(find "$top/RPMS" -name 'stagehand-[0-9]*.rpm' -print -quit)
 [ -n "$rpm" ] || ci_die "rpmbuild made no stagehand RPM"
 rpm -qpi "$rpm" | sed -n '/^Name/,/^Summary/p'
-rpm -qpl "$rpm"
-rpm -qpl "$rpm" | grep -q '/slurm/stagehand.so$' || ci_die "no plugin in $rpm"
+# The list into a variable, then grep it: `rpm -qpl | grep -q` fails under pipefail whenever
+# grep has quit at the match before rpm writes its next line (rpm writes a line at a time and
+# dies of SIGPIPE; CI failed that way once).
+files=$(rpm -qpl "$rpm")
+echo "$files"
+grep -q '/slurm/stagehand.so$' <<<"$files" || ci_die "no plugin in $rpm"
 cp "$rpm" "$build/"
 ci_result "rpm: $(basename "$rpm") built from $(basename "$tarball")"

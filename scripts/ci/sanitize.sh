@@ -34,7 +34,9 @@ cmake --build "$san" -j"$(nproc)" --target stagehand_unit_tests stagehand stageh
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-(cd "$san" && ctest --output-on-failure -j"$(nproc)") 2>&1 | tee "$log"
+status=0
+(cd "$san" && ctest --output-on-failure -j"$(nproc)") 2>&1 | tee "$log" || status=$?
+[ "$status" -eq 0 ] || { ci_failed_tests "$log"; ci_die "unit tests failed under the sanitizers"; }
 if grep -qE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$log"; then
   ci_die "sanitizer reports in the unit tests (above)"
 fi
@@ -69,5 +71,6 @@ cluster_dir=${STAGEHAND_CLUSTER_DIR:-/tmp/stagehand-cluster}
 reports=$( (ls "$reports_dir"; grep -rlE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$cluster_dir/work" 2>/dev/null || true) | wc -l)
 counts=$(grep -E '^cluster \(Slurm ' "$log" | tail -n1 || true)
 ci_result "sanitize: unit ${unit:-?} passed; ${counts:-cluster: no result line} ($files); $reports files with sanitizer reports"
+[ "$status" -eq 0 ] || ci_failed_tests "$log"
 [ "$reports" -eq 0 ] || { head -n 60 "$reports_dir"/* 2>/dev/null; grep -rE -A20 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$cluster_dir/work" | head -n 60; ci_die "sanitizer reports in the cluster run"; }
 exit "$status"

@@ -7,7 +7,9 @@ build=${1:?usage: unit.sh BUILD_DIR}
 label="Slurm $(sed -n 's/^STAGEHAND_SLURM_VERSION:INTERNAL=//p' "$build/CMakeCache.txt")"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-(cd "$build" && ctest --output-on-failure -j"$(nproc)") | tee "$log"
+status=0
+(cd "$build" && ctest --output-on-failure -j"$(nproc)") | tee "$log" || status=$?
+[ "$status" -eq 0 ] || { ci_failed_tests "$log"; ci_die "unit tests failed (above)"; }
 if grep -q '\*\*\*Skipped\|Not Run' "$log"; then
   ci_die "unit tests were skipped although running as root"
 fi

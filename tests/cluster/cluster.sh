@@ -363,7 +363,7 @@ cmd_stop() {
   # Steps left behind: only ours, recognised by the SLURM_CONF they inherited from our slurmd.
   local pid
   for pid in $(pgrep -f '^slurmstepd:' || true); do
-    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "SLURM_CONF=$DIR/etc/slurm.conf"; then
+    if grep -qxz "SLURM_CONF=$DIR/etc/slurm.conf" "/proc/$pid/environ" 2>/dev/null; then
       kill -9 "$pid" 2>/dev/null || true
     fi
   done
