@@ -5,9 +5,15 @@ CI_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 ci_log() { echo "== $*"; }
 
+# ci_summary_line TEXT: one line into the final summary (STAGEHAND_CI_SUMMARY, a file test.sh sets).
+ci_summary_line() {
+  if [ -n "${STAGEHAND_CI_SUMMARY:-}" ]; then echo "$*" >>"$STAGEHAND_CI_SUMMARY"; fi
+}
+
 # A phase's failure reaches the summary with its reason, since the summary may be all of a CI
-# log that someone gets to read: ci_die's message, or the command that failed under set -e
-# (the ERR trap; test.sh, which records the failed phase itself, turns it off).
+# log that someone gets to read: ci_die's message, or the top-level command of the phase script
+# that failed under set -e (the ERR trap, which functions do not inherit; test.sh, which records
+# the failed phase itself, turns it off).
 ci_die() {
   echo "ci: error: $*" >&2
   ci_summary_line "  $(basename "$0"): $*"
@@ -19,18 +25,14 @@ ci_on_error() {
 }
 trap 'ci_on_error $? $LINENO "$BASH_COMMAND"' ERR
 
-ci_summary_line() {
-  if [ -n "${STAGEHAND_CI_SUMMARY:-}" ]; then echo "$*" >>"$STAGEHAND_CI_SUMMARY"; fi
-}
-
 # ci_failed_tests LOG: the failed tests' lines in a bats (TAP) or ctest log, ten at most,
 # into the summary.
 ci_failed_tests() {
   grep -E '^not ok |^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*\*\*\*' "$1" 2>/dev/null |
-    sed 's/^ */  failed: /' | head -n 10 >>"${STAGEHAND_CI_SUMMARY:-/dev/null}" || true
+    sed 's/^ */  failed: /' | head -n 10 | while IFS= read -r l; do ci_summary_line "$l"; done || true
 }
 
-# ci_result TEXT: one line of the final summary (STAGEHAND_CI_SUMMARY, a file test.sh sets).
+# ci_result TEXT: a phase's result, printed and into the summary.
 ci_result() {
   echo "result: $*" >&2
   ci_summary_line "$*"
