@@ -38,8 +38,11 @@ warnings=$(grep -c '^W: ' "$lintian_log" || true)
 x=$(mktemp -d)
 trap 'rm -f "$lintian_log"; rm -rf "$x"' EXIT
 dpkg-deb -x "$deb" "$x"
-exposure=$(systemd-analyze security --offline=true --root="$x" stagehandd.service 2>&1 | tee /dev/stderr |
-  sed -n 's/.*Overall exposure level for stagehandd.service: \([0-9.]*\) \([A-Z]*\).*/\1 \2/p')
+# (printed from a variable: `tee /dev/stderr` reopens stderr, and where that is a file, as a CI
+# log is, it truncates the file, and the earlier phases' output was lost)
+security=$(systemd-analyze security --offline=true --root="$x" stagehandd.service 2>&1)
+echo "$security"
+exposure=$(sed -n 's/.*Overall exposure level for stagehandd.service: \([0-9.]*\) \([A-Z]*\).*/\1 \2/p' <<<"$security")
 [ -n "$exposure" ] || ci_die "systemd-analyze security printed no exposure"
 awk -v e="${exposure%% *}" 'BEGIN { exit !(e <= 3.0) }' || ci_die "exposure $exposure is above 3.0"
 for page in "$x"/usr/share/man/man*/*.gz; do
