@@ -16,7 +16,7 @@ rounds=${2:-3}
 mbps=${3:-100}
 source "$here/lib.sh"
 
-sharedfs=${STAGEHAND_SHAREDFS:-$here/../../shared/tools/sharedfs.py}
+sharedfs=${STAGEHAND_SHAREDFS:-$here/../tests/tools/sharedfs.py}
 [ -f "$sharedfs" ] || { echo "no sharedfs.py at $sharedfs (set STAGEHAND_SHAREDFS)" >&2; exit 1; }
 bench_cluster_start "$build" bcast
 cleanup() {

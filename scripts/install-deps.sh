@@ -3,7 +3,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config
+  build-essential cmake pkg-config ccache
   libslurm-dev slurmctld slurmd slurm-client munge
   libspdlog-dev libtomlplusplus-dev libarchive-dev
   tar libarchive-tools zip unzip zstd xz-utils bzip2 gzip
@@ -13,7 +13,9 @@ packages=(
   nlohmann-json3-dev python3-fusepy fuse libfuse2
   # root-path tests: a btrfs subvolume inside a job directory (on a loop-mounted image)
   btrfs-progs
-  # Slurm 25.11 built from ../shared/slurm for the second test run (scripts/ci/build-slurm.sh)
+  # Slurm 25.11 built for the second test run (scripts/ci/build-slurm.sh): its build dependencies,
+  # and curl to download SchedMD's tarball where no local copy is given (scripts/slurm-sources.txt)
+  curl ca-certificates
   libmunge-dev libjson-c-dev libyaml-dev libhttp-parser-dev libjwt-dev liblz4-dev zlib1g-dev
   libreadline-dev
   # man pages, packages and their checks

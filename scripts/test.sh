@@ -1,48 +1,144 @@
 #!/usr/bin/env bash
-# The test command (CI runs it through .ci/run), as root on Debian 12. Installs the packages,
-# then runs the phases in scripts/ci/ in order, stopping at the first failure, and always ends
-# with a summary (pass counts per Slurm release) and the total time:
+# The test command (CI runs it through .ci/run), as root on Debian 12. Installs the packages, then
+# runs the phases in scripts/ci/, and always ends with a summary: each phase's time and result
+# (pass counts per Slurm release), and the total time.
 #
-#   1. Debian's Slurm 22.05: build from scratch (-Werror), unit tests, fuzzing, cluster suite, then
-#      ASan+UBSan: the unit tests and a subset of the cluster suite once more (scripts/ci/sanitize.sh)
-#   2. Slurm 25.11.7 built from ../shared/slurm (once per machine, cached by the tarball's
-#      sha256 under /var/cache/stagehand-ci): build with -DSLURM_ROOT, unit tests, cluster suite
-#   3. packages: the .deb (lintian, systemd-analyze, man -l), installed and used by a two-node
-#      job, purged; the RPM from the source tarball
+#   scripts/test.sh            everything, what CI runs:
+#     1. build against Debian's Slurm 22.05 (-Werror, through ccache)
+#     2. the 22.05 cluster suite, in two halves on two test clusters, as lanes (below), while the
+#        CPU goes on with: the 22.05 unit tests; Slurm 25.11.7 (built once per machine, cached by
+#        sha256); the 25.11 build and unit tests; the 25.11 cluster suite (two more lanes); the
+#        ASan+UBSan build and unit tests, then a subset of the cluster suite under them (a lane);
+#        the fuzz targets (corpus replayed, 10 s each)
+#     3. when every lane has ended: the packages (.deb checked, installed, used by a two-node job,
+#        purged; the RPM)
+#   scripts/test.sh --quick    for people: the build, the 22.05 unit tests and the 22.05 cluster
+#                              suite (same lanes), nothing else
 #
-# A phase is a script in scripts/ci/ taking the build directory; add one with another ci_phase
-# line. Variables: STAGEHAND_BUILD_DIR (default build-test; Slurm 25.11's is the same with
-# -slurm25.11), STAGEHAND_CLUSTER_DIR, STAGEHAND_CLUSTER_PORT and STAGEHAND_TEST_USER (the test
-# cluster, see tests/cluster/cluster.sh), STAGEHAND_FUZZ_SECONDS, STAGEHAND_CI_CACHE.
+# Lanes: a cluster suite is mostly waiting on slurmctld and its jobs, not computing, so each runs
+# in the background on a test cluster of its own (directory on a tmpfs, ports, test user: see
+# ci_lane_cluster_env in scripts/ci/lib.sh) and its output is printed whole when it ends. The run
+# stops at the first failed phase (the lanes still running are stopped and their clusters taken
+# down); a failed lane fails the run when it is waited for. Ctrl-C (or TERM) stops the lanes, the
+# clusters, their mounts and daemons before it exits: nothing is left for the next run.
+#
+# Variables: STAGEHAND_BUILD_DIR (default build-test; Slurm 25.11's is the same with -slurm25.11,
+# the sanitizers' with -sanitize), STAGEHAND_CI_CACHE (default /var/cache/stagehand-ci: the Slurm
+# builds and ccache's directory), STAGEHAND_CI_TMP (default /tmp/stagehand-ci: a tmpfs mounted for
+# the run's test clusters), STAGEHAND_FUZZ_SECONDS, STAGEHAND_SLURM_SOURCES (scripts/ci/build-slurm.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 ci=$root/scripts/ci
 source "$ci/lib.sh"
 trap - ERR # a failed phase is recorded by ci_phase
 
+mode=full
+case "${1:-}" in
+  "") ;;
+  --quick) mode=quick ;;
+  -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  *) echo "test.sh: unknown option $1 (--quick, or nothing for the full run)" >&2; exit 2 ;;
+esac
 [ "$(id -u)" -eq 0 ] || { echo "test.sh: run as root (security tests drop to a user; the cluster runs slurmd)" >&2; exit 1; }
+
 build=${STAGEHAND_BUILD_DIR:-$root/build-test}
 build_current=$build-slurm25.11
-start=$SECONDS
+export CI_START=$(date +%s)
+export CI_TMP=${STAGEHAND_CI_TMP:-/tmp/stagehand-ci}
 export STAGEHAND_CI_SUMMARY=$(mktemp "${TMPDIR:-/tmp}/stagehand-ci-summary.XXXXXX")
-trap 'ci_summary; printf "total: %dm%02ds\n" $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60)); rm -f "$STAGEHAND_CI_SUMMARY"' EXIT
+CI_LANE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/stagehand-ci-lanes.XXXXXX")
+export CI_LANE_DIR
+
+# The run's test clusters live on a tmpfs of its own: their state, scratch bases, caches and work
+# directories never wait on the disk (this kind of machine's is slow and noisy).
+mount_tmp() {
+  mkdir -p "$CI_TMP"
+  if mountpoint -q "$CI_TMP"; then return 0; fi
+  mount -t tmpfs -o size=16g,mode=0755 stagehand-ci "$CI_TMP" ||
+    echo "test.sh: cannot mount a tmpfs at $CI_TMP: the test clusters use the disk" >&2
+}
+
+# On the way out, however it ends: the lanes still running stopped, every test cluster this run
+# may have started taken down (idempotent), the tmpfs detached, then the summary.
+finish() {
+  local status=$1
+  trap '' INT TERM HUP
+  ci_lanes_stop
+  local d
+  for d in "$CI_TMP"/cluster-* /tmp/stagehand-cluster; do
+    [ -f "$d/etc/slurm.conf" ] || continue
+    STAGEHAND_CLUSTER_DIR=$d "$root/tests/cluster/cluster.sh" stop >/dev/null 2>&1 || true
+  done
+  if mountpoint -q "$CI_TMP" 2>/dev/null; then umount -l "$CI_TMP" || true; fi
+  ci_summary
+  printf 'total: %s (%s run)\n' "$(ci_mmss $(($(date +%s) - CI_START)))" "$mode"
+  rm -rf "$STAGEHAND_CI_SUMMARY" "$CI_LANE_DIR"
+  exit "$status"
+}
+trap 'finish $?' EXIT
+trap 'echo "test.sh: interrupted: stopping the lanes and test clusters" >&2; exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+# The cluster suite in two halves of about equal time (seconds per file as measured on a 2-core
+# machine, tests and setup, on a tmpfs; a file not listed counts 120 s), so that each Slurm release's suite
+# takes half the time on two clusters side by side.
+declare -A FILE_SECONDS=(
+  [broadcast.bats]=60 [daemon.bats]=95 [ddp.bats]=50 [ddp_steps.bats]=35 [export_none.bats]=5
+  [fault.bats]=35 [progress.bats]=80 [root_paths.bats]=65 [stage.bats]=30 [stage_engine.bats]=25
+  [stage_grammar.bats]=12 [stage_out.bats]=135 [tmpdir.bats]=28
+)
+# suite_half 1|2: the files of that half, greedily by time.
+suite_half() {
+  local want=$1 f t a=0 b=0 sorted
+  sorted=$(for f in "$root"/tests/cluster/*.bats; do
+    f=$(basename "$f")
+    echo "${FILE_SECONDS[$f]:-120} $f"
+  done | sort -rn)
+  while read -r t f; do
+    if [ "$a" -le "$b" ]; then
+      a=$((a + t))
+      [ "$want" != 1 ] || echo "$f"
+    else
+      b=$((b + t))
+      [ "$want" != 2 ] || echo "$f"
+    fi
+  done <<<"$sorted"
+}
+mapfile -t half1 < <(suite_half 1)
+mapfile -t half2 < <(suite_half 2)
 
 ci_phase "install packages" "$root/scripts/install-deps.sh"
+mount_tmp
+ci_use_ccache
 
-ci_phase "build (Debian's Slurm)" "$ci/build.sh" "$build"
-ci_phase "unit tests (Debian's Slurm)" "$ci/unit.sh" "$build"
-ci_phase "fuzzing" "$ci/fuzz.sh" "$build"
-ci_phase "cluster tests (Debian's Slurm)" "$ci/cluster.sh" "$build"
-ci_phase "sanitizers (ASan+UBSan: unit tests, cluster subset)" "$ci/sanitize.sh" "$build"
+ci_phase "build (Debian's Slurm 22.05)" "$ci/build.sh" "$build"
+ci_lane "cluster tests (Slurm 22.05), half 1" 0 "$ci/cluster.sh" "$build" "${half1[@]}"
+ci_lane "cluster tests (Slurm 22.05), half 2" 1 "$ci/cluster.sh" "$build" "${half2[@]}"
+ci_phase "unit tests (Slurm 22.05)" "$ci/unit.sh" "$build"
 
-slurm_prefix_file=$(mktemp)
-ci_phase "Slurm 25.11.7 (cached by sha256)" bash -c '"$1" >"$2"' _ "$ci/build-slurm.sh" "$slurm_prefix_file"
-slurm_prefix=$(cat "$slurm_prefix_file")
-rm -f "$slurm_prefix_file"
-ci_phase "build (Slurm 25.11)" "$ci/build.sh" "$build_current" -DSLURM_ROOT="$slurm_prefix"
-ci_phase "unit tests (Slurm 25.11)" "$ci/unit.sh" "$build_current"
-ci_phase "cluster tests (Slurm 25.11)" "$ci/cluster.sh" "$build_current"
+if [ "$mode" = full ]; then
+  slurm_prefix_file=$(mktemp)
+  ci_phase "Slurm 25.11.7 (cached by sha256)" bash -c '"$1" >"$2"' _ "$ci/build-slurm.sh" "$slurm_prefix_file"
+  slurm_prefix=$(cat "$slurm_prefix_file")
+  rm -f "$slurm_prefix_file"
+  ci_phase "build (Slurm 25.11)" "$ci/build.sh" "$build_current" -DSLURM_ROOT="$slurm_prefix"
+  ci_lane "cluster tests (Slurm 25.11), half 1" 2 "$ci/cluster.sh" "$build_current" "${half1[@]}"
+  ci_lane "cluster tests (Slurm 25.11), half 2" 3 "$ci/cluster.sh" "$build_current" "${half2[@]}"
+  ci_phase "unit tests (Slurm 25.11)" "$ci/unit.sh" "$build_current"
+  ci_phase "sanitizers: build, unit tests (ASan+UBSan)" "$ci/sanitize.sh" "$build" unit
+  ci_lane "sanitizers: cluster subset (ASan+UBSan)" 4 "$ci/sanitize.sh" "$build" cluster
+  ci_phase "fuzzing (corpus replayed, then ${STAGEHAND_FUZZ_SECONDS:-10} s a target)" "$ci/fuzz.sh" "$build"
+fi
 
-ci_phase "package: .deb" "$ci/package-deb.sh" "$build"
-ci_phase "package: install, job, purge" "$ci/package-install.sh" "$build"
-ci_phase "package: RPM" "$ci/package-rpm.sh" "$build"
+ci_log "waiting for the lanes"
+ci_lanes_wait || {
+  echo "test.sh: failed lanes: ${CI_LANE_FAILED[*]}" >&2
+  exit 1
+}
+
+if [ "$mode" = full ]; then
+  ci_phase "package: .deb" "$ci/package-deb.sh" "$build"
+  ci_phase "package: install, job, purge" "$ci/package-install.sh" "$build"
+  ci_phase "package: RPM" "$ci/package-rpm.sh" "$build"
+fi

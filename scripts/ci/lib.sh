@@ -1,11 +1,16 @@
-# Shared by scripts/test.sh and the phases in scripts/ci/: logging, timing and the summary.
-# Each phase records its one-line result with `ci_result`; test.sh prints them all at the end.
+# Shared by scripts/test.sh and the phases in scripts/ci/: logging, timing, the summary, and the
+# lanes (phases that run in the background beside the others, each with a test cluster of its
+# own). Each phase records its one-line result with `ci_result`; test.sh prints them all at the end.
 
 CI_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 
 ci_log() { echo "== $*"; }
 
-# ci_summary_line TEXT: one line into the final summary (STAGEHAND_CI_SUMMARY, a file test.sh sets).
+# mmss SECONDS
+ci_mmss() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+
+# ci_summary_line TEXT: one line into the final summary (STAGEHAND_CI_SUMMARY, a file test.sh sets;
+# a lane has a file of its own, added to the summary when the lane is waited for).
 ci_summary_line() {
   if [ -n "${STAGEHAND_CI_SUMMARY:-}" ]; then echo "$*" >>"$STAGEHAND_CI_SUMMARY"; fi
 }
@@ -35,20 +40,29 @@ ci_failed_tests() {
 # ci_result TEXT: a phase's result, printed and into the summary.
 ci_result() {
   echo "result: $*" >&2
-  ci_summary_line "$*"
+  ci_summary_line "  $*"
 }
 
-# ci_phase NAME COMMAND...: runs one phase, prints its duration, records a failure.
+# ci_phase NAME COMMAND...: runs one phase, prints its duration, puts its time (and when it ran,
+# from the start of the run: CI_START, epoch seconds) into the summary, records a failure.
+# The phase's own summary lines (its results, the reason it failed) follow its time line.
 ci_phase() {
-  local name=$1 start=$SECONDS status=0
+  local name=$1 start=$SECONDS status=0 from summary=${STAGEHAND_CI_SUMMARY:-} mine
   shift
+  from=$(($(date +%s) - ${CI_START:-$(date +%s)}))
+  mine=$(mktemp "${TMPDIR:-/tmp}/stagehand-ci-phase.XXXXXX")
   echo
   ci_log "phase: $name"
-  "$@" || status=$?
-  printf '== phase %s: %s in %dm%02ds\n' "$name" "$([ $status -eq 0 ] && echo ok || echo "FAILED (exit $status)")" \
-    $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60))
+  STAGEHAND_CI_SUMMARY=$mine "$@" || status=$?
+  local took=$((SECONDS - start)) word=ok
+  [ $status -eq 0 ] || word="FAILED (exit $status)"
+  printf '== phase %s: %s in %s\n' "$name" "$word" "$(ci_mmss $took)"
+  STAGEHAND_CI_SUMMARY=$summary
+  ci_summary_line "$(printf '%-7s %-50s %7s  (from +%s)' "$([ $status -eq 0 ] && echo ok || echo FAILED)" "$name" "$(ci_mmss $took)" "$(ci_mmss "$from")")"
+  if [ -n "$summary" ]; then cat "$mine" >>"$summary"; fi
+  rm -f "$mine"
   if [ $status -ne 0 ]; then
-    ci_result "FAILED: $name (exit $status)"
+    ci_summary_line "  FAILED: $name (exit $status)"
     return $status
   fi
 }
@@ -58,4 +72,112 @@ ci_summary() {
   echo "================ summary ================"
   cat "$STAGEHAND_CI_SUMMARY" 2>/dev/null || true
   echo "========================================="
+}
+
+# ---- lanes ----------------------------------------------------------------------------------
+# A lane is one phase run in the background, in a session of its own (so that a Ctrl-C at the
+# terminal reaches test.sh, which stops the lanes in order), with its output in a log of its own
+# that test.sh prints whole when the lane ends (lanes never interleave in the CI log). The cluster
+# suites are mostly waiting on slurmctld and their jobs, so they run as lanes while the builds use
+# the CPU: each on a test cluster of its own (directory, ports, test user; ci_lane_cluster_env).
+# CI_LANE_DIR: where the lanes' logs and summaries live (test.sh makes it).
+CI_LANE_PIDS=()
+CI_LANE_NAMES=()
+CI_LANE_FAILED=()
+
+# ci_lane_cluster_env INDEX: the cluster a lane's tests use: a directory on the run's tmpfs
+# (CI_TMP), ports 46817 + 100 * INDEX (cluster.sh keeps to its block of 100) and a test user of
+# its own (cluster.sh kills the test user's processes when it stops).
+ci_lane_cluster_env() {
+  local i=$1
+  echo "STAGEHAND_CLUSTER_DIR=${CI_TMP:?}/cluster-$i"
+  echo "STAGEHAND_CLUSTER_PORT=$((46817 + 100 * i))"
+  if [ "$i" -eq 0 ]; then echo "STAGEHAND_TEST_USER=stagehand-test"; else echo "STAGEHAND_TEST_USER=stagehand-test$i"; fi
+}
+
+# ci_lane NAME CLUSTER_INDEX COMMAND...: starts COMMAND as the phase NAME in the background with
+# the cluster of CLUSTER_INDEX ("-" for none) in its environment.
+ci_lane() {
+  local name=$1 index=$2 n=${#CI_LANE_PIDS[@]}
+  shift 2
+  local log=$CI_LANE_DIR/lane-$n.log
+  local -a env_args=("STAGEHAND_CI_SUMMARY=$CI_LANE_DIR/lane-$n.summary")
+  if [ "$index" != - ]; then
+    mapfile -t -O 1 env_args < <(ci_lane_cluster_env "$index")
+  fi
+  : >"$CI_LANE_DIR/lane-$n.summary"
+  ci_log "lane started: $name (output when it ends: $log)"
+  setsid env "${env_args[@]}" bash -c 'source "$1/scripts/ci/lib.sh"; trap - ERR; shift; ci_phase "$@"' \
+    _ "$CI_ROOT" "$name" "$@" </dev/null >"$log" 2>&1 &
+  CI_LANE_PIDS+=($!)
+  CI_LANE_NAMES+=("$name")
+}
+
+# ci_lanes_wait: waits for every lane started so far, printing each one's output and adding its
+# summary lines as it ends. Returns non-zero when any failed.
+ci_lanes_wait() {
+  local i status any=0
+  for i in "${!CI_LANE_PIDS[@]}"; do
+    [ -n "${CI_LANE_PIDS[$i]}" ] || continue
+    status=0
+    wait "${CI_LANE_PIDS[$i]}" || status=$?
+    CI_LANE_PIDS[$i]=
+    echo
+    ci_log "lane output: ${CI_LANE_NAMES[$i]} (exit $status)"
+    cat "$CI_LANE_DIR/lane-$i.log"
+    cat "$CI_LANE_DIR/lane-$i.summary" >>"$STAGEHAND_CI_SUMMARY"
+    if [ "$status" -ne 0 ]; then
+      any=1
+      CI_LANE_FAILED+=("${CI_LANE_NAMES[$i]}")
+    fi
+  done
+  return $any
+}
+
+# ci_lanes_stop: ends the lanes still running (TERM to each lane's process group: its cluster
+# run stops its cluster on the way out), then waits for them; what they printed is shown.
+ci_lanes_stop() {
+  local i pid
+  for i in "${!CI_LANE_PIDS[@]}"; do
+    pid=${CI_LANE_PIDS[$i]}
+    [ -n "$pid" ] || continue
+    ci_log "stopping lane: ${CI_LANE_NAMES[$i]}"
+    kill -TERM -- "-$pid" 2>/dev/null || true
+  done
+  for i in "${!CI_LANE_PIDS[@]}"; do
+    pid=${CI_LANE_PIDS[$i]}
+    [ -n "$pid" ] || continue
+    # A lane has 60 s to stop its cluster; then its whole group is killed.
+    for _ in $(seq 1 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    CI_LANE_PIDS[$i]=
+    ci_summary_line "$(printf '%-7s %s' stopped "${CI_LANE_NAMES[$i]}")"
+    ci_log "lane stopped: ${CI_LANE_NAMES[$i]}; its last lines:"
+    tail -n 15 "$CI_LANE_DIR/lane-$i.log" 2>/dev/null || true
+  done
+}
+
+# ---- the compiler cache ---------------------------------------------------------------------
+# ci_use_ccache: every cmake configure from here on compiles through ccache (CMake reads
+# CMAKE_<LANG>_COMPILER_LAUNCHER from the environment), with its directory in the CI cache
+# (STAGEHAND_CI_CACHE/ccache), paths taken relative to the source tree and the build directory
+# left out of the hash: a fresh clone in another folder, and the Slurm 25.11 build after the 22.05
+# one, find the objects that do not depend on Slurm already compiled.
+ci_use_ccache() {
+  command -v ccache >/dev/null || { echo "ci: no ccache: compiling everything" >&2; return 0; }
+  export CCACHE_DIR=${STAGEHAND_CI_CACHE:-/var/cache/stagehand-ci}/ccache
+  export CCACHE_BASEDIR=$CI_ROOT CCACHE_NOHASHDIR=1 CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-4G}
+  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+  mkdir -p "$CCACHE_DIR"
+}
+ci_ccache_zero() { [ -z "${CCACHE_DIR:-}" ] || ccache --zero-stats >/dev/null 2>&1 || true; }
+# ci_ccache_stats: "ccache: H of N compilations served from the cache" since ci_ccache_zero
+# (builds run one at a time: the lanes run tests, not compilers).
+ci_ccache_stats() {
+  [ -n "${CCACHE_DIR:-}" ] || { echo "no compiler cache"; return 0; }
+  ccache --print-stats 2>/dev/null | awk -F'\t' '
+    $1 == "direct_cache_hit" || $1 == "preprocessed_cache_hit" { hit += $2 }
+    $1 == "cache_miss" { miss += $2 }
+    END { printf "ccache: %d of %d compilations served from the cache\n", hit, hit + miss }'
 }

@@ -2,8 +2,11 @@
 # CI phase: stagehand once more under AddressSanitizer + UndefinedBehaviorSanitizer (halt on the
 # first report, leak detection on; libslurm's own leaks suppressed by tests/sanitize/lsan.supp,
 # nothing of ours). Zero reports allowed.
-#   sanitize.sh BUILD_DIR    (BUILD_DIR: the ordinary build; the sanitizer build is BUILD_DIR-sanitize,
-#                            or SANITIZE_BUILD_DIR)
+#   sanitize.sh BUILD_DIR unit|cluster|all   (BUILD_DIR: the ordinary build; the sanitizer build
+#                            is BUILD_DIR-sanitize, or SANITIZE_BUILD_DIR; default all)
+#
+# test.sh runs "unit" (build and unit tests) in its CPU line and then "cluster" as a lane of its
+# own, on a cluster of its own, while the rest goes on.
 #
 # 1. every unit test (the core, the plugin's parsers, the root code paths, the extractor);
 # 2. a representative subset of the cluster suite (SANITIZE_CLUSTER_FILES) with the sanitized
@@ -17,7 +20,9 @@
 #    a few minutes of cluster time.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-build=${1:?usage: sanitize.sh BUILD_DIR}
+build=${1:?usage: sanitize.sh BUILD_DIR [unit|cluster|all]}
+mode=${2:-all}
+case "$mode" in unit | cluster | all) ;; *) ci_die "unknown mode $mode (unit, cluster or all)" ;; esac
 san=${SANITIZE_BUILD_DIR:-$build-sanitize}
 files=${SANITIZE_CLUSTER_FILES:-stage.bats stage_engine.bats stage_grammar.bats daemon.bats tmpdir.bats root_paths.bats}
 
@@ -25,22 +30,27 @@ export ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1:check_initia
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export LSAN_OPTIONS=suppressions=$CI_ROOT/tests/sanitize/lsan.supp:print_suppressions=0
 
-slurm_root=$(sed -n 's/^SLURM_ROOT:PATH=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
-cmake -S "$CI_ROOT" -B "$san" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTAGEHAND_SANITIZE=address,undefined \
-  -DSTAGEHAND_BUILD_EXAMPLES=OFF -DSTAGEHAND_BUILD_MAN=OFF ${slurm_root:+-DSLURM_ROOT="$slurm_root"} >/dev/null
-# Only what runs here: the unit tests (ctest also runs the CLI's and the replay tool's bats files)
-# and the CLI; the plugin and stagehandd in the cluster run are the ordinary build's (below).
-cmake --build "$san" -j"$(nproc)" --target stagehand_unit_tests stagehand stagehand-ddp-replay
-
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-status=0
-(cd "$san" && ctest --output-on-failure -j"$(nproc)") 2>&1 | tee "$log" || status=$?
-[ "$status" -eq 0 ] || { ci_failed_tests "$log"; ci_die "unit tests failed under the sanitizers"; }
-if grep -qE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$log"; then
-  ci_die "sanitizer reports in the unit tests (above)"
+if [ "$mode" != cluster ]; then
+  slurm_root=$(sed -n 's/^SLURM_ROOT:PATH=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
+  cmake -S "$CI_ROOT" -B "$san" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTAGEHAND_SANITIZE=address,undefined \
+    -DSTAGEHAND_BUILD_EXAMPLES=OFF -DSTAGEHAND_BUILD_MAN=OFF ${slurm_root:+-DSLURM_ROOT="$slurm_root"} >/dev/null
+  # Only what runs here: the unit tests (ctest also runs the CLI's and the replay tool's bats files)
+  # and the CLI; the plugin and stagehandd in the cluster run are the ordinary build's (below).
+  cmake --build "$san" -j"$(nproc)" --target stagehand_unit_tests stagehand stagehand-ddp-replay
+
+  status=0
+  (cd "$san" && ctest --output-on-failure -j"$(nproc)") 2>&1 | tee "$log" || status=$?
+  [ "$status" -eq 0 ] || { ci_failed_tests "$log"; ci_die "unit tests failed under the sanitizers"; }
+  if grep -qE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$log"; then
+    ci_die "sanitizer reports in the unit tests (above)"
+  fi
+  unit=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -n1 | sed -E 's/.*out of ([0-9]+).*/\1/')
+  ci_result "sanitize: unit ${unit:-?} passed, no sanitizer report"
 fi
-unit=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -n1 | sed -E 's/.*out of ([0-9]+).*/\1/')
+[ "$mode" != unit ] || exit 0
+[ -x "$san/helper/stagehand" ] || ci_die "no sanitizer build in $san (run the unit mode first)"
 
 # The cluster tree: the ordinary plugin, the sanitized CLI and daemon (cluster.sh installs the
 # helper and daemon found beside the plugin's directory).
@@ -70,7 +80,7 @@ status=0
 cluster_dir=${STAGEHAND_CLUSTER_DIR:-/tmp/stagehand-cluster}
 reports=$( (ls "$reports_dir"; grep -rlE 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$cluster_dir/work" 2>/dev/null || true) | wc -l)
 counts=$(grep -E '^cluster \(Slurm ' "$log" | tail -n1 || true)
-ci_result "sanitize: unit ${unit:-?} passed; ${counts:-cluster: no result line} ($files); $reports files with sanitizer reports"
+ci_result "sanitize: ${counts:-cluster: no result line} ($files); $reports files with sanitizer reports"
 [ "$status" -eq 0 ] || ci_failed_tests "$log"
 [ "$reports" -eq 0 ] || { head -n 60 "$reports_dir"/* 2>/dev/null; grep -rE -A20 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$cluster_dir/work" | head -n 60; ci_die "sanitizer reports in the cluster run"; }
 exit "$status"

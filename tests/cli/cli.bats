@@ -83,7 +83,8 @@ teardown() { rm -rf "$T"; }
   SPANK__SLURM_SPANK_OPTION_stagehand_tmpdir=keep "$STAGEHAND_BIN" epilog --config "$T/good.toml"
   [ -d "$T/scratch/n1/job_78" ]
   run --separate-stderr "$STAGEHAND_BIN" gc --dry-run --config "$T/good.toml" --node n1
-  [ "$status" -eq 0 ] && [ -z "$output" ]
+  [ "$status" -eq 0 ]
+  [ -z "$output" ]
   ino=$(stat -c %i "$T/scratch/n1/job_78")
   echo "1 $ino" >"$T/scratch/n1/.keep.job_78" # expired long ago
   run --separate-stderr "$STAGEHAND_BIN" gc --dry-run --config "$T/good.toml" --node n1

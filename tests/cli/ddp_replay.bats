@@ -21,7 +21,8 @@ value() { echo "$1" | awk -v r="$2" -v n="$3" '/^# rank /{ cur = $3 } cur == r &
     [ "$(value "$output" $r WORLD_SIZE)" = 5 ]
     [ "$(value "$output" $r MASTER_ADDR)" = node1 ]
   done
-  [ "$(value "$output" 0 LOCAL_WORLD_SIZE)" = 4 ] && [ "$(value "$output" 4 LOCAL_WORLD_SIZE)" = 1 ]
+  [ "$(value "$output" 0 LOCAL_WORLD_SIZE)" = 4 ]
+  [ "$(value "$output" 4 LOCAL_WORLD_SIZE)" = 1 ]
   [ "$(echo "$output" | grep '^export MASTER_PORT=' | sort -u | wc -l)" -eq 1 ]
   ! echo "$output" | grep -q '^export PET_' || false
 }
@@ -63,6 +64,7 @@ value() { echo "$1" | awk -v r="$2" -v n="$3" '/^# rank /{ cur = $3 } cur == r &
 @test "a step inside a task: the enclosing task's values are replaced or unset" {
   run "$STAGEHAND_DDP_REPLAY" "$FIXTURES" nested-inner
   [ "$status" -eq 0 ]
-  [ "$(value "$output" 3 RANK)" = 3 ] && [ "$(value "$output" 3 WORLD_SIZE)" = 4 ]
+  [ "$(value "$output" 3 RANK)" = 3 ]
+  [ "$(value "$output" 3 WORLD_SIZE)" = 4 ]
   [ "$(echo "$output" | grep -c '^unset PET_RDZV_CONF$')" -eq 4 ]
 }

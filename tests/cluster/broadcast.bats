@@ -32,7 +32,8 @@ setup_file() {
   setsid /usr/bin/python3 "$SHAREDFS" "$W/bc-src" "$W/bshared" >"$STAGEHAND_CLUSTER_DIR/log/bcastfs.log" 2>&1 &
   setsid /usr/bin/python3 "$SHAREDFS" "$W/bc-slow-src" "$W/bslow" --mbps 6 >"$STAGEHAND_CLUSTER_DIR/log/bcastslowfs.log" 2>&1 &
   for _ in $(seq 1 50); do [ -e "$W/bshared/.sharedfs-stats" ] && [ -e "$W/bslow/.sharedfs-stats" ] && break; sleep 0.1; done
-  [ -e "$W/bshared/.sharedfs-stats" ] && [ -e "$W/bslow/.sharedfs-stats" ]
+  [ -e "$W/bshared/.sharedfs-stats" ]
+  [ -e "$W/bslow/.sharedfs-stats" ]
   for n in node1 node2; do
     "$CLUSTER" daemon-stop "$n"
     "$CLUSTER" node-restart "$n" private
@@ -137,7 +138,9 @@ EOF2
     if [ $n = node1 ]; then left='[0-9]+ s left'; else left='([0-9]+ s left|time left unknown)'; fi
     first=$(echo "$LAST_OUTPUT" | grep -nE "^stagehand: $n: staging .*slow.tar.*: [0-9]+%, .* of 24\.0 MiB, .*/s, $left$" | head -n1 | cut -d: -f1)
     summary=$(echo "$LAST_OUTPUT" | grep -n "^stagehand: $n: unpacked .*slow.tar -> " | cut -d: -f1)
-    [ -n "$first" ] && [ -n "$summary" ] && [ "$first" -lt "$summary" ]
+    [ -n "$first" ]
+    [ -n "$summary" ]
+    [ "$first" -lt "$summary" ]
   done
 }
 

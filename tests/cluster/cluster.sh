@@ -290,9 +290,14 @@ cmd_start() {
     log "stopping a previous cluster in $DIR"
     cmd_stop
   fi
-  ensure_user
-  ensure_hosts
-  reserve_step_ports
+  # Users, /etc/hosts and the reserved ports are the host's: one cluster at a time changes them
+  # (CI starts several side by side).
+  (
+    flock 8
+    ensure_user
+    ensure_hosts
+    reserve_step_ports
+  ) 8>/run/lock/stagehand-test-cluster.lock
   # A fresh work directory: job ids start again at FirstJobId, and files a test left for job N of
   # an earlier cluster (release-N) must not speak to job N of this one.
   rm -rf "$DIR/work"
@@ -370,7 +375,24 @@ cmd_stop() {
   pkill -9 -u "$TEST_USER" 2>/dev/null || true # tasks orphaned by killed steps (our own test user)
   kill_pidfile "$DIR/slurmctld.pid" slurmctld
   kill_pidfile "$DIR/munge/munged.pid" munged
+  sweep
   rm -rf "$DIR/ctld" "$DIR/spool" "$DIR/munge" "$DIR/log" "$DIR/run" "$DIR/state" "$DIR/cache" "$DIR/etc/slurm-prefix"
+}
+
+# What a test started and a stopped run (Ctrl-C, a killed CI lane) never took down: processes that
+# name this cluster's directory on their command line (the shared-filesystem stand-ins, a test's
+# hung FUSE server, a job's leftovers) and mounts below it (FUSE, tmpfs, bind mounts).
+sweep() {
+  local base pid m
+  base=$(realpath -m "$DIR")
+  for pid in $(pgrep -f -- "$base/" || true); do
+    [ "$pid" != $$ ] && [ "$pid" != "$PPID" ] || continue
+    kill -9 "$pid" 2>/dev/null || true
+  done
+  while read -r m; do
+    m=$(printf '%b' "$m") # findmnt -r writes a space as \x20
+    if [[ "$m" == "$base/"* ]]; then umount -l "$m" 2>/dev/null || true; fi
+  done < <(findmnt -rn -o TARGET | sort -r)
 }
 
 case "${1:-}" in

@@ -105,7 +105,8 @@ EOF
   [ "$(echo "$line" | wc -l)" -eq 1 ]
   resv=$(echo "$line" | cut -d' ' -f2) port=$(echo "$line" | cut -d' ' -f3)
   [ "$port" -eq "${resv##*[-,]}" ]
-  [ "$port" -ge "${range%-*}" ] && [ "$port" -le "${range#*-}" ]
+  [ "$port" -ge "${range%-*}" ]
+  [ "$port" -le "${range#*-}" ]
   assert_all_ranks_agree "$LAST_OUTPUT" 4
 }
 

@@ -86,7 +86,9 @@ EOF2
   [ "$(cat "$S/top")" = precious ]
   [ "$(cat "$S/a/b/file")" = deep ]
   [ "$(find "$S" | wc -l)" -eq 5 ]
-  [ -s /etc/hostname ] && [ -d /usr/bin ] && [ -f "$STAGEHAND_CLUSTER_DIR/etc/slurm.conf" ]
+  [ -s /etc/hostname ]
+  [ -d /usr/bin ]
+  [ -f "$STAGEHAND_CLUSTER_DIR/etc/slurm.conf" ]
   wait_no_job_dirs
   assert_nodes_healthy
 }
@@ -94,10 +96,12 @@ EOF2
 # The node's scratch disk is a 30 MB tmpfs; the dataset is 60 MB.
 @test "disk full while staging (plain and compressed): one line naming the source, nothing partial left, next job fine" {
   local small=$STAGEHAND_CLUSTER_DIR/small
-  mkdir -p "$small" && mount -t tmpfs -o size=30M,mode=0755 tmpfs "$small"
+  mkdir -p "$small"
+  mount -t tmpfs -o size=30M,mode=0755 tmpfs "$small"
   mkdir -m 0755 "$small/node1" "$small/node2"
   head -c 60M /dev/urandom >"$WORK/fault/big.bin"
-  mkdir -p "$WORK/fault/zeros" && head -c 60M /dev/zero >"$WORK/fault/zeros/z.bin"
+  mkdir -p "$WORK/fault/zeros"
+  head -c 60M /dev/zero >"$WORK/fault/zeros/z.bin"
   tar czf "$WORK/fault/big.tar.gz" -C "$WORK/fault/zeros" .
   chown -R "$STAGEHAND_TEST_USER:" "$WORK/fault"
   TMPDIR_BASE="$small/%n" set_tmpdir_config ""
@@ -137,7 +141,8 @@ EOF2
   done
   [ "$bad" -eq 0 ]
   echo "# burst: $n jobs in $(echo "$end - $start" | bc) s: $(echo "scale=2; $n / ($end - $start)" | bc) jobs/s" >&3
-  [ "$(cat "$WORK"/out.burst.* | grep -c node1)" -gt 0 ] && [ "$(cat "$WORK"/out.burst.* | grep -c node2)" -gt 0 ]
+  [ "$(cat "$WORK"/out.burst.* | grep -c node1)" -gt 0 ]
+  [ "$(cat "$WORK"/out.burst.* | grep -c node2)" -gt 0 ]
   wait_no_job_dirs
   rm -f "$WORK"/out.burst.*
   assert_nodes_healthy

@@ -12,9 +12,9 @@ as_user() {
     bash -c "cd '$WORK' && $1"
 }
 
-# The shared-filesystem stand-in (../shared/tools/sharedfs.py) and the cluster harness, for tests
+# The shared-filesystem stand-in (tests/tools/sharedfs.py) and the cluster harness, for tests
 # that mount a source or stop and start a daemon.
-SHAREDFS=${STAGEHAND_SHAREDFS:-$STAGEHAND_SOURCE_DIR/../shared/tools/sharedfs.py}
+SHAREDFS=${STAGEHAND_SHAREDFS:-$STAGEHAND_SOURCE_DIR/tests/tools/sharedfs.py}
 CLUSTER=$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh
 require_sharedfs() {
   [ -f "$SHAREDFS" ] || { echo "sharedfs.py not found at $SHAREDFS (set STAGEHAND_SHAREDFS)" >&2; return 1; }

@@ -20,8 +20,13 @@ elif [ "${STAGEHAND_SLURM_PREFIX%/}" != "$built_for" ]; then
   echo "cluster tests: $build is built against SLURM_ROOT='$built_for', STAGEHAND_SLURM_PREFIX='$STAGEHAND_SLURM_PREFIX'" >&2
   exit 1
 fi
-"$here/cluster.sh" start "$build/plugin/stagehand.so"
+# Stopped by a signal (Ctrl-C, CI ending a lane), it still stops the cluster: the EXIT trap runs on
+# the way out of a trapped signal, not on a signal's default action.
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
 trap '"$here/cluster.sh" stop' EXIT
+"$here/cluster.sh" start "$build/plugin/stagehand.so"
 eval "$("$here/cluster.sh" env)"
 
 export PATH="$build/helper:$PATH"

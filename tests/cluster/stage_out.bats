@@ -123,7 +123,9 @@ EOF2
 
 @test "a symlink to a root-only file is copied as a symlink, never its target" {
   secret=$STAGEHAND_CLUSTER_DIR/root-secret
-  echo "TOP-SECRET-$RANDOM" >"$secret" && chmod 0600 "$secret" && chown root:root "$secret"
+  echo "TOP-SECRET-$RANDOM" >"$secret"
+  chmod 0600 "$secret"
+  chown root:root "$secret"
   submit -N1 --stage-out=res:so/r --wrap "'mkdir \$SLURM_TMPDIR/res && ln -s $secret \$SLURM_TMPDIR/res/link && echo ok > \$SLURM_TMPDIR/res/ok'"
   [ "$JOB_RC" -eq 0 ]
   wait_copied "$JOB_ID" "$WORK/so/r/$LOG"
@@ -135,11 +137,13 @@ EOF2
 }
 
 @test "a DEST the user cannot write is refused at submit with one line, nothing queued" {
-  mkdir -p "$WORK/so/root-only" && chown root:root "$WORK/so/root-only" && chmod 0755 "$WORK/so/root-only"
+  mkdir -p "$WORK/so/root-only"
+  chown root:root "$WORK/so/root-only"
+  chmod 0755 "$WORK/so/root-only"
   before=$(squeue -h | wc -l)
   for cmd in sbatch salloc srun; do
     args="--stage-out=out:so/root-only/%j true"
-    [ "$cmd" = sbatch ] && args="--stage-out=out:so/root-only/%j --wrap true"
+    if [ "$cmd" = sbatch ]; then args="--stage-out=out:so/root-only/%j --wrap true"; fi
     run as_user "$cmd $args"
     [ "$status" -ne 0 ]
     [ "$(echo "$output" | grep -c 'stagehand: ')" -eq 1 ]
@@ -233,9 +237,9 @@ assert any(j['job_id'] == $JOB_ID and j['state'].startswith('stage-out pending')
   for _ in $(seq 1 240); do grep -qs "job $JOB_ID node node1: big -> $dest: 4000 files, 4194304000 bytes" "$dest/$LOG" && break; sleep 0.5; done
   grep -q "job $JOB_ID node node1: big -> $dest: 4000 files, 4194304000 bytes" "$dest/$LOG"
   [ "$(find "$dest" -type f -name 'f*' -size 1048576c | wc -l)" -eq 4000 ]
-  rm -rf "$dest" 
   [ -z "$(find "$dest" ! -user "$STAGEHAND_TEST_USER")" ]
   [ -z "$(find "$dest" -name '.stagehand-out.*')" ]
+  rm -rf "$dest"
   for _ in $(seq 1 100); do ls -a "$SCRATCH/node1" | grep -q "job_$JOB_ID" || break; sleep 0.2; done
   ! ls -a "$SCRATCH/node1" | grep "job_$JOB_ID" || false
   grep -q "job $JOB_ID: stage-out: resuming the copy" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"

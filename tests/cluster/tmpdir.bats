@@ -98,7 +98,8 @@ EOF2
     [ -d "$(job_dir node2 "$id")" ] && [ "$(squeue -h -j "$id" -o %T)" = RUNNING ] && break
     sleep 0.5
   done
-  [ -d "$(job_dir node1 "$id")" ] && [ -d "$(job_dir node2 "$id")" ]
+  [ -d "$(job_dir node1 "$id")" ]
+  [ -d "$(job_dir node2 "$id")" ]
   as_user "scancel $id"
   wait_job_done "$id"
   [ ! -e "$(job_dir node1 "$id")" ] && [ ! -e "$(job_dir node2 "$id")" ]
@@ -114,7 +115,8 @@ EOF2
   echo "$out"
   echo "$out" | grep -qx "$STAGEHAND_TEST_USER 700 directory"
   echo "$out" | grep -qx "0"
-  [ "$(stat -c %U "$victim")" = root ] && [ "$(cat "$victim/file")" = keep ]
+  [ "$(stat -c %U "$victim")" = root ]
+  [ "$(cat "$victim/file")" = keep ]
   [ "$(scontrol show job "$id" -o | grep -o 'JobState=[A-Z]*')" = JobState=COMPLETED ]
 }
 

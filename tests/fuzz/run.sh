@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the fuzz targets with clang (libFuzzer, ASan, UBSan) from CMake (STAGEHAND_FUZZ=ON) in
-# BUILD_DIR/fuzz and runs each for a bounded time on its seed corpus (SECONDS per target), printing
-# one line per target: executions, and whether it found anything (then the input is kept).
-# Usage: tests/fuzz/run.sh BUILD_DIR [SECONDS]
+# BUILD_DIR/fuzz; for each target, first replays every input of its seed corpus (corpus/NAME: the
+# inputs that once crashed it among them) once, then fuzzes from that corpus for a bounded time
+# (SECONDS per target; 0: replay only), printing one line per target: inputs replayed,
+# executions, and whether it found anything (then the input is kept).
+# Usage: tests/fuzz/run.sh BUILD_DIR [SECONDS]     (CI: 10 s a target; longer runs: bench/fuzz.sh)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -29,7 +31,20 @@ while read -r name; do
   rm -rf "$corpus" && mkdir -p "$corpus"
   [ -d "$here/corpus/$name" ] && cp -r "$here/corpus/$name/." "$corpus/"
   log=$out/$name.log
+  inputs=$(find "$corpus" -type f | wc -l)
   rc=0
+  # The replay: each input once (-runs=0 with a corpus directory runs exactly its files).
+  "$out/tests/fuzz/${name}_fuzz" -runs=0 $(options_of "$name") "$corpus" >"$log.replay" 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    tail -n 40 "$log.replay"
+    echo "fuzz: $name: replaying its corpus ($inputs inputs) failed (exit $rc)" >&2
+    status=1
+    continue
+  fi
+  if [ "$seconds" -eq 0 ]; then
+    echo "fuzz: $name: $inputs corpus inputs replayed, no finding"
+    continue
+  fi
   # shellcheck disable=SC2046 # one flag per line
   "$out/tests/fuzz/${name}_fuzz" -max_total_time="$seconds" $(options_of "$name") -print_final_stats=1 \
     -artifact_prefix="$out/$name-" "$corpus" >"$log" 2>&1 || rc=$?
@@ -39,7 +54,7 @@ while read -r name; do
     echo "fuzz: $name found a failure (exit $rc) after ${execs:-?} executions; the input is in $out/" >&2
     status=1
   else
-    echo "fuzz: $name: ${execs:-?} executions in ${seconds}s, no finding"
+    echo "fuzz: $name: $inputs corpus inputs replayed, ${execs:-?} executions in ${seconds}s, no finding"
   fi
 done <"$out/tests/fuzz/targets.txt"
 exit "$status"
