@@ -40,6 +40,16 @@ case "${1:-}" in
   *) echo "test.sh: unknown option $1 (--quick, or nothing for the full run)" >&2; exit 2 ;;
 esac
 [ "$(id -u)" -eq 0 ] || { echo "test.sh: run as root (security tests drop to a user; the cluster runs slurmd)" >&2; exit 1; }
+# One run per machine: the lanes' clusters have fixed directories, ports and users. (A pid file,
+# not a flock: the daemons a run starts would inherit the lock's descriptor.)
+run_pid_file=/run/stagehand-test.pid
+other=$(cat "$run_pid_file" 2>/dev/null || true)
+other_cmd=$( [ -z "$other" ] || tr '\0' ' ' <"/proc/$other/cmdline" 2>/dev/null || true)
+if [ "$other" != $$ ] && [[ "$other_cmd" == *scripts/test.sh* ]]; then
+  echo "test.sh: another scripts/test.sh (pid $other) is running on this machine; wait for it or stop it" >&2
+  exit 1
+fi
+echo $$ >"$run_pid_file"
 
 build=${STAGEHAND_BUILD_DIR:-$root/build-test}
 build_current=$build-slurm25.11
@@ -73,6 +83,7 @@ finish() {
   ci_summary
   printf 'total: %s (%s run)\n' "$(ci_mmss $(($(date +%s) - CI_START)))" "$mode"
   rm -rf "$STAGEHAND_CI_SUMMARY" "$CI_LANE_DIR"
+  [ "$(cat "$run_pid_file" 2>/dev/null)" != $$ ] || rm -f "$run_pid_file"
   exit "$status"
 }
 trap 'finish $?' EXIT

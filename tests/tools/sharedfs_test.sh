@@ -100,8 +100,10 @@ cat "$m/sub/f" >/dev/null
 small=$(ms_since "$t0")
 [ "$(stat_of "$m" "d['bytes_read']")" = 5000007 ] || fail "throttled bytes_read $(stat_of "$m" "d['bytes_read']")"
 fusermount -u "$m" || fail "fusermount -u $m"
-[ "$both" -ge 550 ] && [ "$both" -le 2000 ] ||
-  fail "two readers of 2.5 MB at 10 MB/s shared took $both ms, expected about 700"
-[ "$small" -ge 190 ] && [ "$small" -le 1000 ] || fail "an open with 200 ms latency took $small ms"
+# Lower bounds only (a loaded machine makes anything slower, never faster): one budget for both
+# readers (2 x 2.5 MB at 10 MB/s: 500 ms; a budget per reader would take 250 ms) and the delay
+# on each open.
+[ "$both" -ge 550 ] || fail "two readers of 2.5 MB at 10 MB/s shared took $both ms, expected at least 550"
+[ "$small" -ge 190 ] || fail "an open with 200 ms latency took $small ms"
 
 echo "sharedfs test: ok (passthrough, permissions for $user, read-only, counts; 2 x 2.5 MB at 10 MB/s in $both ms, open latency $small ms)"
