@@ -68,22 +68,45 @@ mount_tmp() {
     echo "test.sh: cannot mount a tmpfs at $CI_TMP: the test clusters use the disk" >&2
 }
 
-# On the way out, however it ends: the lanes still running stopped, every test cluster this run
-# may have started taken down (idempotent), the tmpfs detached, then the summary.
-finish() {
-  local status=$1
-  trap '' INT TERM HUP
-  ci_lanes_stop
+# take_down_clusters: every test cluster a run may have started, stopped (idempotent: a cluster
+# that is not there is skipped), and the run's tmpfs detached.
+take_down_clusters() {
   local d
   for d in "$CI_TMP"/cluster-* /tmp/stagehand-cluster; do
     [ -f "$d/etc/slurm.conf" ] || continue
     STAGEHAND_CLUSTER_DIR=$d "$root/tests/cluster/cluster.sh" stop >/dev/null 2>&1 || true
   done
   if mountpoint -q "$CI_TMP" 2>/dev/null; then umount -l "$CI_TMP" || true; fi
+}
+
+# What a run killed outright (SIGKILL: no trap ran) left: its lanes, in sessions of their own,
+# still running, and their clusters.
+lane_record=/run/stagehand-test.lanes
+if [ -s "$lane_record" ]; then
+  while read -r pid; do
+    cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)
+    if [[ "$cmd" == *scripts/ci/lib.sh* ]]; then
+      echo "test.sh: stopping lane $pid that a killed run left running" >&2
+      kill -KILL -- "-$pid" 2>/dev/null || true
+    fi
+  done <"$lane_record"
+  take_down_clusters
+fi
+: >"$lane_record"
+export CI_LANE_RECORD=$lane_record
+
+# On the way out, however it ends: the lanes still running stopped, the foreground phase's
+# processes ended, every test cluster taken down, the tmpfs detached, then the summary.
+finish() {
+  local status=$1
+  trap '' INT TERM HUP
+  ci_lanes_stop
+  ci_kill_descendants $$
+  take_down_clusters
   ci_summary
   printf 'total: %s (%s run)\n' "$(ci_mmss $(($(date +%s) - CI_START)))" "$mode"
   rm -rf "$STAGEHAND_CI_SUMMARY" "$CI_LANE_DIR"
-  [ "$(cat "$run_pid_file" 2>/dev/null)" != $$ ] || rm -f "$run_pid_file"
+  [ "$(cat "$run_pid_file" 2>/dev/null)" != $$ ] || rm -f "$run_pid_file" "$lane_record"
   exit "$status"
 }
 trap 'finish $?' EXIT
@@ -119,27 +142,33 @@ suite_half() {
 mapfile -t half1 < <(suite_half 1)
 mapfile -t half2 < <(suite_half 2)
 
+# phase NAME COMMAND...: a foreground phase, after checking that no lane has failed meanwhile.
+phase() {
+  ci_lanes_check
+  ci_phase "$@"
+}
+
 ci_phase "install packages" "$root/scripts/install-deps.sh"
 mount_tmp
 ci_use_ccache
 
-ci_phase "build (Debian's Slurm 22.05)" "$ci/build.sh" "$build"
+phase "build (Debian's Slurm 22.05)" "$ci/build.sh" "$build"
 ci_lane "cluster tests (Slurm 22.05), half 1" 0 "$ci/cluster.sh" "$build" "${half1[@]}"
 ci_lane "cluster tests (Slurm 22.05), half 2" 1 "$ci/cluster.sh" "$build" "${half2[@]}"
-ci_phase "unit tests (Slurm 22.05)" "$ci/unit.sh" "$build"
+phase "unit tests (Slurm 22.05)" "$ci/unit.sh" "$build"
 
 if [ "$mode" = full ]; then
   slurm_prefix_file=$(mktemp)
-  ci_phase "Slurm 25.11.7 (cached by sha256)" bash -c '"$1" >"$2"' _ "$ci/build-slurm.sh" "$slurm_prefix_file"
+  phase "Slurm 25.11.7 (cached by sha256)" bash -c '"$1" >"$2"' _ "$ci/build-slurm.sh" "$slurm_prefix_file"
   slurm_prefix=$(cat "$slurm_prefix_file")
   rm -f "$slurm_prefix_file"
-  ci_phase "build (Slurm 25.11)" "$ci/build.sh" "$build_current" -DSLURM_ROOT="$slurm_prefix"
+  phase "build (Slurm 25.11)" "$ci/build.sh" "$build_current" -DSLURM_ROOT="$slurm_prefix"
   ci_lane "cluster tests (Slurm 25.11), half 1" 2 "$ci/cluster.sh" "$build_current" "${half1[@]}"
   ci_lane "cluster tests (Slurm 25.11), half 2" 3 "$ci/cluster.sh" "$build_current" "${half2[@]}"
-  ci_phase "unit tests (Slurm 25.11)" "$ci/unit.sh" "$build_current"
-  ci_phase "sanitizers: build, unit tests (ASan+UBSan)" "$ci/sanitize.sh" "$build" unit
+  phase "unit tests (Slurm 25.11)" "$ci/unit.sh" "$build_current"
+  phase "sanitizers: build, unit tests (ASan+UBSan)" "$ci/sanitize.sh" "$build" unit
   ci_lane "sanitizers: cluster subset (ASan+UBSan)" 4 "$ci/sanitize.sh" "$build" cluster
-  ci_phase "fuzzing (corpus replayed, then ${STAGEHAND_FUZZ_SECONDS:-10} s a target)" "$ci/fuzz.sh" "$build"
+  phase "fuzzing (corpus replayed, then ${STAGEHAND_FUZZ_SECONDS:-10} s a target)" "$ci/fuzz.sh" "$build"
 fi
 
 ci_log "waiting for the lanes"
@@ -149,7 +178,7 @@ ci_lanes_wait || {
 }
 
 if [ "$mode" = full ]; then
-  ci_phase "package: .deb" "$ci/package-deb.sh" "$build"
-  ci_phase "package: install, job, purge" "$ci/package-install.sh" "$build"
-  ci_phase "package: RPM" "$ci/package-rpm.sh" "$build"
+  phase "package: .deb" "$ci/package-deb.sh" "$build"
+  phase "package: install, job, purge" "$ci/package-install.sh" "$build"
+  phase "package: RPM" "$ci/package-rpm.sh" "$build"
 fi

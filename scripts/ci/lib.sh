@@ -53,7 +53,11 @@ ci_phase() {
   mine=$(mktemp "${TMPDIR:-/tmp}/stagehand-ci-phase.XXXXXX")
   echo
   ci_log "phase: $name"
-  STAGEHAND_CI_SUMMARY=$mine "$@" || status=$?
+  # In the background and waited for, so that a signal to test.sh is handled at once, not after
+  # the phase (bash runs a trap only once the foreground command is done); test.sh's exit then
+  # ends the phase's processes (ci_kill_descendants).
+  STAGEHAND_CI_SUMMARY=$mine "$@" &
+  wait $! || status=$?
   local took=$((SECONDS - start)) word=ok
   [ $status -eq 0 ] || word="FAILED (exit $status)"
   printf '== phase %s: %s in %s\n' "$name" "$word" "$(ci_mmss $took)"
@@ -107,48 +111,73 @@ ci_lane() {
   fi
   : >"$CI_LANE_DIR/lane-$n.summary"
   ci_log "lane started: $name (output when it ends: $log)"
-  setsid env "${env_args[@]}" bash -c 'source "$1/scripts/ci/lib.sh"; trap - ERR; shift; ci_phase "$@"' \
-    _ "$CI_ROOT" "$name" "$@" </dev/null >"$log" 2>&1 &
+  rm -f "$CI_LANE_DIR/lane-$n.rc"
+  setsid env "${env_args[@]}" bash -c 'source "$1/scripts/ci/lib.sh"; trap - ERR; rc=$2; shift 2
+    status=0; ci_phase "$@" || status=$?; echo "$status" >"$rc"; exit "$status"' \
+    _ "$CI_ROOT" "$CI_LANE_DIR/lane-$n.rc" "$name" "$@" </dev/null >"$log" 2>&1 &
   CI_LANE_PIDS+=($!)
   CI_LANE_NAMES+=("$name")
+  # For a later run, should this one be killed outright (then nothing here stops the lanes).
+  [ -z "${CI_LANE_RECORD:-}" ] || echo "$!" >>"$CI_LANE_RECORD"
+}
+
+# ci_lane_collect I: waits for lane I (ended, or about to), prints its output, adds its summary;
+# returns its exit status.
+ci_lane_collect() {
+  local i=$1 status=0
+  wait "${CI_LANE_PIDS[$i]}" || status=$?
+  CI_LANE_PIDS[$i]=
+  echo
+  ci_log "lane output: ${CI_LANE_NAMES[$i]} (exit $status)"
+  cat "$CI_LANE_DIR/lane-$i.log"
+  cat "$CI_LANE_DIR/lane-$i.summary" >>"$STAGEHAND_CI_SUMMARY"
+  [ "$status" -eq 0 ] || CI_LANE_FAILED+=("${CI_LANE_NAMES[$i]}")
+  return "$status"
+}
+
+# ci_lanes_check: fails (after printing the lane's output) when a lane has already failed, so that
+# the run stops at its first failure rather than when the lanes are waited for.
+ci_lanes_check() {
+  local i
+  for i in "${!CI_LANE_PIDS[@]}"; do
+    [ -n "${CI_LANE_PIDS[$i]}" ] && [ -f "$CI_LANE_DIR/lane-$i.rc" ] || continue
+    [ "$(cat "$CI_LANE_DIR/lane-$i.rc")" != 0 ] || continue
+    ci_lane_collect "$i" || true
+    echo "ci: lane failed: ${CI_LANE_NAMES[$i]}" >&2
+    return 1
+  done
 }
 
 # ci_lanes_wait: waits for every lane started so far, printing each one's output and adding its
 # summary lines as it ends. Returns non-zero when any failed.
 ci_lanes_wait() {
-  local i status any=0
+  local i any=0
   for i in "${!CI_LANE_PIDS[@]}"; do
     [ -n "${CI_LANE_PIDS[$i]}" ] || continue
-    status=0
-    wait "${CI_LANE_PIDS[$i]}" || status=$?
-    CI_LANE_PIDS[$i]=
-    echo
-    ci_log "lane output: ${CI_LANE_NAMES[$i]} (exit $status)"
-    cat "$CI_LANE_DIR/lane-$i.log"
-    cat "$CI_LANE_DIR/lane-$i.summary" >>"$STAGEHAND_CI_SUMMARY"
-    if [ "$status" -ne 0 ]; then
-      any=1
-      CI_LANE_FAILED+=("${CI_LANE_NAMES[$i]}")
-    fi
+    ci_lane_collect "$i" || any=1
   done
   return $any
 }
 
-# ci_lanes_stop: ends the lanes still running (TERM to each lane's process group: its cluster
-# run stops its cluster on the way out), then waits for them; what they printed is shown.
+# ci_lanes_stop: ends the lanes still running: TERM to each lane's process group (its cluster run
+# stops its cluster on the way out), up to 60 s for the group to empty, then KILL. A lane that had
+# already ended is collected as ci_lanes_wait would; one that was stopped says so in the summary.
 ci_lanes_stop() {
   local i pid
   for i in "${!CI_LANE_PIDS[@]}"; do
     pid=${CI_LANE_PIDS[$i]}
     [ -n "$pid" ] || continue
+    if [ -f "$CI_LANE_DIR/lane-$i.rc" ]; then
+      ci_lane_collect "$i" || true
+      continue
+    fi
     ci_log "stopping lane: ${CI_LANE_NAMES[$i]}"
     kill -TERM -- "-$pid" 2>/dev/null || true
   done
   for i in "${!CI_LANE_PIDS[@]}"; do
     pid=${CI_LANE_PIDS[$i]}
     [ -n "$pid" ] || continue
-    # A lane has 60 s to stop its cluster; then its whole group is killed.
-    for _ in $(seq 1 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 1 600); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL -- "-$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
     CI_LANE_PIDS[$i]=
@@ -156,6 +185,30 @@ ci_lanes_stop() {
     ci_log "lane stopped: ${CI_LANE_NAMES[$i]}; its last lines:"
     tail -n 15 "$CI_LANE_DIR/lane-$i.log" 2>/dev/null || true
   done
+}
+
+# ci_kill_descendants PID: TERM to every process below PID (deepest first), then KILL to what is
+# left after 5 s. test.sh's way out: what a foreground phase was running when the run stopped.
+ci_kill_descendants() {
+  local all=() queue=("$1") p c
+  while [ ${#queue[@]} -gt 0 ]; do
+    p=${queue[0]}
+    queue=("${queue[@]:1}")
+    for c in $(pgrep -P "$p" || true); do
+      all=("$c" "${all[@]}")
+      queue+=("$c")
+    done
+  done
+  [ ${#all[@]} -gt 0 ] || return 0
+  kill -TERM "${all[@]}" 2>/dev/null || true
+  local alive
+  for _ in $(seq 1 50); do
+    alive=0
+    for p in "${all[@]}"; do ! kill -0 "$p" 2>/dev/null || alive=1; done
+    [ "$alive" -eq 1 ] || return 0
+    sleep 0.1
+  done
+  kill -KILL "${all[@]}" 2>/dev/null || true
 }
 
 # ---- the compiler cache ---------------------------------------------------------------------

@@ -47,6 +47,10 @@ use_slurm "${STAGEHAND_SLURM_PREFIX:-}"
 if [ "${1:-}" != start ] && [ -z "${STAGEHAND_SLURM_PREFIX+set}" ] && [ -f "$DIR/etc/slurm-prefix" ]; then
   use_slurm "$(cat "$DIR/etc/slurm-prefix")"
 fi
+# And the test user it was started with (stop kills that user's processes and cancels its jobs).
+if [ "${1:-}" != start ] && [ -z "${STAGEHAND_TEST_USER:-}" ] && [ -f "$DIR/etc/test-user" ]; then
+  TEST_USER=$(cat "$DIR/etc/test-user")
+fi
 
 print_env() {
   echo "export SLURM_CONF=$DIR/etc/slurm.conf"
@@ -89,11 +93,13 @@ ensure_hosts() {
   done
 }
 
-# The steps' reserved ports (MpiParams=ports=) kept out of the kernel's ephemeral ports, as the
-# README asks of a site: else any outgoing connection on the host (srun, slurmd, munge) may hold
-# one, and --ddp-env's check that MASTER_PORT can be bound rightly fails the step.
+# The cluster's block of ports kept out of the kernel's ephemeral ports: the steps' reserved ports
+# (MpiParams=ports=), as the README asks of a site (else any outgoing connection on the host may
+# hold one, and --ddp-env's check that MASTER_PORT can be bound rightly fails the step), and the
+# daemons' own, which a restarted slurmd or slurmctld must bind again while other clusters beside
+# it make connections.
 reserve_step_ports() {
-  local f=/proc/sys/net/ipv4/ip_local_reserved_ports range="$((PORT + 10))-$((PORT + 99))" cur
+  local f=/proc/sys/net/ipv4/ip_local_reserved_ports range="$PORT-$((PORT + 99))" cur
   cur=$(cat "$f" 2>/dev/null) || return 0
   case ",$cur," in *",$range,"*) return 0 ;; esac
   echo "${cur:+$cur,}$range" >"$f" 2>/dev/null || log "cannot reserve ports $range in $f: a step may find its port taken"
@@ -290,6 +296,7 @@ cmd_start() {
     log "stopping a previous cluster in $DIR"
     cmd_stop
   fi
+  sweep # what a run killed outright left of a cluster here (its pid files may be gone)
   # Users, /etc/hosts and the reserved ports are the host's: one cluster at a time changes them
   # (CI starts several side by side).
   (
@@ -321,6 +328,7 @@ cmd_start() {
   done
   write_configs "$plugin" "$mode"
   echo "$SLURM_PREFIX" >"$DIR/etc/slurm-prefix"
+  echo "$TEST_USER" >"$DIR/etc/test-user"
   eval "$(print_env)"
   start_munge
   start_controller
@@ -376,18 +384,20 @@ cmd_stop() {
   kill_pidfile "$DIR/slurmctld.pid" slurmctld
   kill_pidfile "$DIR/munge/munged.pid" munged
   sweep
-  rm -rf "$DIR/ctld" "$DIR/spool" "$DIR/munge" "$DIR/log" "$DIR/run" "$DIR/state" "$DIR/cache" "$DIR/etc/slurm-prefix"
+  rm -rf "$DIR/ctld" "$DIR/spool" "$DIR/munge" "$DIR/log" "$DIR/run" "$DIR/state" "$DIR/cache" "$DIR/etc/slurm-prefix" "$DIR/etc/test-user"
 }
 
 # What a test started and a stopped run (Ctrl-C, a killed CI lane) never took down: processes that
 # name this cluster's directory on their command line (the shared-filesystem stand-ins, a test's
 # hung FUSE server, a job's leftovers) and mounts below it (FUSE, tmpfs, bind mounts).
 sweep() {
-  local base pid m
+  local p pid cmd m base
   base=$(realpath -m "$DIR")
-  for pid in $(pgrep -f -- "$base/" || true); do
+  for p in /proc/[0-9]*; do
+    pid=${p#/proc/}
     [ "$pid" != $$ ] && [ "$pid" != "$PPID" ] || continue
-    kill -9 "$pid" 2>/dev/null || true
+    cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+    if [[ "$cmd" == *"$DIR/"* || "$cmd" == *"$base/"* ]]; then kill -9 "$pid" 2>/dev/null || true; fi
   done
   while read -r m; do
     m=$(printf '%b' "$m") # findmnt -r writes a space as \x20

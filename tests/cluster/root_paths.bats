@@ -14,7 +14,9 @@ teardown_file() {
   local pid
   pid=$(cat "$STAGEHAND_CLUSTER_DIR/hangfs.pid" 2>/dev/null || true)
   [ -z "$pid" ] || kill -9 "$pid" 2>/dev/null || true
-  awk '{for (i = 7; i < NF; i++) if ($i == "-" && $(i + 1) == "fuse" && $(i + 2) == "hangfs") print $5}' \
+  # Only this cluster's (clusters run side by side in CI; another's test may have one mounted).
+  awk -v dir="$(realpath "$STAGEHAND_CLUSTER_DIR")/" \
+    '{for (i = 7; i < NF; i++) if ($i == "-" && $(i + 1) == "fuse" && $(i + 2) == "hangfs" && index($5, dir) == 1) print $5}' \
     /proc/self/mountinfo | while read -r m; do umount -l "$m"; done
   rm -f "$STAGEHAND_CLUSTER_DIR/hangfs.pid"
 }

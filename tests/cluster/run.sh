@@ -21,10 +21,12 @@ elif [ "${STAGEHAND_SLURM_PREFIX%/}" != "$built_for" ]; then
   exit 1
 fi
 # Stopped by a signal (Ctrl-C, CI ending a lane), it still stops the cluster: the EXIT trap runs on
-# the way out of a trapped signal, not on a signal's default action.
+# the way out of a trapped signal, not on a signal's default action. A TERM or HUP (CI stopping a
+# lane: its whole process group) has ended the reader of our output too (tee), so the stop then
+# writes nowhere rather than die of SIGPIPE halfway.
 trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
+trap 'exec >/dev/null 2>&1; exit 143' TERM
+trap 'exec >/dev/null 2>&1; exit 129' HUP
 trap '"$here/cluster.sh" stop' EXIT
 "$here/cluster.sh" start "$build/plugin/stagehand.so"
 eval "$("$here/cluster.sh" env)"
