@@ -85,12 +85,17 @@ import json, sys
 e = json.loads(sys.argv[1])
 assert all(set(x) >= {'source', 'bytes', 'files', 'last_used', 'in_use'} for x in e), e
 print(sum(x['bytes'] for x in e))" "$output")
-  ondisk=$(du -sB1 --apparent-size=false "$STAGEHAND_CLUSTER_DIR/cache/node1/entries" | cut -f1)
-  dirs=$(find "$STAGEHAND_CLUSTER_DIR/cache/node1/entries" -mindepth 1 -maxdepth 1 | wc -l)
-  echo "cache ls: $listed bytes; du: $ondisk bytes"
-  # du counts the entries/ directory itself and each entry's top directory; nothing else may differ.
-  [ $((ondisk - listed)) -ge 0 ]
-  [ $((ondisk - listed)) -le $(( (dirs + 1) * 4096 )) ]
+  # Every byte on disk is listed: an entry is its manifest.json and its data/ tree, nothing else,
+  # and the data files' bytes are what cache ls says. (Byte counts, not du: what du adds for
+  # directories and blocks depends on the filesystem.)
+  entries=$STAGEHAND_CLUSTER_DIR/cache/node1/entries
+  stray=$(find "$entries" -mindepth 2 ! -path "$entries/*/data" ! -path "$entries/*/data/*" ! -path "$entries/*/manifest.json")
+  echo "not an entry's manifest or data: ${stray:-none}"
+  [ -z "$stray" ]
+  ondisk=$(find "$entries" -mindepth 3 -path "$entries/*/data/*" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
+  echo "cache ls: $listed bytes; data files on disk: $ondisk bytes"
+  [ "$listed" -gt 0 ]
+  [ "$ondisk" -eq "$listed" ]
   assert_empty_dir "$STAGEHAND_CLUSTER_DIR/cache/node1/tmp"
 }
 

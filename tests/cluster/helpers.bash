@@ -157,6 +157,9 @@ teardown() {
     echo "---- job output (job ${JOB_ID:-none}) ----"; echo "${LAST_OUTPUT:-}"
     echo "---- slurmd logs (stagehand lines) ----"
     grep -h stagehand "$STAGEHAND_CLUSTER_DIR"/log/slurmd-*.log | sort | tail -n 20 || true
+    # (the cluster's logs go when it stops: what a failure needs of the daemons' is kept here)
+    echo "---- stagehandd logs (last lines) ----"
+    tail -n 15 "$STAGEHAND_CLUSTER_DIR"/log/stagehandd-*.log 2>/dev/null || true
   fi
   set_tmpdir_config ""
   ensure_daemons
