@@ -155,6 +155,8 @@ TEST(CacheStore, PublishLookupEvictAndSweep)
   auto found = store->lookup(key);
   ASSERT_TRUE(found);
   EXPECT_EQ(found->source, "/src/a");
+  // Read back, the entry occupies what publishing it reported: its data and its manifest.
+  EXPECT_EQ(found->disk_bytes, pub->disk_bytes);
   ASSERT_EQ(store->list().size(), 1U);
   // Debris of a fill killed midway and an entry without its manifest are swept; active fills stay.
   auto dead = store->begin_fill(std::string(64, 'b'), 0, 0);

@@ -185,6 +185,9 @@ Result<EntryMeta> Store::lookup(const std::string& key) const
   struct stat st {};
   if (::fstatat(dir->get(), k_manifest, &st, AT_SYMLINK_NOFOLLOW) == 0) {
     meta->last_used = st.st_mtim.tv_sec;
+    // The manifest holds the data's disk usage (it is written before its own size is known);
+    // the entry's is that and the manifest's, as seal() reported it.
+    meta->disk_bytes += static_cast<std::uint64_t>(st.st_blocks) * 512;
   }
   return meta;
 }
