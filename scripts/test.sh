@@ -100,6 +100,9 @@ export CI_LANE_RECORD=$lane_record
 finish() {
   local status=$1
   trap '' INT TERM HUP
+  if [ -n "${CI_CURRENT_PHASE:-}" ]; then
+    ci_summary_line "$(printf '%-7s %s' stopped "$CI_CURRENT_PHASE (the run was stopped, exit $status)")"
+  fi
   ci_lanes_stop
   ci_kill_descendants $$
   take_down_clusters

@@ -56,8 +56,10 @@ ci_phase() {
   # In the background and waited for, so that a signal to test.sh is handled at once, not after
   # the phase (bash runs a trap only once the foreground command is done); test.sh's exit then
   # ends the phase's processes (ci_kill_descendants).
+  CI_CURRENT_PHASE=$name
   STAGEHAND_CI_SUMMARY=$mine "$@" &
   wait $! || status=$?
+  CI_CURRENT_PHASE=
   local took=$((SECONDS - start)) word=ok
   [ $status -eq 0 ] || word="FAILED (exit $status)"
   printf '== phase %s: %s in %s\n' "$name" "$word" "$(ci_mmss $took)"

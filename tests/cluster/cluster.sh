@@ -396,7 +396,7 @@ sweep() {
   for p in /proc/[0-9]*; do
     pid=${p#/proc/}
     [ "$pid" != $$ ] && [ "$pid" != "$PPID" ] || continue
-    cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+    cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue # (gone meanwhile: skipped)
     if [[ "$cmd" == *"$DIR/"* || "$cmd" == *"$base/"* ]]; then kill -9 "$pid" 2>/dev/null || true; fi
   done
   while read -r m; do
