@@ -69,13 +69,24 @@ mount_tmp() {
 }
 
 # take_down_clusters: every test cluster a run may have started, stopped (idempotent: a cluster
-# that is not there is skipped), and the run's tmpfs detached.
+# that is not there is skipped); then what a stopped unit test left on the run's tmpfs (its
+# temporary directories are there: STAGEHAND_TEST_TMP), e.g. the hung FUSE server of a test killed
+# midway and its mount, and the tmpfs itself detached.
 take_down_clusters() {
-  local d
+  local d p cmd m
   for d in "$CI_TMP"/cluster-* /tmp/stagehand-cluster; do
     [ -f "$d/etc/slurm.conf" ] || continue
     STAGEHAND_CLUSTER_DIR=$d "$root/tests/cluster/cluster.sh" stop >/dev/null 2>&1 || true
   done
+  for p in /proc/[0-9]*; do
+    [ "${p#/proc/}" != $$ ] || continue
+    cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
+    if [[ "$cmd" == *"$CI_TMP/"* ]]; then kill -9 "${p#/proc/}" 2>/dev/null || true; fi
+  done
+  while read -r m; do
+    m=$(printf '%b' "$m") # findmnt -r writes a space as \x20
+    if [[ "$m" == "$CI_TMP/"* ]]; then umount -l "$m" 2>/dev/null || true; fi
+  done < <(findmnt -rn -o TARGET | sort -r)
   if mountpoint -q "$CI_TMP" 2>/dev/null; then umount -l "$CI_TMP" || true; fi
 }
 
@@ -154,6 +165,10 @@ phase() {
 ci_phase "install packages" "$root/scripts/install-deps.sh"
 mount_tmp
 ci_use_ccache
+# The unit tests' temporary directories on the run's tmpfs too, where the way out finds what a
+# stopped test left (tests/unit/test_support.cpp; /dev/shm otherwise).
+export STAGEHAND_TEST_TMP=$CI_TMP/unit
+mkdir -p "$STAGEHAND_TEST_TMP"
 
 phase "build (Debian's Slurm 22.05)" "$ci/build.sh" "$build"
 ci_lane "cluster tests (Slurm 22.05), half 1" 0 "$ci/cluster.sh" "$build" "${half1[@]}"
