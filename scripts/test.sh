@@ -73,20 +73,12 @@ mount_tmp() {
 # temporary directories are there: STAGEHAND_TEST_TMP), e.g. the hung FUSE server of a test killed
 # midway and its mount, and the tmpfs itself detached.
 take_down_clusters() {
-  local d p cmd m
+  local d
   for d in "$CI_TMP"/cluster-* /tmp/stagehand-cluster; do
     [ -f "$d/etc/slurm.conf" ] || continue
     STAGEHAND_CLUSTER_DIR=$d "$root/tests/cluster/cluster.sh" stop >/dev/null 2>&1 || true
   done
-  for p in /proc/[0-9]*; do
-    [ "${p#/proc/}" != $$ ] || continue
-    cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
-    if [[ "$cmd" == *"$CI_TMP/"* ]]; then kill -9 "${p#/proc/}" 2>/dev/null || true; fi
-  done
-  while read -r m; do
-    m=$(printf '%b' "$m") # findmnt -r writes a space as \x20
-    if [[ "$m" == "$CI_TMP/"* ]]; then umount -l "$m" 2>/dev/null || true; fi
-  done < <(findmnt -rn -o TARGET | sort -r)
+  STAGEHAND_CLUSTER_DIR=$CI_TMP "$root/tests/cluster/cluster.sh" sweep || true
   if mountpoint -q "$CI_TMP" 2>/dev/null; then umount -l "$CI_TMP" || true; fi
 }
 

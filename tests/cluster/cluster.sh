@@ -14,6 +14,7 @@
 #   cluster.sh daemon-stop NODE [SIGNAL]   stop it (default TERM; KILL leaves its socket file)
 #   cluster.sh node-start NODE | controller-start
 #                                start a slurmd or slurmctld again that a test stopped
+#   cluster.sh sweep             kill what names STAGEHAND_CLUSTER_DIR, detach mounts below it
 #   cluster.sh node-restart NODE [private]  restart NODE's slurmd; "private": in a mount namespace
 #                                of its own with a private tmpfs at $SCRATCH/local, so that one
 #                                path is node-local as on a real cluster (sbcast writes one path
@@ -415,5 +416,6 @@ case "${1:-}" in
   node-start) eval "$(print_env)"; start_node "${2:?node}" </dev/null >/dev/null 2>&1 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- ;;
   controller-start) eval "$(print_env)"; start_controller </dev/null >/dev/null 2>&1 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- ;;
   node-restart) node_restart "${2:?node}" "${3:-}" ;;
-  *) echo "usage: cluster.sh start [--installed] PLUGIN_SO | stop | env | daemon-start NODE | daemon-stop NODE [SIGNAL] | node-start NODE | controller-start | node-restart NODE [private]" >&2; exit 2 ;;
+  sweep) sweep ;; # (also for test.sh: its whole tmpfs, unit tests' leftovers included)
+  *) echo "usage: cluster.sh start [--installed] PLUGIN_SO | stop | env | daemon-start NODE | daemon-stop NODE [SIGNAL] | node-start NODE | controller-start | node-restart NODE [private] | sweep" >&2; exit 2 ;;
 esac
