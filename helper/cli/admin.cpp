@@ -2,6 +2,7 @@
 #include "commands.hpp"
 
 #include "stagehand/fs/trusted_dir.hpp"
+#include "stagehand/fs/walk.hpp"
 #include "stagehand/gc/collect.hpp"
 #include "stagehand/ipc/client.hpp"
 #include "stagehand/ipc/job_hooks.hpp"
@@ -10,12 +11,16 @@
 
 #include <spdlog/spdlog.h>
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <string_view>
 
 namespace stagehand::cli {
 
@@ -90,6 +95,97 @@ int local_gc(const Config& config, const CommonArgs& common)
   return applied.failures.empty() && !applied.out_of_time ? 0 : 1;
 }
 
+// --- Prolog=/Epilog= beside the plugin -------------------------------------------------------
+//
+// These commands always run beside the plugin: its options need stagehand.so in plugstack.conf,
+// and slurmd then runs the plugin's job_prolog/job_epilog too, first, and the Prolog=/Epilog=
+// script right after it, in the same thread with the same environment (Slurm's
+// src/plugins/prep/script/prep_script_slurmd.c, slurmd_script()). Before the script runs, slurmd
+// also clears the SPANK option variables from that environment (spank_clear_remote_options_env),
+// so SPANK__SLURM_SPANK_OPTION_stagehand_tmpdir is usually gone: the script cannot tell
+// --tmpdir=keep from the environment. So each command first looks at what the plugin left, and
+// does the plugin's work only where the plugin's hook did not.
+
+// The job control variables the plugin's sbatch side sets for --stage-out (plugin/plugin.hpp:
+// k_stage_out_var, k_stage_out_dir_var), as slurmd hands them to job scripts (SPANK_ prefix).
+constexpr const char* k_stage_out_env = "SPANK_STAGEHAND_STAGE_OUT";
+constexpr const char* k_stage_out_dir_env = "SPANK_STAGEHAND_STAGE_OUT_DIR";
+
+enum class JobDirState {
+  absent, // no base/job_<id>
+  fresh,  // as a job start makes it: a real directory (not a mount), the job's uid and gid, 0700,
+          // empty, no keep marker
+  kept,   // a keep marker names this very directory (the job's end kept it)
+  other,  // anything else: stale, planted, used, unreadable
+};
+
+// What base/job_<id> is now, looked at without following a symlink or entering a mount.
+JobDirState inspect_job_dir(const Config& config, const tmpdir::JobContext& job, std::string* path)
+{
+  auto base = tmpdir::base_path(config, job.node);
+  if (!base) {
+    return JobDirState::other;
+  }
+  const std::string name = tmpdir::job_dir_name(job.owner.job_id);
+  *path = *base + "/" + name;
+  auto base_fd = fs::open_trusted_dir(*base, fs::CreateMissing::no);
+  if (!base_fd) {
+    return JobDirState::other; // (the hook says why)
+  }
+  // (No stat by name: a mount point, a symlink, is refused before anything behind it is asked.)
+  auto probe = fs::open_beneath(base_fd->get(), name, O_PATH);
+  if (!probe) {
+    return probe.error().code == ENOENT ? JobDirState::absent : JobDirState::other;
+  }
+  struct stat st {};
+  if (::fstat(probe->get(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return JobDirState::other;
+  }
+  // The keep marker: "UNTIL INODE", root-owned in the root-owned base (tmpdir::mark_kept).
+  UniqueFd marker(::openat(base_fd->get(), tmpdir::keep_marker_name(job.owner.job_id).c_str(),
+                           O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (marker.valid()) {
+    char buf[128] = {};
+    const ssize_t n = ::read(marker.get(), buf, sizeof buf - 1);
+    long long until = 0;
+    unsigned long long ino = 0;
+    if (n > 0 && std::sscanf(buf, "%lld %llu", &until, &ino) == 2 &&
+        ino == static_cast<unsigned long long>(st.st_ino)) {
+      return JobDirState::kept;
+    }
+    return JobDirState::other;
+  }
+  if (st.st_uid != job.owner.uid || st.st_gid != job.owner.gid || (st.st_mode & 07777) != 0700) {
+    return JobDirState::other;
+  }
+  auto dir = fs::open_beneath(base_fd->get(), name, O_RDONLY | O_DIRECTORY);
+  DIR* d = dir ? ::fdopendir(dir->get()) : nullptr;
+  if (!d) {
+    return JobDirState::other;
+  }
+  (void)dir->release();
+  bool empty = true;
+  while (const struct dirent* e = ::readdir(d)) {
+    if (std::string_view(e->d_name) != "." && std::string_view(e->d_name) != "..") {
+      empty = false;
+      break;
+    }
+  }
+  ::closedir(d);
+  return empty ? JobDirState::fresh : JobDirState::other;
+}
+
+// The job's --stage-out, as the plugin's epilog reads it (plugin/job_script.cpp).
+std::optional<ipc::StageOutJob> stage_out_of_job()
+{
+  const char* specs = std::getenv(k_stage_out_env);
+  if (!specs || !*specs) {
+    return std::nullopt;
+  }
+  const char* dir = std::getenv(k_stage_out_dir_env);
+  return ipc::StageOutJob{specs, dir ? dir : ""};
+}
+
 } // namespace
 
 std::optional<CommonArgs> parse_common(const std::vector<std::string>& args)
@@ -142,7 +238,7 @@ int cmd_check_config(const std::vector<std::string>& args)
 }
 
 // Prolog/epilog scripts always exit 0: a non-zero exit drains the node. Problems go to stderr,
-// which slurmd logs.
+// which slurmd logs only at SlurmdDebug=debug2 when the script exits 0 (run_command's output).
 int cmd_job_script(const std::vector<std::string>& args, Hook hook)
 {
   const char* what = hook == Hook::prolog ? "prolog" : "epilog";
@@ -175,14 +271,35 @@ int cmd_job_script(const std::vector<std::string>& args, Hook hook)
     spdlog::error("{}: job {}: {}", what, *job_id, config.error().message);
     return 0;
   }
+  // What the plugin's own job prolog/epilog, which slurmd ran just before, left.
+  std::string path;
+  const JobDirState state = inspect_job_dir(*config, job, &path);
+  if (hook == Hook::prolog && state == JobDirState::fresh) {
+    spdlog::info("prolog: job {}: {} is there as a job start makes it (the plugin's job prolog): left as it is",
+                 *job_id, path);
+    return 0;
+  }
+  if (hook == Hook::epilog && state == JobDirState::absent) {
+    spdlog::info("epilog: job {}: no directory {} (the plugin's job epilog moved it): nothing to do", *job_id, path);
+    return 0;
+  }
+  if (hook == Hook::epilog && state == JobDirState::kept) {
+    spdlog::info("epilog: job {}: {} is kept (--tmpdir=keep, by the plugin's job epilog): left as it is", *job_id,
+                 path);
+    return 0;
+  }
   std::optional<tmpdir::Request> option;
   if (const char* v = std::getenv(tmpdir::k_job_script_option_env)) {
     if (auto r = tmpdir::parse_option(v)) {
       option = *r;
     }
   }
-  auto done = hook == Hook::prolog ? ipc::job_start(*config, job)
-                                   : ipc::job_end(*config, job, tmpdir::effective_request(*config, option));
+  // Otherwise the plugin's hook did not do it here: the same work as the plugin's, --stage-out
+  // included.
+  auto done = hook == Hook::prolog
+                ? ipc::job_start(*config, job)
+                : ipc::job_end(*config, job, tmpdir::effective_request(*config, option), ipc::k_epilog_removal_budget,
+                               stage_out_of_job());
   if (!done) {
     spdlog::error("{}: job {}: {}", what, *job_id, done.error().message);
     return 0;

@@ -1,4 +1,5 @@
-// The CLI's commands, one function each (admin.cpp: config, hooks, gc; query.cpp: the daemon).
+// The CLI's commands, one function each (admin.cpp: config, hooks, gc; query.cpp: the daemon;
+// stage_out.cpp: stage-out retry).
 #pragma once
 
 #include "stagehand/config/config.hpp"
@@ -30,5 +31,6 @@ int cmd_job_script(const std::vector<std::string>& args, Hook hook);
 int cmd_gc(const std::vector<std::string>& args);
 int cmd_status(const std::vector<std::string>& args);
 int cmd_cache(const std::vector<std::string>& args);
+int cmd_stage_out(const std::vector<std::string>& args);
 
 } // namespace stagehand::cli

@@ -1,5 +1,5 @@
 // stagehand: the command line for admins and users (check-config, prolog/epilog, gc, status,
-// cache) and the internal stage-run the plugin starts in a job's task.
+// cache, stage-out retry) and the internal stage-run the plugin starts in a job's task.
 #include "commands.hpp"
 #include "stage_run.hpp"
 
@@ -17,8 +17,11 @@ namespace {
 constexpr const char* k_usage = R"(usage: stagehand COMMAND [ARGS]
 
 Commands:
-  status [--json]            what is on this node: jobs, cache, cleanup backlog (needs stagehandd;
-                             a user sees only their own jobs)
+  status [--json]            what is on this node: jobs, cache, cleanup backlog, stage-out results
+                             kept after a failed copy (a user sees only their own jobs; without
+                             stagehandd, only the kept results)
+  stage-out retry JOBID      copy a job's kept --stage-out results again, then remove them (root,
+                             or the job's user through stagehandd)
   cache ls [--json]          cache entries (a user sees those their jobs used)
   cache evict SOURCE|--all   remove cache entries (root)
   gc [--dry-run]             remove trash, expired kept directories and directories of jobs that
@@ -61,6 +64,9 @@ int main(int argc, char** argv)
     }
     if (cmd == "cache") {
       return cli::cmd_cache(args);
+    }
+    if (cmd == "stage-out") {
+      return cli::cmd_stage_out(args);
     }
     if (cmd == "stage-run") {
       return cli::stage_run(args);

@@ -1,12 +1,17 @@
 // status and cache: questions to the node daemon.
 #include "commands.hpp"
 
+#include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/ipc/client.hpp"
+#include "stagehand/stageout/kept.hpp"
+#include "stagehand/tmpdir/lifecycle.hpp"
 #include "stagehand/stage/progress.hpp"
 #include "stagehand/util/units.hpp"
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+
+#include <unistd.h>
 
 #include <cstdio>
 #include <ctime>
@@ -58,6 +63,37 @@ std::string when(std::int64_t t)
   return buf;
 }
 
+// Without an answer from the daemon: the results kept after failed stage-outs, read from the base
+// directory (root-owned records that anyone may read; a user sees only their own).
+void local_status(const CommonArgs& common)
+{
+  auto config = load_config(common.config_path, OwnerCheck::require_root_owned);
+  auto base = config ? tmpdir::base_path(*config, common.node) : Result<std::string>(config.error());
+  auto base_fd = base ? fs::open_trusted_dir(*base, fs::CreateMissing::no) : Result<UniqueFd>(base.error());
+  if (!base_fd) {
+    return;
+  }
+  const uid_t me = ::geteuid();
+  json kept = json::array();
+  for (const auto& k : stageout::load_kept(base_fd->get())) {
+    if (me != 0 && k.uid != me) {
+      continue;
+    }
+    if (common.json) {
+      kept.push_back(json{{"job_id", k.job_id}, {"uid", k.uid}, {"dir", *base + "/" + k.dir}, {"state", stageout::kept_state(k)}});
+    } else {
+      if (kept.empty()) {
+        std::printf("stage-out results kept on node %s:\n", common.node.c_str());
+      }
+      kept.push_back(k.job_id);
+      std::printf("  %-10u %-12u %s  %s\n", k.job_id, k.uid, stageout::kept_state(k).c_str(), (*base + "/" + k.dir).c_str());
+    }
+  }
+  if (common.json) {
+    std::printf("%s\n", json{{"node", common.node}, {"daemon", false}, {"jobs", kept}}.dump(2).c_str());
+  }
+}
+
 } // namespace
 
 int cmd_status(const std::vector<std::string>& args)
@@ -69,6 +105,7 @@ int cmd_status(const std::vector<std::string>& args)
   }
   auto reply = ask(*common, proto::StatusQuery{});
   if (!reply) {
+    local_status(*common); // what the base directory itself shows; the exit code stays the error's
     return 1;
   }
   if (common->json) {

@@ -7,6 +7,7 @@
 #include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/gc/collect.hpp"
+#include "stagehand/ipc/stage_out_hook.hpp"
 #include "stagehand/stage/progress.hpp"
 #include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
@@ -173,7 +174,8 @@ void Daemon::handle(const proto::Request& request, const Peer& peer, Responder& 
                           if (root_only("gc")) {
                             out.result(collect(r.dry_run));
                           }
-                        }},
+                        },
+                        [&](const proto::StageOutRetry& r) { on_stage_out_retry(r, peer, out); }},
              request);
 }
 
@@ -213,6 +215,20 @@ void Daemon::on_end_job(const proto::EndJob& r, const Peer&, Responder& out)
                !r.trash.empty() ? ", trash " + r.trash : r.keep_until > 0 ? std::string(", directory kept") : std::string());
   out.result(proto::Done{});
   kick_gc(); // the trash goes now, in the background
+}
+
+void Daemon::on_stage_out_retry(const proto::StageOutRetry& r, const Peer& peer, Responder& out)
+{
+  // The copy runs as the results' user, whoever asks; a user may ask only for their own.
+  auto said = ipc::retry_kept(m_config, m_node, r.job_id, peer.root() ? 0 : peer.uid,
+                              std::chrono::duration_cast<std::chrono::milliseconds>(StageOutQueue::k_copy_budget));
+  if (!said) {
+    spdlog::warn("job {}: stage-out retry (uid {}): {}", r.job_id, peer.uid, said.error().message);
+    out.error(said.error());
+    return;
+  }
+  spdlog::info("job {}: stage-out retry (uid {}): {}", r.job_id, peer.uid, *said);
+  out.result(proto::RetryReply{*said});
 }
 
 Result<registry::JobRecord> Daemon::job_for(std::uint32_t job_id, const Peer& peer)

@@ -88,6 +88,7 @@ private:
   friend class StageRun;
 
   void on_register(const proto::RegisterJob& r, const Peer& peer, Responder& out);
+  void on_stage_out_retry(const proto::StageOutRetry& r, const Peer& peer, Responder& out);
   void on_end_job(const proto::EndJob& r, const Peer& peer, Responder& out);
   void on_stage(const proto::Stage& r, const Peer& peer, Responder& out);
   void on_status(const Peer& peer, Responder& out);

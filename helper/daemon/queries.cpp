@@ -7,6 +7,7 @@
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/gc/collect.hpp"
 #include "stagehand/stage/progress.hpp"
+#include "stagehand/stageout/kept.hpp"
 #include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
 
@@ -50,6 +51,7 @@ void Daemon::on_status(const Peer& peer, Responder& out)
     }
   }
   const auto live = gc::live_step_jobs();
+  const auto kept = base ? stageout::load_kept(base->get()) : std::vector<stageout::KeptResults>{};
   const std::string& base_path = m_base_path;
   std::unique_lock lock(m_mutex);
   std::set<std::uint32_t> listed;
@@ -87,6 +89,11 @@ void Daemon::on_status(const Peer& peer, Responder& out)
       listed.insert(p.job_id);
       reply.jobs.push_back(proto::JobInfo{p.job_id, "", p.uid, base_path + "/" + p.dir,
                                           "stage-out pending (attempt " + std::to_string(p.attempts) + ")"});
+    }
+  }
+  for (const auto& k : kept) {
+    if (peer.root() || k.uid == peer.uid) {
+      reply.jobs.push_back(proto::JobInfo{k.job_id, "", k.uid, base_path + "/" + k.dir, stageout::kept_state(k)});
     }
   }
   const auto store = m_store; // listed below, after the lock: it reads every entry's manifest

@@ -101,6 +101,7 @@ void StageOutQueue::work(stageout::PendingCopy p)
   job.owner.gid = p.gid;
   job.node = m_node;
   const ipc::StageOutJob out{p.specs, p.fallback_dir};
+  ipc::StageOutResult r;
   for (;;) {
     {
       std::lock_guard lock(m_mutex);
@@ -111,7 +112,7 @@ void StageOutQueue::work(stageout::PendingCopy p)
       }
       save_locked();
     }
-    auto r = ipc::stage_out(m_config, job, out, p.dir, std::chrono::duration_cast<std::chrono::milliseconds>(k_copy_budget));
+    r = ipc::stage_out(m_config, job, out, p.dir, std::chrono::duration_cast<std::chrono::milliseconds>(k_copy_budget));
     if (r.outcome == ipc::CopyOutcome::complete) {
       spdlog::info("job {}: {}", p.job_id, r.said);
       break;
@@ -124,21 +125,31 @@ void StageOutQueue::work(stageout::PendingCopy p)
                  stageout::k_max_attempts, k_retry_pause.count());
     std::this_thread::sleep_for(k_retry_pause);
   }
-  // Done with the directory: to the trash, removed now.
+  if (r.outcome != ipc::CopyOutcome::complete) {
+    // Never deleted because a copy failed: kept under a record, said where, until keep_for is up.
+    const std::string line = ipc::keep_results(m_config, job, out, p.dir, r.reason());
+    forget(p.dir);
+    spdlog::error("job {}: {}", p.job_id, line);
+    return;
+  }
+  // Copied: to the trash, removed now.
   auto base = tmpdir::base_path(m_config, m_node);
   auto base_fd = base ? fs::open_trusted_dir(*base, fs::CreateMissing::no) : Result<UniqueFd>(base.error());
   auto trash = base_fd ? tmpdir::stage_out_to_trash(base_fd->get(), p.dir) : Result<std::string>(base_fd.error());
-  {
-    std::lock_guard lock(m_mutex);
-    std::erase_if(m_pending, [&](const stageout::PendingCopy& q) { return q.dir == p.dir; });
-    save_locked();
-  }
+  forget(p.dir);
   if (!trash) {
     spdlog::error("job {}: stage-out: {}", p.job_id, trash.error().message);
     return;
   }
   spdlog::info("job {}: stage-out done; {}", p.job_id,
                tmpdir::remove_trash(m_config, m_node, *trash, std::chrono::minutes(10)));
+}
+
+void StageOutQueue::forget(const std::string& dir)
+{
+  std::lock_guard lock(m_mutex);
+  std::erase_if(m_pending, [&](const stageout::PendingCopy& q) { return q.dir == dir; });
+  save_locked();
 }
 
 } // namespace stagehand::daemon

@@ -156,18 +156,84 @@ EOF2
   [ "$(squeue -h | wc -l)" -eq "$before" ]
 }
 
-@test "a DEST that becomes unwritable during the job is reported, the node is not drained, the scratch directory is removed" {
-  as_user "mkdir -p so/locked"
-  submit -N1 --stage-out=out:so/locked/run --wrap "'\$PWD/write-out.sh \$SLURM_TMPDIR && chmod 0555 \$PWD/so/locked'"
-  [ "$JOB_RC" -eq 0 ]
-  wait_copied "$JOB_ID" "$WORK/$LOG"
-  [ ! -e "$WORK/so/locked/run" ]
-  # DEST cannot take the log: it goes to the submit directory.
+# Waits (at most 90 s: the daemon tries 3 times, 5 s apart) until the log $2 says that job $1's
+# results were kept on node1.
+wait_kept() {
+  local i
+  for i in $(seq 1 180); do grep -qs "job $1 node node1: stage-out could not complete" "$2" && return 0; sleep 0.5; done
+  return 1
+}
+
+cli() { echo "'$STAGEHAND_BUILD_DIR/helper/stagehand' $* --config '$STAGEHAND_TEST_CONFIG' --node node1"; }
+
+# A DEST made unwritable during job $JOB_ID: the results stay on node1, one line says where and why
+# (DEST cannot take it: the submit directory's log), status names the path, GC leaves it, the
+# node is not drained. Sets KEPT to the directory.
+assert_kept() {
+  wait_kept "$JOB_ID" "$WORK/$LOG"
   grep -q "job $JOB_ID node node1: out -> $WORK/so/locked/run: not copied: cannot create $WORK/so/locked/run: Permission denied" "$WORK/$LOG"
-  grep -q "job $JOB_ID: stage-out: out -> $WORK/so/locked/run: not copied" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log" "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log"
+  KEPT=$(ls -d "$SCRATCH/node1/.stageout.job_$JOB_ID".*)
+  [ "$(echo "$KEPT" | wc -l)" -eq 1 ]
+  grep -F "job $JOB_ID node node1: stage-out could not complete (out -> $WORK/so/locked/run: not copied: cannot create $WORK/so/locked/run: Permission denied" "$WORK/$LOG" |
+    grep -F "the results stay on node node1 in $KEPT until " | grep -qF "\`stagehand stage-out retry $JOB_ID\` on that node copies them again"
+  diff -r --no-dereference "$WORK/so-ref/out" "$KEPT/out"
+  run as_user "$(cli status)"
+  echo "$output" | grep -F "$JOB_ID" | grep -F "stage-out failed, kept until" | grep -qF "$KEPT"
+  run --separate-stderr as_user "$(cli status --json)"
+  echo "$output" | python3 -c "
+import json, sys
+jobs = json.load(sys.stdin)['jobs']
+assert any(j['job_id'] == $JOB_ID and j['dir'] == '$KEPT' and j['state'].startswith('stage-out failed, kept until') for j in jobs), jobs
+"
+  "$STAGEHAND_BUILD_DIR/helper/stagehand" gc --config "$STAGEHAND_TEST_CONFIG" --node node1
+  [ -d "$KEPT/out" ]
   assert_nodes_healthy
-  [ ! -e "$(job_dir node1 "$JOB_ID")" ]
   [ "$(scontrol show job "$JOB_ID" -o | grep -o 'JobState=[A-Z]*')" = JobState=COMPLETED ]
+}
+
+@test "a DEST that becomes unwritable during the job: the results stay on the node, status names them, the user's retry after the fix delivers them, then they go" {
+  as_user "mkdir -p so/locked"
+  submit -N1 -w node1 --stage-out=out:so/locked/run --wrap "'\$PWD/write-out.sh \$SLURM_TMPDIR && chmod 0555 \$PWD/so/locked'"
+  [ "$JOB_RC" -eq 0 ]
+  assert_kept
+  grep -q "job $JOB_ID: stage-out could not complete (out -> $WORK/so/locked/run: not copied" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"
+  # Someone else's retry is refused; the owner's, once DEST is fixed, delivers and removes.
+  run as_user "$(cli stage-out retry 999999)"
+  [ "$status" -eq 1 ]
+  [[ "$output" == *"no stage-out results of job 999999 are kept on node node1"* ]]
+  chmod 0755 "$WORK/so/locked"
+  run as_user "$(cli stage-out retry "$JOB_ID")"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  assert_same_out "$WORK/so/locked/run"
+  [ ! -e "$KEPT" ]
+  ! ls -a "$SCRATCH/node1" | grep "job_$JOB_ID" || false
+  grep -q "job $JOB_ID node node1: out -> $WORK/so/locked/run: 5 files, [0-9]* bytes, 1 symlink" "$WORK/so/locked/run/$LOG"
+  run as_user "$(cli stage-out retry "$JOB_ID")"
+  [ "$status" -eq 1 ]
+  rm -rf "$WORK/so/locked"
+}
+
+@test "without the daemon, the epilog keeps the results of a copy that failed, and root's retry delivers them" {
+  "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-stop node1 KILL
+  as_user "mkdir -p so/locked"
+  submit -N1 -w node1 --stage-out=out:so/locked/run --wrap "'\$PWD/write-out.sh \$SLURM_TMPDIR && chmod 0555 \$PWD/so/locked'"
+  [ "$JOB_RC" -eq 0 ]
+  assert_kept
+  grep -q "stage-out could not complete" "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log"
+  # The user cannot retry without the daemon: one line says who can.
+  run as_user "$(cli stage-out retry "$JOB_ID")"
+  [ "$status" -eq 1 ]
+  [[ "$output" == *"only root can retry"* ]]
+  chmod 0755 "$WORK/so/locked"
+  run "$STAGEHAND_BUILD_DIR/helper/stagehand" stage-out retry "$JOB_ID" --config "$STAGEHAND_TEST_CONFIG" --node node1
+  echo "$output"
+  "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-start node1
+  [ "$status" -eq 0 ]
+  assert_same_out "$WORK/so/locked/run"
+  [ ! -e "$KEPT" ]
+  ! ls -a "$SCRATCH/node1" | grep "job_$JOB_ID" || false
+  rm -rf "$WORK/so/locked"
 }
 
 @test "srun --stage-out with its own entries inside a job is refused with one line" {

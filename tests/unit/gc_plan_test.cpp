@@ -1,9 +1,13 @@
 // Garbage collection's decision table: what goes, what stays, and that "unsure" means keep.
 #include "stagehand/gc/collect.hpp"
 #include "stagehand/gc/plan.hpp"
+#include "stagehand/stageout/kept.hpp"
+#include "stagehand/tmpdir/job_dir.hpp"
+#include "stagehand/util/fd.hpp"
 
 #include "test_support.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <gtest/gtest.h>
@@ -41,7 +45,7 @@ Evidence ctld(std::set<std::uint32_t> running) // slurmctld answered
 
 TEST(GcPlan, RunningJobsAreNeverRemoved)
 {
-  Snapshot s{{dir("job_1", 11), dir("job_2", 12), dir("job_3", 13)}, {}, k_now, {}};
+  Snapshot s{{dir("job_1", 11), dir("job_2", 12), dir("job_3", 13)}, {}, k_now, {}, {}};
   Evidence e = ctld({2});
   e.live_steps = {1};
   auto p = make_plan(s, e);
@@ -56,7 +60,7 @@ TEST(GcPlan, RunningJobsAreNeverRemoved)
 TEST(GcPlan, WithoutSlurmctldOnlyProvenEndsGo)
 {
   // slurmctld is down: a directory with no live step and no marker may belong to a running job.
-  Snapshot s{{dir("job_1", 11), dir("job_2", 12), dir(".trash.job_5.1", 15)}, {{2, KeepMarker{k_now - 1, 12}}}, k_now, {}};
+  Snapshot s{{dir("job_1", 11), dir("job_2", 12), dir(".trash.job_5.1", 15)}, {{2, KeepMarker{k_now - 1, 12}}}, k_now, {}, {}};
   Evidence e; // running_here = nullopt
   EXPECT_TRUE(needs_slurmctld(s, e));
   auto r = removed(make_plan(s, e));
@@ -68,14 +72,14 @@ TEST(GcPlan, WithoutSlurmctldOnlyProvenEndsGo)
 TEST(GcPlan, KeepMarkersBelongToOneInstance)
 {
   // A requeued job with --tmpdir=keep: the marker of its first run names another inode.
-  Snapshot s{{dir("job_7", 77)}, {{7, KeepMarker{k_now - 10, 70}}}, k_now, {}};
+  Snapshot s{{dir("job_7", 77)}, {{7, KeepMarker{k_now - 10, 70}}}, k_now, {}, {}};
   auto running = ctld({7});
   auto p = make_plan(s, running);
   auto r = removed(p);
   EXPECT_EQ(r.count("job_7"), 0U); // the running instance is never expired
   EXPECT_EQ(r.at(".keep.job_7"), Reason::stale_marker);
   // Kept and not yet expired: stays, whatever slurmctld says.
-  Snapshot kept{{dir("job_8", 88)}, {{8, KeepMarker{k_now + 10, 88}}}, k_now, {}};
+  Snapshot kept{{dir("job_8", 88)}, {{8, KeepMarker{k_now + 10, 88}}}, k_now, {}, {}};
   EXPECT_TRUE(removed(make_plan(kept, ctld({}))).empty());
   EXPECT_EQ(make_plan(kept, ctld({})).jobs.at(8), JobDirState::kept);
   EXPECT_FALSE(needs_slurmctld(kept, Evidence{}));
@@ -87,6 +91,7 @@ TEST(GcPlan, YoungEntriesAndForeignNamesStay)
               BaseEntry{"job_4", false, 0, k_now - 600, 16}, dir("job_x", 15)},
              {},
              k_now,
+             {},
              {}};
   auto r = removed(make_plan(s, ctld({})));
   EXPECT_EQ(r.count("job_1"), 0U);       // just made by a prolog the daemon may not know yet
@@ -122,4 +127,62 @@ TEST(GcEvidence, SqueueAndProc)
   task("105", "slurmstepd: [47.0]");
   ::chown((proc / "105").c_str(), k_attacker_uid, k_attacker_gid);
   EXPECT_EQ(live_step_jobs(proc.path()), (std::set<std::uint32_t>{41, 42, 43}));
+}
+
+TEST(GcPlan, StageOutResultsStayWhileCopyingAndUntilTheirRecordExpires)
+{
+  // In progress (no record): never touched, whatever its age. Kept after a failed copy: stays
+  // until its record's time, then goes with the record. A record without its directory goes.
+  Snapshot s{{dir(".stageout.job_7.a", 21, 999999), dir(".stageout.job_8.b", 22), dir(".stageout.job_9.c", 23),
+              BaseEntry{".failed-stage-out.stageout.job_8.b", false, 0, k_now, 31},
+              BaseEntry{".failed-stage-out.stageout.job_9.c", false, 0, k_now, 32},
+              BaseEntry{".failed-stage-out.stageout.job_6.z", false, 0, k_now, 33}},
+             {},
+             k_now,
+             {},
+             {}};
+  s.kept_until = {{".stageout.job_8.b", k_now + 10}, {".stageout.job_9.c", k_now}, {".stageout.job_6.z", k_now + 10}};
+  auto r = removed(make_plan(s, ctld({})));
+  EXPECT_EQ(r.count(".stageout.job_7.a"), 0U);
+  EXPECT_EQ(r.count(".stageout.job_8.b"), 0U);
+  EXPECT_EQ(r.at(".stageout.job_9.c"), Reason::expired);
+  EXPECT_EQ(r.at(".failed-stage-out.stageout.job_6.z"), Reason::stale_marker);
+  EXPECT_EQ(r.count(".failed-stage-out.stageout.job_8.b"), 0U);
+  EXPECT_EQ(r.size(), 2U);
+}
+
+TEST(GcCollect, AKeptRecordKeepsItsResultsAndExpiresWithThem)
+{
+  TempDir base;
+  ASSERT_EQ(::mkdir((base.path() + "/.stageout.job_5.x").c_str(), 0700), 0);
+  write_file(base.path() + "/.stageout.job_5.x/ckpt", "weights");
+  stageout::KeptResults k{5, 1001, 1001, ".stageout.job_5.x", "out:/home/u/out", "/home/u", k_now + 60, "DEST full"};
+  UniqueFd fd(::open(base.path().c_str(), O_RDONLY | O_DIRECTORY));
+  ASSERT_TRUE(stageout::save_kept(fd.get(), k));
+  auto loaded = stageout::load_kept(fd.get());
+  ASSERT_EQ(loaded.size(), 1U);
+  EXPECT_EQ(loaded[0], k);
+  auto snap = snapshot_base(fd.get(), k_now);
+  ASSERT_TRUE(snap);
+  EXPECT_EQ(snap->kept_until.at(".stageout.job_5.x"), k_now + 60);
+  EXPECT_TRUE(make_plan(*snap, ctld({})).remove.empty());
+  // Expired: the directory goes to the trash with its record, in one pass.
+  snap = snapshot_base(fd.get(), k_now + 60);
+  ASSERT_TRUE(snap);
+  auto applied = apply(fd.get(), make_plan(*snap, ctld({})), std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  EXPECT_TRUE(applied.failures.empty());
+  EXPECT_FALSE(exists_nofollow(base.path() + "/.stageout.job_5.x"));
+  EXPECT_FALSE(exists_nofollow(base.path() + "/.failed-stage-out.stageout.job_5.x"));
+  EXPECT_TRUE(stageout::load_kept(fd.get()).empty());
+}
+
+TEST(KeptNames, RecordNamesMapBackToTheirDirectoryOnly)
+{
+  EXPECT_EQ(tmpdir::kept_record_name(".stageout.job_5.x"), ".failed-stage-out.stageout.job_5.x");
+  EXPECT_EQ(tmpdir::kept_record_name("job_5"), ".failed-stage-out.job_5");
+  EXPECT_EQ(tmpdir::dir_of_kept_record(".failed-stage-out.stageout.job_5.x"), ".stageout.job_5.x");
+  EXPECT_EQ(tmpdir::dir_of_kept_record(".failed-stage-out.job_5"), "job_5");
+  EXPECT_FALSE(tmpdir::dir_of_kept_record(".failed-stage-out.etc"));
+  EXPECT_FALSE(tmpdir::dir_of_kept_record(".failed-stage-out.job_5/.."));
+  EXPECT_FALSE(tmpdir::dir_of_kept_record(".keep.job_5"));
 }

@@ -35,7 +35,8 @@ TEST(Request, RoundTripOfEveryOperation)
 {
   Stage stage{42, {SourceSpec{"data/x", "/d/x", "data/x", SourceKind::dir, Unpack::never}}, 1000};
   std::vector<Request> all = {RegisterJob{1, 1001, 1002}, EndJob{1, ".trash.job_1.3", 0, "", "", ""}, EndJob{2, "", 0, ".stageout.job_2.1.0", "out:/h/out", "/h"}, stage, StatusQuery{},
-                              CacheList{}, CacheEvict{"/d/x", false}, CacheEvict{"", true}, Gc{true}};
+                              CacheList{}, CacheEvict{"/d/x", false}, CacheEvict{"", true}, Gc{true},
+                              StageOutRetry{77}};
   for (const auto& r : all) {
     auto parsed = parse_request(serialize(r));
     ASSERT_TRUE(parsed) << serialize(r) << ": " << parsed.error().message;

@@ -5,6 +5,8 @@
 #include "stagehand/fs/dir_stream.hpp"
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/fs/walk.hpp"
+#include "stagehand/stageout/kept.hpp"
+#include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/util/fd.hpp"
 #include "stagehand/util/strings.hpp"
 #include "stagehand/util/subprocess.hpp"
@@ -16,6 +18,7 @@
 
 #include <atomic>
 #include <charconv>
+#include <limits>
 #include <random>
 
 namespace stagehand::gc {
@@ -83,6 +86,12 @@ Result<Snapshot> snapshot_base(int base_fd, std::int64_t now)
     }
     // Age by mtime: a prolog's fresh directory is young whatever else happened to it.
     s.entries.push_back(BaseEntry{name, S_ISDIR(st.st_mode), st.st_uid, st.st_mtim.tv_sec, st.st_ino});
+    if (auto dir = tmpdir::dir_of_kept_record(name); dir && S_ISREG(st.st_mode)) {
+      auto text = fs::read_small_file(base_fd, name, 64 * 1024);
+      auto kept = text ? stageout::kept_from_json(*text) : Result<stageout::KeptResults>(text.error());
+      // A record that cannot be read keeps its results: an admin decides (status lists it).
+      s.kept_until[*dir] = kept ? kept->until : std::numeric_limits<std::int64_t>::max();
+    }
     if (auto job = job_of_marker(name); job && S_ISREG(st.st_mode)) {
       if (auto m = read_keep_marker(base_fd, name)) {
         s.markers[*job] = *m;
@@ -194,6 +203,7 @@ Applied apply(int base_fd, const Plan& plan, std::chrono::steady_clock::time_poi
       }
       target = aside;
       ::unlinkat(base_fd, (".keep." + action.name).c_str(), 0); // decided: its marker goes with it
+      ::unlinkat(base_fd, tmpdir::kept_record_name(action.name).c_str(), 0); // and its stage-out record
     }
     auto st = fs::remove_tree_until(base_fd, target, deadline, &stats);
     applied.entries_removed += stats.removed;

@@ -1,8 +1,10 @@
 // The GC decision table.
 #include "stagehand/gc/plan.hpp"
 
+#include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/util/units.hpp"
 
+#include <algorithm>
 #include <string_view>
 
 namespace stagehand::gc {
@@ -26,7 +28,7 @@ const char* reason_name(Reason r)
   case Reason::orphan:
     return "orphan: the job no longer runs on this node";
   case Reason::stale_marker:
-    return "stale keep marker";
+    return "stale keep marker or stage-out record";
   case Reason::leftover:
     return "leftover of an interrupted create";
   }
@@ -101,6 +103,15 @@ Plan make_plan(const Snapshot& snapshot, const Evidence& evidence, const Options
       }
       continue;
     }
+    if (auto job = tmpdir::job_of_stage_out(e.name); job && e.is_dir) {
+      // Without a record: a copy in progress (the daemon's or an epilog's), never touched. With
+      // one: results kept after a failed copy, until their time is up.
+      auto kept = snapshot.kept_until.find(e.name);
+      if (kept != snapshot.kept_until.end() && kept->second <= snapshot.now) {
+        plan.remove.push_back(Action{e.name, Reason::expired, *job, e.ino});
+      }
+      continue;
+    }
     auto job = job_of_dir(e.name);
     if (!job || !e.is_dir) {
       continue; // not ours: never touched
@@ -135,6 +146,14 @@ Plan make_plan(const Snapshot& snapshot, const Evidence& evidence, const Options
     }
     plan.jobs[*job] = JobDirState::orphan;
     plan.remove.push_back(Action{e.name, Reason::orphan, *job, e.ino});
+  }
+  // Records of kept stage-out results whose directory is gone.
+  for (const auto& [dir, until] : snapshot.kept_until) {
+    const bool there = std::any_of(snapshot.entries.begin(), snapshot.entries.end(),
+                                   [&](const BaseEntry& e) { return e.is_dir && e.name == dir; });
+    if (!there) {
+      plan.remove.push_back(Action{tmpdir::kept_record_name(dir), Reason::stale_marker, 0, 0});
+    }
   }
   // Markers of directories that are gone, or that belong to an earlier instance of the directory.
   for (const auto& [job, marker] : snapshot.markers) {

@@ -35,6 +35,8 @@ struct Snapshot
   std::map<std::uint32_t, KeepMarker> markers; // parsed .keep.job_<id> files
   std::int64_t now = 0;
   std::vector<std::string> mount_points;      // entries something is mounted on: never entered
+  // Results of stage-outs that could not complete: directory name -> until when they stay.
+  std::map<std::string, std::int64_t> kept_until;
 };
 
 struct Evidence

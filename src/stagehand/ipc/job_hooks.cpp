@@ -103,7 +103,12 @@ Result<std::string> job_end(const Config& config, const tmpdir::JobContext& job,
 {
   std::string copied;
   if (out && request == tmpdir::Request::keep) {
-    copied = stage_out(config, job, *out, tmpdir::job_dir_name(job.owner.job_id), config.stage.out_budget).said + "; ";
+    const std::string dir = tmpdir::job_dir_name(job.owner.job_id);
+    auto r = stage_out(config, job, *out, dir, config.stage.out_budget);
+    copied = r.said + "; ";
+    if (r.outcome != CopyOutcome::complete) {
+      copied += keep_results(config, job, *out, dir, r.reason()) + "; ";
+    }
   }
   const bool hand_over = out && request != tmpdir::Request::keep;
   auto ended = tmpdir::on_job_end(config, job, request, hand_over ? tmpdir::EndMove::to_stage_out : tmpdir::EndMove::to_trash);
@@ -120,8 +125,11 @@ Result<std::string> job_end(const Config& config, const tmpdir::JobContext& job,
     if (taken) {
       return ended->summary + "; " + said + ", it copies the stage-out entries";
     }
-    copied = stage_out(config, job, *out, *ended->pending, config.stage.out_budget).said;
-    std::string line = copied + "; " + ended->summary + "; " + said;
+    auto r = stage_out(config, job, *out, *ended->pending, config.stage.out_budget);
+    std::string line = r.said + "; " + ended->summary + "; " + said;
+    if (r.outcome != CopyOutcome::complete) {
+      return line + "; " + keep_results(config, job, *out, *ended->pending, r.reason()); // never deleted
+    }
     auto base = tmpdir::base_path(config, job.node);
     auto base_fd = base ? fs::open_trusted_dir(*base, fs::CreateMissing::no) : Result<UniqueFd>(base.error());
     auto trash = base_fd ? tmpdir::stage_out_to_trash(base_fd->get(), *ended->pending) : Result<std::string>(base_fd.error());

@@ -4,11 +4,15 @@
 #include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/ipc/child.hpp"
 #include "stagehand/stageout/copy.hpp"
+#include "stagehand/stageout/kept.hpp"
 #include "stagehand/stageout/spec.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <ctime>
 
 namespace stagehand::ipc {
 
@@ -37,6 +41,38 @@ int copy_all(int sock, int dir_fd, const std::vector<stageout::OutSpec>& specs, 
     }
   }
   return 0;
+}
+
+// The child: the kept line in the log of each of this node's entries, once per log file.
+int log_kept(int dir_fd, const std::vector<stageout::OutSpec>& specs, const tmpdir::JobContext& job,
+             const StageOutJob& out, const std::string& line)
+{
+  const bool first_node = stageout::is_first_node(dir_fd);
+  std::vector<std::string> written;
+  for (const auto& spec : specs) {
+    if (!first_node && !stageout::per_node(spec)) {
+      continue;
+    }
+    auto dirs = stageout::log_dirs_of(stageout::dest_path(spec, "/", job.owner.job_id, job.node));
+    dirs.push_back(out.fallback_dir);
+    bool already = false;
+    for (const auto& d : dirs) {
+      already = already || std::find(written.begin(), written.end(), d + "/" + stageout::k_log_name) != written.end();
+    }
+    if (!already) {
+      written.push_back(stageout::append_log_line(dirs, job.owner.job_id, job.node, line));
+    }
+  }
+  if (written.empty()) { // nothing for this node's entries: the submit directory hears of it
+    stageout::append_log_line({out.fallback_dir}, job.owner.job_id, job.node, line);
+  }
+  return 0;
+}
+
+Result<UniqueFd> open_base(const Config& config, const std::string& node)
+{
+  auto base = tmpdir::base_path(config, node);
+  return base ? fs::open_trusted_dir(*base, fs::CreateMissing::no) : Result<UniqueFd>(base.error());
 }
 
 } // namespace
@@ -105,6 +141,106 @@ StageOutResult stage_out(const Config& config, const tmpdir::JobContext& job, co
   }
   return StageOutResult{"stage-out: " + (said.empty() ? std::string("nothing to copy on this node (not the job's first node)") : said),
                         outcome};
+}
+
+std::string keep_results(const Config& config, const tmpdir::JobContext& job, const StageOutJob& out,
+                         const std::string& dir_name, const std::string& reason)
+{
+  auto base = tmpdir::base_path(config, job.node);
+  auto base_fd = open_base(config, job.node);
+  if (!base_fd) {
+    return "stage-out could not complete (" + reason + "); its results stay where they are: " +
+           base_fd.error().message;
+  }
+  stageout::KeptResults k;
+  k.job_id = job.owner.job_id;
+  k.uid = job.owner.uid;
+  k.gid = job.owner.gid;
+  k.dir = dir_name;
+  k.specs = out.specs;
+  k.fallback_dir = out.fallback_dir;
+  k.until = static_cast<std::int64_t>(std::time(nullptr)) + static_cast<std::int64_t>(config.tmpdir.keep_for.count());
+  k.reason = reason;
+  std::string line = stageout::kept_line(k, *base, job.node);
+  if (auto saved = stageout::save_kept(base_fd->get(), k); !saved) {
+    // Without a record GC never touches a ".stageout." directory: the results still stay.
+    line += " (its record could not be written: " + saved.error().message + "; it stays until an admin removes it)";
+  }
+  auto specs = stageout::parse_option(out.specs);
+  UniqueFd dir(::openat(base_fd->get(), dir_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  auto creds = credentials_of(job.owner.uid, job.owner.gid);
+  struct stat st {};
+  if (specs && dir.valid() && creds && ::fstat(dir.get(), &st) == 0 && st.st_uid == job.owner.uid && st.st_uid != 0) {
+    auto child = spawn_as(*creds, {dir.get()}, [&](int, const std::vector<int>& kept) {
+      return log_kept(kept.at(0), *specs, job, out, line);
+    });
+    if (child) {
+      dir.reset();
+      (void)child->wait();
+    }
+  }
+  return line;
+}
+
+Result<std::string> retry_kept(const Config& config, const std::string& node, std::uint32_t job_id, uid_t requester,
+                               std::chrono::milliseconds budget)
+{
+  auto base = tmpdir::base_path(config, node);
+  auto base_fd = open_base(config, node);
+  if (!base_fd) {
+    return base_fd.error();
+  }
+  std::vector<stageout::KeptResults> mine;
+  bool others = false;
+  for (auto& k : stageout::load_kept(base_fd->get())) {
+    if (k.job_id != job_id) {
+      continue;
+    }
+    if (requester != 0 && k.uid != requester) {
+      others = true;
+      continue;
+    }
+    mine.push_back(std::move(k));
+  }
+  if (mine.empty()) {
+    return Error::refused(others ? "job " + std::to_string(job_id) + " is not yours"
+                                 : "no stage-out results of job " + std::to_string(job_id) + " are kept on node " + node);
+  }
+  std::string said;
+  bool complete = true;
+  for (auto& k : mine) {
+    // A retry restarts the clock: garbage collection leaves the results alone while it copies.
+    k.until = std::max<std::int64_t>(k.until, std::time(nullptr) + std::chrono::duration_cast<std::chrono::seconds>(budget).count() + 3600);
+    (void)stageout::save_kept(base_fd->get(), k);
+    tmpdir::JobContext job;
+    job.owner.job_id = k.job_id;
+    job.owner.uid = k.uid;
+    job.owner.gid = k.gid;
+    job.node = node;
+    const StageOutJob out{k.specs, k.fallback_dir};
+    auto r = stage_out(config, job, out, k.dir, budget);
+    said += (said.empty() ? "" : "; ") + r.said;
+    if (r.outcome != CopyOutcome::complete) {
+      complete = false;
+      k.reason = r.reason();
+      k.until = static_cast<std::int64_t>(std::time(nullptr)) + static_cast<std::int64_t>(config.tmpdir.keep_for.count());
+      (void)stageout::save_kept(base_fd->get(), k);
+      said += "; " + stageout::kept_line(k, *base, node);
+      continue;
+    }
+    if (tmpdir::job_of_stage_out(k.dir)) {
+      auto trash = tmpdir::stage_out_to_trash(base_fd->get(), k.dir);
+      stageout::remove_kept(base_fd->get(), k.dir);
+      said += "; " + (trash ? tmpdir::remove_trash(config, node, *trash, std::chrono::minutes(10)) : trash.error().message);
+    } else {
+      stageout::remove_kept(base_fd->get(), k.dir); // a --tmpdir=keep directory stays for its keep_for
+      said += "; " + *base + "/" + k.dir + " stays for its --tmpdir=keep time";
+    }
+  }
+  if (!complete) {
+    return Error::io(said, EIO);
+  }
+  return said;
 }
 
 } // namespace stagehand::ipc

@@ -24,6 +24,8 @@ struct StageOutResult
 {
   std::string said; // "stage-out: ..." for the log, one part per entry
   CopyOutcome outcome = CopyOutcome::failed;
+  // What happened, without the "stage-out: " prefix (the reason in a record of kept results).
+  std::string reason() const { return said.starts_with("stage-out: ") ? said.substr(11) : said; }
 };
 
 // Copies the job's --stage-out entries from `dir_name` (job_<id>, or the daemon's
@@ -31,5 +33,19 @@ struct StageOutResult
 // the first-node marker the job's task left. Never throws, never fails the caller.
 StageOutResult stage_out(const Config& config, const tmpdir::JobContext& job, const StageOutJob& out,
                          const std::string& dir_name, std::chrono::milliseconds budget);
+
+// A stage-out that could not complete keeps its results: `dir_name` stays under a record
+// (stageout/kept.hpp) until keep_for is up. One line says where they are and why: returned (for the
+// daemon's or slurmd's log) and appended, as the job user, to the log of each of the node's entries
+// (DEST's, else the submit directory's).
+std::string keep_results(const Config& config, const tmpdir::JobContext& job, const StageOutJob& out,
+                         const std::string& dir_name, const std::string& reason);
+
+// `stagehand stage-out retry JOBID`: copies the results kept for `job_id` on this node again, as
+// their user, for at most `budget`; when complete, the directory goes (a --tmpdir=keep directory
+// stays for its keep_for) and so does the record. `requester` is the uid asking: root or the job's
+// user. The lines for the caller; an error (refused: not theirs or none; io: not complete).
+Result<std::string> retry_kept(const Config& config, const std::string& node, std::uint32_t job_id, uid_t requester,
+                               std::chrono::milliseconds budget);
 
 } // namespace stagehand::ipc

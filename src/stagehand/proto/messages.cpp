@@ -113,6 +113,10 @@ Result<Request> parse_object(const json& j)
     SH_TRY(dry, f.boolean("dry_run", false));
     return Request{Gc{*dry}};
   }
+  if (*op == "stage_out_retry") {
+    SH_TRY(job, f.u32("job_id"));
+    return Request{StageOutRetry{*job}};
+  }
   return bad("unknown operation \"" + op->substr(0, 64) + "\"");
 }
 
@@ -135,7 +139,8 @@ const char* op_name(const Request& r)
                                [](const StatusQuery&) { return "status"; },
                                [](const CacheList&) { return "cache_ls"; },
                                [](const CacheEvict&) { return "cache_evict"; },
-                               [](const Gc&) { return "gc"; }},
+                               [](const Gc&) { return "gc"; },
+                               [](const StageOutRetry&) { return "stage_out_retry"; }},
                     r);
 }
 
@@ -185,7 +190,8 @@ std::string serialize(const Request& r)
                             j["source"] = x.source;
                           }
                         },
-                        [&](const Gc& x) { j["dry_run"] = x.dry_run; }},
+                        [&](const Gc& x) { j["dry_run"] = x.dry_run; },
+                        [&](const StageOutRetry& x) { j["job_id"] = x.job_id; }},
              r);
   return j.dump();
 }

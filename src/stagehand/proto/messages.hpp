@@ -76,7 +76,12 @@ struct Gc // root
   bool dry_run = false;
 };
 
-using Request = std::variant<RegisterJob, EndJob, Stage, StatusQuery, CacheList, CacheEvict, Gc>;
+struct StageOutRetry // root, or the job's user: copy a job's kept stage-out results again
+{
+  std::uint32_t job_id = 0;
+};
+
+using Request = std::variant<RegisterJob, EndJob, Stage, StatusQuery, CacheList, CacheEvict, Gc, StageOutRetry>;
 
 const char* op_name(const Request& r);
 
@@ -172,11 +177,16 @@ struct GcReply
   std::vector<std::string> errors;
 };
 
+struct RetryReply
+{
+  std::string said; // what was copied and removed, for people
+};
+
 struct Done // a reply with no fields beyond ok
 {
 };
 
-using Reply = std::variant<Done, StageReply, StatusReply, CacheListReply, GcReply>;
+using Reply = std::variant<Done, StageReply, StatusReply, CacheListReply, GcReply, RetryReply>;
 
 std::string serialize_progress(const Progress& p);
 std::string serialize_result(const Reply& r);
@@ -195,5 +205,6 @@ Result<StageReply> parse_stage_reply(std::string_view json);
 Result<StatusReply> parse_status_reply(std::string_view json);
 Result<CacheListReply> parse_cache_list_reply(std::string_view json);
 Result<GcReply> parse_gc_reply(std::string_view json);
+Result<RetryReply> parse_retry_reply(std::string_view json);
 
 } // namespace stagehand::proto

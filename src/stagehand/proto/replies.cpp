@@ -103,6 +103,7 @@ std::string serialize_result(const Reply& r)
                                                         {"in_use", e.in_use}});
                           }
                         },
+                        [&](const RetryReply& x) { j["said"] = x.said; },
                         [&](const GcReply& x) {
                           j["dry_run"] = x.dry_run;
                           j["actions"] = json::array();
@@ -281,6 +282,17 @@ Result<GcReply> parse_gc_reply(std::string_view payload)
     }
   }
   return r;
+}
+
+Result<RetryReply> parse_retry_reply(std::string_view payload)
+{
+  auto j = parse_json(payload);
+  if (!j) {
+    return j.error();
+  }
+  Fields f(*j);
+  SH_TRY(said, f.str("said", true));
+  return RetryReply{*said};
 }
 
 } // namespace stagehand::proto

@@ -374,13 +374,28 @@ std::string summary(const EntryResult& r)
 std::string append_log(const EntryResult& r, const std::string& fallback_dir, std::uint32_t job_id,
                        const std::string& node)
 {
+  return append_log_line({r.log_dir, fallback_dir}, job_id, node, summary(r));
+}
+
+std::vector<std::string> log_dirs_of(const std::string& dest)
+{
+  struct stat st {};
+  if (::stat(dest.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return {dest, parent_of(dest)};
+  }
+  return {parent_of(dest)};
+}
+
+std::string append_log_line(const std::vector<std::string>& dirs, std::uint32_t job_id, const std::string& node,
+                            const std::string& text)
+{
   char when[32];
   std::time_t now = std::time(nullptr);
   struct tm tm {};
   ::gmtime_r(&now, &tm);
   std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  const std::string line = std::string(when) + " job " + std::to_string(job_id) + " node " + node + ": " + summary(r) + "\n";
-  for (const auto& dir : {r.log_dir, fallback_dir}) {
+  const std::string line = std::string(when) + " job " + std::to_string(job_id) + " node " + node + ": " + text + "\n";
+  for (const auto& dir : dirs) {
     if (dir.empty()) {
       continue;
     }

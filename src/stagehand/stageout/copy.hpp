@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace stagehand::stageout {
 
@@ -46,5 +47,10 @@ std::string summary(const EntryResult& r);
 // returns the log file written, or an empty string.
 std::string append_log(const EntryResult& r, const std::string& fallback_dir, std::uint32_t job_id,
                        const std::string& node);
+// Appends "TIME job J node N: TEXT" to LOG in the first of `dirs` that takes it; the file written.
+std::string append_log_line(const std::vector<std::string>& dirs, std::uint32_t job_id, const std::string& node,
+                            const std::string& text);
+// Where an entry for `dest` logs: DEST when it is a directory, then its parent.
+std::vector<std::string> log_dirs_of(const std::string& dest);
 
 } // namespace stagehand::stageout

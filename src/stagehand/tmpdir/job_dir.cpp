@@ -193,6 +193,29 @@ Result<std::string> stage_out_to_trash(int base_fd, const std::string& pending)
   return trash;
 }
 
+std::string kept_record_name(const std::string& dir)
+{
+  return std::string(k_kept_record_prefix) + (dir.starts_with('.') ? dir.substr(1) : dir);
+}
+
+std::optional<std::string> dir_of_kept_record(const std::string& name)
+{
+  const std::string_view prefix = k_kept_record_prefix;
+  if (!name.starts_with(prefix)) {
+    return std::nullopt;
+  }
+  std::string rest = name.substr(prefix.size());
+  if (rest.starts_with("stageout.")) {
+    rest = "." + rest;
+  }
+  const bool job_dir = rest.starts_with("job_") && rest.size() > 4 && rest.size() <= 14 &&
+                       rest.find_first_not_of("0123456789", 4) == std::string::npos;
+  if (!job_of_stage_out(rest) && !job_dir) {
+    return std::nullopt;
+  }
+  return rest;
+}
+
 Result<std::string> find_job_dir(const std::string& base_path, std::uint32_t job_id, uid_t uid)
 {
   std::string path = base_path + "/" + job_dir_name(job_id);

@@ -57,6 +57,14 @@ std::optional<std::uint32_t> job_of_stage_out(const std::string& name);
 // Renames a ".stageout." entry into the trash; the trash name.
 Result<std::string> stage_out_to_trash(int base_fd, const std::string& pending);
 
+// A stage-out that could not complete keeps its directory (".stageout.job_<id>.<unique>", or
+// job_<id> under --tmpdir=keep) and a root-owned record beside it that names it:
+// ".failed-stage-out.<name without its leading dot>" (stageout/kept.hpp holds what is in it).
+inline constexpr const char* k_kept_record_prefix = ".failed-stage-out.";
+std::string kept_record_name(const std::string& dir);
+// The directory a record name belongs to (nullopt for other names).
+std::optional<std::string> dir_of_kept_record(const std::string& name);
+
 // As the job user in a task: the job's directory path if it exists, is a real directory (not a
 // symlink) and is owned by `uid`.
 Result<std::string> find_job_dir(const std::string& base_path, std::uint32_t job_id, uid_t uid);
