@@ -1,7 +1,8 @@
 // stage-run: check the specs again (as the user), then stage exactly once per node per job. Tasks
 // on the node serialise on a lock in $SLURM_TMPDIR/.stagehand; the first stages, the others (and
 // later steps) find its result there. With a node daemon, it stages through the daemon's cache;
-// when the daemon cannot (not running, crashed, no cache), it stages in this process.
+// when the daemon cannot (not running, crashed, busy, cannot see the source), it stages in this
+// process.
 #include "stage_run.hpp"
 
 #include "broadcast.hpp"
@@ -90,11 +91,14 @@ DaemonOutcome stage_via_daemon(const stage::StageRequest& a, const std::vector<s
   if (!reply) {
     why = reply.error().message;
   } else if (reply->error) {
-    const auto kind = reply->error->kind;
-    if (kind == ErrorKind::refused || kind == ErrorKind::limit || kind == ErrorKind::corrupt) {
-      failure = reply->error->message; // the job's own problem: staging in-process would fail the same way
+    if (reply->error->kind == ErrorKind::corrupt) {
+      // The archive's own bytes are bad: staging here would read the same bytes and fail the same way.
+      failure = reply->error->message;
       return DaemonOutcome::failed;
     }
+    // Anything else may be the daemon's view, not the job's: a source the daemon cannot see (a
+    // unit's sandbox, a mount it lacks), a limit of its own (busy). A daemon problem never fails a
+    // job that could run without it: stage here, where the user's own mistakes still fail it.
     why = reply->error->message;
   } else if (auto staged = proto::parse_stage_reply(reply->result_json); !staged) {
     why = staged.error().message;

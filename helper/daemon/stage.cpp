@@ -123,7 +123,7 @@ Result<ipc::Message> StageRun::await(ipc::Child& child, const std::function<prot
     if (m.error().code != ETIMEDOUT) {
       return give_up(m.error());
     }
-    if (stopped(child.pid())) {
+    if (child.stopped()) {
       return give_up(Error::io("the staging process was stopped (SIGSTOP)", EINTR));
     }
     progress(status());
@@ -131,20 +131,6 @@ Result<ipc::Message> StageRun::await(ipc::Child& child, const std::function<prot
       return give_up(Error::io("the client went away", EPIPE)); // the job gave up: stop working for it
     }
   }
-}
-
-bool StageRun::stopped(pid_t pid)
-{
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
-  char buf[512] = {};
-  ssize_t n = fd.valid() ? ::read(fd.get(), buf, sizeof buf - 1) : -1;
-  if (n <= 0) {
-    return false;
-  }
-  const char* close = std::strrchr(buf, ')'); // the command name may hold anything
-  return close && close[1] == ' ' && (close[2] == 'T' || close[2] == 't');
 }
 
 void StageRun::rollback()

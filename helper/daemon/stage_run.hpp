@@ -47,8 +47,6 @@ private:
   // Waits for a child's message, sending a progress frame every few seconds meanwhile. On any
   // failure the child is killed (the job user may have stopped it: it runs with their uid).
   Result<ipc::Message> await(ipc::Child& child, const std::function<proto::Progress()>& status);
-  // Whether a child is stopped (state T or t in /proc/PID/stat).
-  static bool stopped(pid_t pid);
   Result<proto::StagedSource> stage_one(const proto::SourceSpec& src);
   // Fills the cache for `key`. Returns the fill result and, when the entry must not be published
   // (larger than the cache, or the source changed while it was read), the fill to use uncached.

@@ -186,6 +186,20 @@ print(sum(x['bytes'] for x in e))" "$output")
   for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
 }
 
+@test "a source the daemon cannot see (hidden from it, as a unit's sandbox would) stages without the cache: the job runs" {
+  as_user "mkdir -p hidden-src && head -c 300000 /dev/urandom >hidden-src/blob.bin && tar -C hidden-src -cf hidden-src/h.tar blob.bin"
+  "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-stop node1
+  "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-start node1 "$WORK/hidden-src"
+  submit -N1 -w node1 --stage-data=hidden-src/h.tar:h,hidden-src/blob.bin:b --wrap "'sha256sum \$SLURM_TMPDIR/h/blob.bin \$SLURM_TMPDIR/b'"
+  "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-stop node1
+  "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-start node1
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q 'the node daemon could not stage (.*hidden-src.*); staging without the cache'
+  [ "$(echo "$LAST_OUTPUT" | grep -c '(no cache)$')" -eq 2 ]
+  want=$(sha256sum "$WORK/hidden-src/blob.bin" | cut -c1-64)
+  [ "$(echo "$LAST_OUTPUT" | grep -c "^$want ")" -eq 2 ]
+}
+
 @test "no daemon, or a stale socket file: --stage-data works at once and says (no cache); trash goes at restart" {
   "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-stop node1 KILL
   [ -S "$STAGEHAND_CLUSTER_DIR/run/node1.sock" ] # left behind

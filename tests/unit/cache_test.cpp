@@ -386,6 +386,35 @@ TEST(Child, DropsToTheUserAndPassesDescriptors)
   EXPECT_NE(status.error().message.find("SIGKILL"), std::string::npos) << status.error().message;
 }
 
+TEST(Child, AStoppedChildIsSeenWithoutProc)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  // The job user may SIGSTOP the daemon's child (it runs with their uid); the daemon must see it
+  // even where a unit's ProtectProc= hides the child's /proc entry: from the kernel, as its parent.
+  ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "attacker"};
+  auto child = ipc::spawn_as(user, {}, [](int sock, const std::vector<int>&) {
+    (void)ipc::send_message(sock, "up");
+    ::pause();
+    return 0;
+  });
+  ASSERT_TRUE(child);
+  ASSERT_TRUE(ipc::receive_message(child->sock(), std::chrono::seconds(10)));
+  EXPECT_FALSE(child->stopped());
+  ASSERT_EQ(::kill(child->pid(), SIGSTOP), 0);
+  bool seen = false;
+  for (int i = 0; i < 500 && !seen; ++i) {
+    seen = child->stopped();
+    if (!seen) {
+      ::usleep(10000);
+    }
+  }
+  EXPECT_TRUE(seen);
+  EXPECT_TRUE(child->stopped()); // asking does not consume it
+  ASSERT_EQ(::kill(child->pid(), SIGCONT), 0);
+  child->kill();
+  EXPECT_FALSE(child->stopped());
+}
+
 TEST(CacheMaterialise, RacingSwapsNeverMakeRootChownOrChmodAnythingElse)
 {
   STAGEHAND_REQUIRE_ROOT();

@@ -152,6 +152,20 @@ void Child::kill()
   }
 }
 
+bool Child::stopped() const
+{
+  if (m_pid <= 0) {
+    return false;
+  }
+  // Asked of the kernel as the child's parent (WNOWAIT: the state stays for wait()), not read in
+  // /proc, which a unit's ProtectProc= may hide from a daemon whose child runs as another user.
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(m_pid), &info, WSTOPPED | WNOHANG | WNOWAIT) != 0) {
+    return false;
+  }
+  return info.si_pid == m_pid && (info.si_code == CLD_STOPPED || info.si_code == CLD_TRAPPED);
+}
+
 Result<int> Child::wait()
 {
   if (m_pid <= 0) {

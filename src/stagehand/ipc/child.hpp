@@ -42,6 +42,8 @@ public:
   // Waits for the child to exit; its exit code, or an error naming the signal that killed it.
   Result<int> wait();
   void kill();
+  // Whether the child is stopped (SIGSTOP, a tracer): it would never answer.
+  bool stopped() const;
 
 private:
   pid_t m_pid = -1;
