@@ -10,7 +10,9 @@
 #                                so it runs the CLI it was built for (the package check)
 #   cluster.sh stop              stop everything this cluster started, remove its state
 #   cluster.sh env               print the variables a client needs (eval "$(cluster.sh env)")
-#   cluster.sh daemon-start NODE start stagehandd for NODE (the cluster starts one per node)
+#   cluster.sh daemon-start NODE [PATH]  start stagehandd for NODE (the cluster starts one per
+#                                node); with PATH, in a mount namespace of its own where PATH is an
+#                                empty tmpfs (a path the daemon cannot see and the jobs can)
 #   cluster.sh daemon-stop NODE [SIGNAL]   stop it (default TERM; KILL leaves its socket file)
 #   cluster.sh node-start NODE | controller-start
 #                                start a slurmd or slurmctld again that a test stopped
@@ -19,6 +21,12 @@
 #                                of its own with a private tmpfs at $SCRATCH/local, so that one
 #                                path is node-local as on a real cluster (sbcast writes one path
 #                                on every node); without it, in the host's namespace again
+#
+# STAGEHAND_CLUSTER_PROLOG=1 (at start): slurm.conf also gets Prolog=/Epilog= wrappers that run
+# `stagehand prolog`/`stagehand epilog --config $DIR/etc/stagehand.toml` beside the plugin, each
+# run appending a line (hook, job, node, uid, the job's --tmpdir and --stage-out values as slurmd
+# hands them to the script) and the CLI's stderr to
+# $DIR/log/job-scripts.log (slurmd logs a script's output only at debug2 when it exits 0).
 #
 # Everything lives under STAGEHAND_CLUSTER_DIR (default /tmp/stagehand-cluster) and uses ports
 # STAGEHAND_CLUSTER_PORT .. +2 (default 46817), and +10 .. +99 for the steps' reserved ports, so it
@@ -122,6 +130,24 @@ write_plugstack() {
   chmod 0644 "$DIR/etc/plugstack.conf"
 }
 
+# STAGEHAND_CLUSTER_PROLOG=1: the Prolog=/Epilog= wrappers (slurm.conf takes no arguments) and
+# their slurm.conf lines; nothing otherwise.
+write_job_scripts() {
+  local mode=$1 cli=$DIR/lib/stagehand hook
+  [ "${STAGEHAND_CLUSTER_PROLOG:-0}" = 1 ] || return 0
+  [ "$mode" != installed ] || cli=$(command -v stagehand || echo /usr/bin/stagehand)
+  for hook in prolog epilog; do
+    cat >"$DIR/lib/$hook.sh" <<SH
+#!/bin/sh
+# slurm.conf ${hook^}= (written by tests/cluster/cluster.sh, STAGEHAND_CLUSTER_PROLOG=1)
+echo "\$(date +%T.%N) $hook script: job=\$SLURM_JOB_ID node=\$SLURMD_NODENAME uid=\$SLURM_JOB_UID tmpdir=\${SPANK__SLURM_SPANK_OPTION_stagehand_tmpdir-unset} stage_out=\${SPANK_STAGEHAND_STAGE_OUT-unset} context=\${SLURM_SCRIPT_CONTEXT-unset}" >>"$DIR/log/job-scripts.log"
+exec "$cli" $hook --config "$DIR/etc/stagehand.toml" 2>>"$DIR/log/job-scripts.log"
+SH
+    chmod 0755 "$DIR/lib/$hook.sh"
+    echo "${hook^}=$DIR/lib/$hook.sh"
+  done
+}
+
 write_configs() {
   local plugin=$1 mode=$2
   mkdir -p "$DIR"/{etc,lib,log,ctld,munge,scratch,work,run,state,cache} "$DIR"/spool/{node1,node2}
@@ -200,6 +226,7 @@ NodeName=node1 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$((PORT + 1)) CPUs=4 R
 NodeName=node2 NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$((PORT + 2)) CPUs=4 RealMemory=2000 State=UNKNOWN
 PartitionName=debug Nodes=node[1-2] Default=YES MaxTime=INFINITE State=UP
 CONF
+  write_job_scripts "$mode" >>"$DIR/etc/slurm.conf"
   chmod 0644 "$DIR/etc/slurm.conf"
 }
 
@@ -221,11 +248,17 @@ start_node() {
 }
 
 daemon_start() {
-  local n=$1 i started
+  local n=$1 hide=${2:-} i started
+  local -a wrap=()
   eval "$(print_env)"
   started=$(grep -c "listening on" "$DIR/log/stagehandd-$n.log" 2>/dev/null || true)
+  if [ -n "$hide" ]; then
+    # As a unit's sandbox would (PrivateTmp=, ProtectHome=): the daemon sees an empty tmpfs at
+    # $hide, the jobs see what is there. unshare and sh exec: the pid stays the daemon's.
+    wrap=(unshare --mount --propagation private sh -c 'mount -t tmpfs -o size=1m,mode=0755 hidden "$0" && exec "$@"' "$hide")
+  fi
   # The daemon asks slurmctld (squeue) whether jobs still run: it gets this cluster's SLURM_CONF.
-  SLURM_CONF="$SLURM_CONF" setsid "$DIR/lib/stagehandd" --config "$DIR/etc/stagehand.toml" --node "$n" \
+  SLURM_CONF="$SLURM_CONF" setsid "${wrap[@]}" "$DIR/lib/stagehandd" --config "$DIR/etc/stagehand.toml" --node "$n" \
     >>"$DIR/log/stagehandd-$n.log" 2>&1 </dev/null 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- &
   echo $! >"$DIR/stagehandd-$n.pid"
   for i in $(seq 1 100); do
@@ -410,7 +443,7 @@ case "${1:-}" in
   start) shift; cmd_start "$@" ;;
   stop) cmd_stop ;;
   env) print_env ;;
-  daemon-start) daemon_start "${2:?node}" ;;
+  daemon-start) daemon_start "${2:?node}" "${3:-}" ;;
   daemon-stop) daemon_stop "${2:?node}" "${3:-TERM}" ;;
   # (for tests that stop one: the same way the cluster started it, never holding bats's pipes)
   node-start) eval "$(print_env)"; start_node "${2:?node}" </dev/null >/dev/null 2>&1 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- ;;
