@@ -20,6 +20,9 @@ packages=(
   libreadline-dev
   # man pages, packages and their checks
   scdoc man-db groff-base dpkg-dev lintian rpm systemd
+  # the package under systemd (scripts/ci/package-systemd.sh): the guest's network set-up (ip) and
+  # the daemon's JSON status read by its tests (the guest is a copy of this machine's root)
+  iproute2 jq
 )
 
 missing=()

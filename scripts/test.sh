@@ -11,7 +11,8 @@
 #        ASan+UBSan build and unit tests, then a subset of the cluster suite under them (a lane);
 #        the fuzz targets (corpus replayed, 10 s each)
 #     3. when every lane has ended: the packages (.deb checked, installed, used by a two-node job,
-#        purged; the RPM)
+#        purged; the .deb again as an admin runs it, under Debian's systemd as PID 1 of a
+#        throw-away overlay guest; the RPM)
 #   scripts/test.sh --quick    for people: the build, the 22.05 unit tests and the 22.05 cluster
 #                              suite (same lanes), nothing else
 #
@@ -190,5 +191,6 @@ ci_lanes_wait || {
 if [ "$mode" = full ]; then
   phase "package: .deb" "$ci/package-deb.sh" "$build"
   phase "package: install, job, purge" "$ci/package-install.sh" "$build"
+  phase "package: under systemd (its units, an ordinary user's jobs, reload, restart, purge)" "$ci/package-systemd.sh" "$build"
   phase "package: RPM" "$ci/package-rpm.sh" "$build"
 fi

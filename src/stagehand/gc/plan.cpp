@@ -148,7 +148,8 @@ Plan make_plan(const Snapshot& snapshot, const Evidence& evidence, const Options
     plan.remove.push_back(Action{e.name, Reason::orphan, *job, e.ino});
   }
   // Records of kept stage-out results whose directory is gone.
-  for (const auto& [dir, until] : snapshot.kept_until) {
+  for (const auto& kept : snapshot.kept_until) {
+    const std::string& dir = kept.first;
     const bool there = std::any_of(snapshot.entries.begin(), snapshot.entries.end(),
                                    [&](const BaseEntry& e) { return e.is_dir && e.name == dir; });
     if (!there) {
