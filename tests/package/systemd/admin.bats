@@ -166,6 +166,21 @@ EOF
   [ "$(jq .cache.hits <<<"$output")" -ge 1 ]
 }
 
+@test "--stage-data of a tar under the host's /tmp: staged through the daemon's cache like any other path" {
+  need slurm
+  need daemon
+  need user
+  as_user bash -c 'mkdir -p /tmp/shuser-data && cp data/tree.tar.gz /tmp/shuser-data/t.tar.gz'
+  submit stage_tmp --stage-data=/tmp/shuser-data/t.tar.gz:tree <<'EOF'
+#!/bin/bash
+diff -r "$SLURM_SUBMIT_DIR/data/tree" "$SLURM_TMPDIR/tree" && echo "staged ok"
+EOF
+  [ "$JOB_STATE" = COMPLETED ]
+  echo "$LAST_OUTPUT" | grep -qx "staged ok"
+  echo "$LAST_OUTPUT" | grep -Eq "^stagehand: $NODE: unpacked /tmp/shuser-data/t\.tar\.gz -> /local/stagehand/job_$JOB_ID/tree: .* \(cache miss\)\$"
+  note "$(echo "$LAST_OUTPUT" | grep '^stagehand: ')"
+}
+
 @test "--ddp-env: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT exported" {
   need slurm
   need user
