@@ -21,7 +21,8 @@ Commands:
                              kept after a failed copy (a user sees only their own jobs; without
                              stagehandd, only the kept results)
   stage-out retry JOBID      copy a job's kept --stage-out results again, then remove them (root,
-                             or the job's user through stagehandd)
+                             or the job's user; without stagehandd the user's copy leaves them
+                             on the node until keep_for)
   cache ls [--json]          cache entries (a user sees those their jobs used)
   cache evict SOURCE|--all   remove cache entries (root)
   gc [--dry-run]             remove trash, expired kept directories and directories of jobs that

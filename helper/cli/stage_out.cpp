@@ -1,5 +1,5 @@
 // stage-out retry: copy a job's kept --stage-out results again, through the node's daemon (which
-// copies as the results' user whoever asks), or, without a daemon, in this process when root.
+// copies as the results' user whoever asks), or, without a daemon, in this process.
 #include "commands.hpp"
 
 #include "stagehand/ipc/client.hpp"
@@ -52,13 +52,10 @@ int cmd_stage_out(const std::vector<std::string>& args)
     std::printf("job %u: %s\n", *job_id, r ? r->said.c_str() : "copied");
     return 0;
   }
-  if (::geteuid() != 0) {
-    spdlog::error("stagehandd is not answering on node {} ({}); without it, only root can retry: ask an admin "
-                  "to run `stagehand stage-out retry {}` there (`stagehand status` shows where the results are)",
-                  common->node, reply.error().message, *job_id);
-    return 1;
-  }
-  auto said = ipc::retry_kept(*config, common->node, *job_id, 0, k_retry_budget);
+  // Without the daemon: root copies as the results' user and removes them; their own user copies
+  // in this process, and the results stay until keep_for (removing them needs root).
+  auto said = ::geteuid() == 0 ? ipc::retry_kept(*config, common->node, *job_id, 0, k_retry_budget)
+                               : ipc::retry_kept_as_self(*config, common->node, *job_id, k_retry_budget);
   if (!said) {
     spdlog::error("job {}: {}", *job_id, said.error().message);
     return 1;

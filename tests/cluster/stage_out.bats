@@ -214,18 +214,28 @@ assert any(j['job_id'] == $JOB_ID and j['dir'] == '$KEPT' and j['state'].startsw
   rm -rf "$WORK/so/locked"
 }
 
-@test "without the daemon, the epilog keeps the results of a copy that failed, and root's retry delivers them" {
+@test "without the daemon, the epilog keeps the results of a copy that failed; the user's retry delivers them, root's also removes them" {
   "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-stop node1 KILL
   as_user "mkdir -p so/locked"
   submit -N1 -w node1 --stage-out=out:so/locked/run --wrap "'\$PWD/write-out.sh \$SLURM_TMPDIR && chmod 0555 \$PWD/so/locked'"
   [ "$JOB_RC" -eq 0 ]
   assert_kept
   grep -q "stage-out could not complete" "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log"
-  # The user cannot retry without the daemon: one line says who can.
+  # Still unwritable: the user's retry says why, and the results stay.
   run as_user "$(cli stage-out retry "$JOB_ID")"
   [ "$status" -eq 1 ]
-  [[ "$output" == *"only root can retry"* ]]
+  [[ "$output" == *"out -> $WORK/so/locked/run: not copied: cannot create $WORK/so/locked/run: Permission denied"* ]]
+  [ -d "$KEPT/out" ]
+  # Fixed: the user's own retry (no daemon: in their own process) delivers; the copy on the node
+  # stays for root or keep_for.
   chmod 0755 "$WORK/so/locked"
+  run as_user "$(cli stage-out retry "$JOB_ID")"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"the copy on the node stays until"* ]]
+  assert_same_out "$WORK/so/locked/run"
+  [ -d "$KEPT/out" ]
+  rm -rf "$WORK/so/locked/run"
   run "$STAGEHAND_BUILD_DIR/helper/stagehand" stage-out retry "$JOB_ID" --config "$STAGEHAND_TEST_CONFIG" --node node1
   echo "$output"
   "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-start node1

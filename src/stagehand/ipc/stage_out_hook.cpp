@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <functional>
 
 namespace stagehand::ipc {
 
@@ -20,9 +21,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The child: every entry this node copies, one message (its summary) each.
-int copy_all(int sock, int dir_fd, const std::vector<stageout::OutSpec>& specs, const tmpdir::JobContext& job,
-             const StageOutJob& out, Clock::time_point until)
+// Every entry this node copies, as the calling user (the child, or a user's own retry), one line
+// (its summary) each to `say`, which returns false to stop. First character: '+' copied
+// completely, '-' not.
+bool copy_entries(int dir_fd, const std::vector<stageout::OutSpec>& specs, const tmpdir::JobContext& job,
+                  const StageOutJob& out, Clock::time_point until, const std::function<bool(const std::string&)>& say)
 {
   // Read as the job user: the marker is the job's own word, and only decides what it gets.
   const bool first_node = stageout::is_first_node(dir_fd);
@@ -33,14 +36,22 @@ int copy_all(int sock, int dir_fd, const std::vector<stageout::OutSpec>& specs, 
     const std::string dest = stageout::dest_path(spec, "/", job.owner.job_id, job.node);
     auto r = stageout::copy_entry(dir_fd, spec, dest, until);
     const std::string log = stageout::append_log(r, out.fallback_dir, job.owner.job_id, job.node);
-    // First character: '+' copied completely, '-' not.
     std::string line = std::string(r.error.empty() ? "+" : "-") + stageout::summary(r) +
                        (log.empty() ? " (no log file could be written)" : " (logged in " + log + ")");
-    if (!send_message(sock, line)) {
-      return 1;
+    if (!say(line)) {
+      return false;
     }
   }
-  return 0;
+  return true;
+}
+
+// The child: every entry this node copies, one message each.
+int copy_all(int sock, int dir_fd, const std::vector<stageout::OutSpec>& specs, const tmpdir::JobContext& job,
+             const StageOutJob& out, Clock::time_point until)
+{
+  return copy_entries(dir_fd, specs, job, out, until, [&](const std::string& line) { return !!send_message(sock, line); })
+           ? 0
+           : 1;
 }
 
 // The child: the kept line in the log of each of this node's entries, once per log file.
@@ -236,6 +247,56 @@ Result<std::string> retry_kept(const Config& config, const std::string& node, st
       stageout::remove_kept(base_fd->get(), k.dir); // a --tmpdir=keep directory stays for its keep_for
       said += "; " + *base + "/" + k.dir + " stays for its --tmpdir=keep time";
     }
+  }
+  if (!complete) {
+    return Error::io(said, EIO);
+  }
+  return said;
+}
+
+Result<std::string> retry_kept_as_self(const Config& config, const std::string& node, std::uint32_t job_id,
+                                       std::chrono::milliseconds budget)
+{
+  const uid_t me = ::getuid();
+  auto base = tmpdir::base_path(config, node);
+  auto base_fd = open_base(config, node);
+  if (!base_fd) {
+    return base_fd.error();
+  }
+  std::string said;
+  bool found = false;
+  bool complete = true;
+  for (const auto& k : stageout::load_kept(base_fd->get())) {
+    if (k.job_id != job_id || k.uid != me) {
+      continue;
+    }
+    found = true;
+    auto specs = stageout::parse_option(k.specs);
+    UniqueFd dir(::openat(base_fd->get(), k.dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat st {};
+    if (!specs || !dir.valid() || ::fstat(dir.get(), &st) != 0 || st.st_uid != me) {
+      complete = false;
+      said += (said.empty() ? "" : "; ") + std::string("cannot read ") + *base + "/" + k.dir;
+      continue;
+    }
+    tmpdir::JobContext job;
+    job.owner.job_id = k.job_id;
+    job.owner.uid = k.uid;
+    job.owner.gid = k.gid;
+    job.node = node;
+    copy_entries(dir.get(), *specs, job, StageOutJob{k.specs, k.fallback_dir}, Clock::now() + budget,
+                 [&](const std::string& line) {
+                   complete = complete && !line.empty() && line[0] == '+';
+                   said += (said.empty() ? "" : "; ") + line.substr(1);
+                   return true;
+                 });
+    if (complete) {
+      said += "; the copy on the node stays until " + stageout::until_text(k) +
+              " (only root or stagehandd may remove it)";
+    }
+  }
+  if (!found) {
+    return Error::refused("no stage-out results of job " + std::to_string(job_id) + " of yours are kept on node " + node);
   }
   if (!complete) {
     return Error::io(said, EIO);

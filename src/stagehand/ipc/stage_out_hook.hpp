@@ -48,4 +48,10 @@ std::string keep_results(const Config& config, const tmpdir::JobContext& job, co
 Result<std::string> retry_kept(const Config& config, const std::string& node, std::uint32_t job_id, uid_t requester,
                                std::chrono::milliseconds budget);
 
+// The same by the results' own user without the daemon, in the calling process (already that
+// user: nothing privileged). The results stay on the node until their keep_for: removing them
+// needs root.
+Result<std::string> retry_kept_as_self(const Config& config, const std::string& node, std::uint32_t job_id,
+                                       std::chrono::milliseconds budget);
+
 } // namespace stagehand::ipc

@@ -94,6 +94,8 @@ std::string utc(std::int64_t seconds)
 
 } // namespace
 
+std::string until_text(const KeptResults& k) { return utc(k.until); }
+
 std::string kept_state(const KeptResults& k)
 {
   return "stage-out failed, kept until " + utc(k.until) + ": " + k.reason;

@@ -40,6 +40,8 @@ void remove_kept(int base_fd, const std::string& dir);
 // The line for people: "the results stay on node N in PATH until TIME (REASON); `stagehand
 // stage-out retry J` copies them again".
 std::string kept_line(const KeptResults& k, const std::string& base_path, const std::string& node);
+// Their `until`, as people read it (UTC, ISO 8601).
+std::string until_text(const KeptResults& k);
 // The state `stagehand status` shows for them: "stage-out failed, kept until TIME: REASON".
 std::string kept_state(const KeptResults& k);
 
