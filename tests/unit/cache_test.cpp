@@ -8,16 +8,21 @@
 #include "stagehand/cache/store.hpp"
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/ipc/child.hpp"
+#include "stagehand/ipc/client.hpp"
 #include "stagehand/ipc/shared_memory.hpp"
 
 #include "test_support.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <set>
 #include <thread>
 
@@ -384,6 +389,76 @@ TEST(Child, DropsToTheUserAndPassesDescriptors)
   auto status = killed->wait();
   ASSERT_FALSE(status);
   EXPECT_NE(status.error().message.find("SIGKILL"), std::string::npos) << status.error().message;
+}
+
+TEST(Child, AMessageCarriesAtMostEightDescriptors)
+{
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+  UniqueFd a(pair[0]), b(pair[1]);
+  std::vector<UniqueFd> nulls;
+  std::vector<int> fds;
+  for (int i = 0; i < 9; ++i) {
+    nulls.emplace_back(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    fds.push_back(nulls.back().get());
+  }
+  auto too_many = ipc::send_message(a.get(), "nine", fds);
+  ASSERT_FALSE(too_many); // refused, not written past the control buffer
+  EXPECT_NE(too_many.error().message.find("at most 8"), std::string::npos);
+  fds.pop_back();
+  ASSERT_TRUE(ipc::send_message(a.get(), "eight", fds));
+  auto got = ipc::receive_message(b.get(), std::chrono::seconds(5));
+  ASSERT_TRUE(got);
+  EXPECT_EQ(got->text, "eight");
+  EXPECT_EQ(got->fds.size(), 8U);
+}
+
+TEST(Client, ASocketNotServedByRootIsToldNothing)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  // A user plants a socket where the daemon's should be: the client (root's epilog, or a user's
+  // job) refuses it after connecting, before sending a byte, and believes none of its answers.
+  TempDir d;
+  ::chmod(d.path().c_str(), 0777);
+  const std::string path = d / "stagehandd.sock";
+  ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "attacker"};
+  auto fake = ipc::spawn_as(user, {}, [&](int sock, const std::vector<int>&) {
+    UniqueFd l(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    struct sockaddr_un addr {};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+    if (::bind(l.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof addr) != 0 || ::listen(l.get(), 4) != 0) {
+      return 2;
+    }
+    ::chmod(path.c_str(), 0666);
+    (void)ipc::send_message(sock, "listening");
+    UniqueFd c(::accept4(l.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    // Count what the client sends before it gives up on us.
+    struct pollfd p {c.get(), POLLIN, 0};
+    std::size_t got = 0;
+    char buf[256];
+    while (::poll(&p, 1, 2000) > 0) {
+      ssize_t n = ::read(c.get(), buf, sizeof buf);
+      if (n <= 0) {
+        break;
+      }
+      got += static_cast<std::size_t>(n);
+    }
+    (void)ipc::send_message(sock, std::to_string(got));
+    return 0;
+  });
+  ASSERT_TRUE(fake);
+  auto up = ipc::receive_message(fake->sock(), std::chrono::seconds(10));
+  ASSERT_TRUE(up);
+  ASSERT_EQ(up->text, "listening");
+  auto reply = ipc::call(path, proto::StatusQuery{});
+  ASSERT_FALSE(reply);
+  EXPECT_EQ(reply.error().kind, ErrorKind::refused);
+  EXPECT_NE(reply.error().message.find("is served by uid 4242, not root"), std::string::npos) << reply.error().message;
+  auto received = ipc::receive_message(fake->sock(), std::chrono::seconds(10));
+  ASSERT_TRUE(received);
+  EXPECT_EQ(received->text, "0"); // not a byte of the request
+  EXPECT_EQ(*fake->wait(), 0);
 }
 
 TEST(Child, AStoppedChildIsSeenWithoutProc)

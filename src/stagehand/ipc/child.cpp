@@ -213,6 +213,10 @@ Result<Child> spawn_as(const Credentials& creds, const std::vector<int>& keep, c
 
 Status send_message(int sock, const std::string& text, const std::vector<int>& fds)
 {
+  if (fds.size() > k_max_fds) {
+    return Error::internal("send_message: " + std::to_string(fds.size()) + " descriptors, at most " +
+                           std::to_string(k_max_fds) + " fit a message");
+  }
   const std::string frame = proto::encode_frame(text);
   std::size_t sent = 0;
   bool first = true;

@@ -57,7 +57,7 @@ private:
 using ChildBody = std::function<int(int sock, const std::vector<int>& kept)>;
 Result<Child> spawn_as(const Credentials& creds, const std::vector<int>& keep, const ChildBody& body);
 
-// One message (a frame of text) with up to `fds.size()` descriptors attached (SCM_RIGHTS).
+// One message (a frame of text) with `fds` attached (SCM_RIGHTS; at most 8, more is refused).
 Status send_message(int sock, const std::string& text, const std::vector<int>& fds = {});
 
 struct Message

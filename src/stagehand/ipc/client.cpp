@@ -72,6 +72,17 @@ Result<proto::ReplyFrame> call(const std::string& socket_path, const proto::Requ
       return Error::from_errno(socket_path, err);
     }
   }
+  // stagehandd always runs as root: whatever else listens at its path (a socket planted where a
+  // misconfigured directory let someone) is told nothing, and its answers are never believed.
+  struct ucred peer {};
+  socklen_t peer_len = sizeof peer;
+  if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) != 0) {
+    return Error::from_errno(socket_path + ": cannot read the peer's credentials");
+  }
+  if (peer.uid != 0) {
+    return Error::refused(socket_path + " is served by uid " + std::to_string(peer.uid) +
+                          ", not root: not stagehandd (nothing sent)");
+  }
   const std::string frame = proto::encode_frame(proto::serialize(request));
   std::size_t sent = 0;
   while (sent < frame.size()) {
