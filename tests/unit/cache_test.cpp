@@ -14,7 +14,13 @@
 #include "test_support.hpp"
 
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <poll.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -459,6 +465,53 @@ TEST(Client, ASocketNotServedByRootIsToldNothing)
   ASSERT_TRUE(received);
   EXPECT_EQ(received->text, "0"); // not a byte of the request
   EXPECT_EQ(*fake->wait(), 0);
+}
+
+TEST(Child, NoDaemonDescriptorReachesTheUserWhenCloseRangeFails)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  // In a process whose seccomp filter makes close_range fail with ENOSYS (an older kernel) or
+  // EPERM (a site's filter), a descriptor the parent holds must still not reach the child.
+  for (int err : {ENOSYS, EPERM}) {
+    pid_t tester = ::fork();
+    ASSERT_GE(tester, 0);
+    if (tester == 0) {
+      UniqueFd opened(::open("/dev/null", O_RDONLY));
+      UniqueFd secret(::fcntl(opened.get(), F_DUPFD, 50)); // above the child's own (not CLOEXEC: only spawn_as's close stops it)
+      struct sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_close_range, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | static_cast<unsigned>(err)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      };
+      struct sock_fprog prog {static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+      if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0 ||
+          ::syscall(__NR_close_range, 1000, 1000, 0) == 0) {
+        ::_exit(10); // the filter is not in place: the test would prove nothing
+      }
+      const int fd = secret.get();
+      ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "attacker"};
+      auto child = ipc::spawn_as(user, {}, [fd](int sock, const std::vector<int>&) {
+        (void)ipc::send_message(sock, ::fcntl(fd, F_GETFD) == -1 ? "closed" : "open");
+        return 0;
+      });
+      if (!child) {
+        ::_exit(11);
+      }
+      auto said = ipc::receive_message(child->sock(), std::chrono::seconds(20));
+      if (!said || said->text != "closed") {
+        std::fprintf(stderr, "child said: %s\n", said ? said->text.c_str() : said.error().message.c_str());
+        auto w = child->wait();
+        std::fprintf(stderr, "child ended: %s\n", w ? std::to_string(*w).c_str() : w.error().message.c_str());
+      }
+      ::_exit(said && said->text == "closed" ? 0 : 12);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(tester, &status, 0), tester);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "close_range failing with errno " << err
+                                      << " (10: no filter, 11: no child, 12: the descriptor reached the child)";
+  }
 }
 
 TEST(Child, AStoppedChildIsSeenWithoutProc)

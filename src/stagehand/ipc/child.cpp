@@ -20,6 +20,24 @@ namespace stagehand::ipc {
 
 namespace {
 
+// Closes every descriptor from `first` up: close_range, or, where it fails (ENOSYS before Linux
+// 5.9, EPERM under a seccomp filter), one by one up to the highest limit: never does a daemon fd
+// reach a user's child because a call failed.
+void close_from(int first)
+{
+  if (::close_range(static_cast<unsigned>(first), ~0U, 0) == 0) {
+    return;
+  }
+  struct rlimit nofile {};
+  rlim_t last = 1U << 20;
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_max != RLIM_INFINITY) {
+    last = std::min<rlim_t>(last, std::max(nofile.rlim_cur, nofile.rlim_max));
+  }
+  for (rlim_t fd = static_cast<rlim_t>(first); fd < last; ++fd) {
+    ::close(static_cast<int>(fd));
+  }
+}
+
 constexpr std::size_t k_max_message = 1U << 20;
 constexpr std::size_t k_max_fds = 8;
 
@@ -51,7 +69,7 @@ constexpr std::size_t k_max_fds = 8;
     }
     kept.push_back(static_cast<int>(4 + i));
   }
-  ::close_range(static_cast<unsigned>(4 + moved.size()), ~0U, 0);
+  close_from(static_cast<int>(4 + moved.size()));
 
   struct rlimit core {0, 0};
   ::setrlimit(RLIMIT_CORE, &core);
