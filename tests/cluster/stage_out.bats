@@ -272,6 +272,23 @@ assert any(j['job_id'] == $JOB_ID and j['dir'] == '$KEPT' and j['state'].startsw
   rm -rf "$d" "$SCRATCH/node1/.keep.job_$JOB_ID"
 }
 
+@test "--tmpdir=keep with a DEST that becomes unwritable: the results are kept aside under a name of their own, and a retry delivers them" {
+  as_user "mkdir -p so/locked"
+  submit -N1 -w node1 --tmpdir=keep --stage-out=out:so/locked/run --wrap "'\$PWD/write-out.sh \$SLURM_TMPDIR && chmod 0555 \$PWD/so/locked'"
+  [ "$JOB_RC" -eq 0 ]
+  assert_kept
+  # Not job_<id>: a requeued run's prolog would replace that, and its marker expire first.
+  [ ! -e "$(job_dir node1 "$JOB_ID")" ]
+  [ ! -e "$SCRATCH/node1/.keep.job_$JOB_ID" ]
+  chmod 0755 "$WORK/so/locked"
+  run as_user "$(cli stage-out retry "$JOB_ID")"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  assert_same_out "$WORK/so/locked/run"
+  ! ls -a "$SCRATCH/node1" | grep "job_$JOB_ID" || false
+  rm -rf "$WORK/so/locked"
+}
+
 @test "with the node's daemon killed (kill -9), the epilog still copies and then removes the scratch directory" {
   "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-stop node1 KILL
   submit -N1 -w node1 --stage-out=out:so/nodaemon --wrap "'\$PWD/write-out.sh \$SLURM_TMPDIR'"

@@ -151,6 +151,41 @@ TEST(GcPlan, StageOutResultsStayWhileCopyingAndUntilTheirRecordExpires)
   EXPECT_EQ(r.size(), 2U);
 }
 
+TEST(GcPlan, AKeptRecordStaysWithAMountedDirectoryAndOutlivesAKeepMarker)
+{
+  // A user's mount on the kept directory hides it from the entries, never its record; and a
+  // job_<id> with results recorded in it stays while the record runs, whatever its marker says.
+  Snapshot s{{dir("job_4", 14),
+              BaseEntry{".failed-stage-out.stageout.job_3.m", false, 0, k_now, 31},
+              BaseEntry{".failed-stage-out.job_4", false, 0, k_now, 32}},
+             {{4, KeepMarker{k_now - 5, 14}}},
+             k_now,
+             {".stageout.job_3.m"},
+             {}};
+  s.kept_until = {{".stageout.job_3.m", k_now + 10}, {"job_4", k_now + 10}};
+  auto r = removed(make_plan(s, ctld({})));
+  EXPECT_TRUE(r.empty()) << r.size();
+  s.now = k_now + 10;
+  r = removed(make_plan(s, ctld({})));
+  EXPECT_EQ(r.at("job_4"), Reason::expired);
+  EXPECT_EQ(r.count(".failed-stage-out.stageout.job_3.m"), 0U); // its directory is still mounted there
+}
+
+TEST(KeptNames, ARetryRenewsTheNameSoAnyoneHoldingTheOldOneFindsNothing)
+{
+  TempDir base;
+  ASSERT_EQ(::mkdir((base.path() + "/.stageout.job_5.x").c_str(), 0700), 0);
+  UniqueFd fd(::open(base.path().c_str(), O_RDONLY | O_DIRECTORY));
+  auto renewed = tmpdir::renew_stage_out(fd.get(), 5, ".stageout.job_5.x");
+  ASSERT_TRUE(renewed);
+  EXPECT_TRUE(renewed->starts_with(".stageout.job_5."));
+  EXPECT_TRUE(exists_nofollow(base.path() + "/" + *renewed));
+  EXPECT_FALSE(exists_nofollow(base.path() + "/.stageout.job_5.x"));
+  EXPECT_FALSE(tmpdir::renew_stage_out(fd.get(), 5, ".stageout.job_5.x")); // the second retry
+  EXPECT_FALSE(tmpdir::renew_stage_out(fd.get(), 6, *renewed));            // another job's
+  EXPECT_FALSE(tmpdir::renew_stage_out(fd.get(), 5, "../etc"));
+}
+
 TEST(GcCollect, AKeptRecordKeepsItsResultsAndExpiresWithThem)
 {
   TempDir base;

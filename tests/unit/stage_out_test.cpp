@@ -218,6 +218,15 @@ TEST(StageOutLog, AppendsALinePerEntryInDestElseTheFallback)
   EXPECT_EQ(append_log(r, fallback.path(), 7, "n1"), fallback / ".stagehand-stage-out.log");
 }
 
+TEST(StageOutLog, APlantedFifoNeitherBlocksNorTakesTheLine)
+{
+  // A FIFO at the log's name would block the open (and the copy, the epilog, the daemon) forever.
+  test::TempDir dest, fallback;
+  ASSERT_EQ(::mkfifo((dest / ".stagehand-stage-out.log").c_str(), 0644), 0);
+  EXPECT_EQ(append_log_line({dest.path(), fallback.path()}, 7, "n1", "x"), fallback / ".stagehand-stage-out.log");
+  EXPECT_EQ(append_log_line({dest.path()}, 7, "n1", "x"), "");
+}
+
 TEST(StageOutFirstNode, TheMarkerIsARegularFileInTheStateDirectory)
 {
   test::TempDir scratch;

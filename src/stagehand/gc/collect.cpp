@@ -87,7 +87,7 @@ Result<Snapshot> snapshot_base(int base_fd, std::int64_t now)
     // Age by mtime: a prolog's fresh directory is young whatever else happened to it.
     s.entries.push_back(BaseEntry{name, S_ISDIR(st.st_mode), st.st_uid, st.st_mtim.tv_sec, st.st_ino});
     if (auto dir = tmpdir::dir_of_kept_record(name); dir && S_ISREG(st.st_mode)) {
-      auto text = fs::read_small_file(base_fd, name, 64 * 1024);
+      auto text = fs::read_small_file(base_fd, name, stageout::k_max_record_bytes);
       auto kept = text ? stageout::kept_from_json(*text) : Result<stageout::KeptResults>(text.error());
       // A record that cannot be read keeps its results: an admin decides (status lists it).
       s.kept_until[*dir] = kept ? kept->until : std::numeric_limits<std::int64_t>::max();

@@ -128,7 +128,10 @@ Plan make_plan(const Snapshot& snapshot, const Evidence& evidence, const Options
     auto marker = snapshot.markers.find(*job);
     const bool marker_is_ours = marker != snapshot.markers.end() && (marker->second.ino == 0 || marker->second.ino == e.ino);
     if (marker_is_ours) {
-      const bool expired = marker->second.until <= snapshot.now;
+      // Stage-out results kept in it stay at least until their record says.
+      auto kept = snapshot.kept_until.find(e.name);
+      const bool expired = marker->second.until <= snapshot.now &&
+                           (kept == snapshot.kept_until.end() || kept->second <= snapshot.now);
       plan.jobs[*job] = expired ? JobDirState::orphan : JobDirState::kept;
       if (expired) {
         plan.remove.push_back(Action{e.name, Reason::expired, *job, e.ino});
@@ -150,8 +153,11 @@ Plan make_plan(const Snapshot& snapshot, const Evidence& evidence, const Options
   // Records of kept stage-out results whose directory is gone.
   for (const auto& kept : snapshot.kept_until) {
     const std::string& dir = kept.first;
+    // A mount point is there too (never entered): its record stays with it.
     const bool there = std::any_of(snapshot.entries.begin(), snapshot.entries.end(),
-                                   [&](const BaseEntry& e) { return e.is_dir && e.name == dir; });
+                                   [&](const BaseEntry& e) { return e.is_dir && e.name == dir; }) ||
+                       std::find(snapshot.mount_points.begin(), snapshot.mount_points.end(), dir) !=
+                         snapshot.mount_points.end();
     if (!there) {
       plan.remove.push_back(Action{tmpdir::kept_record_name(dir), Reason::stale_marker, 0, 0});
     }

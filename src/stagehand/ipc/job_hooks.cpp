@@ -102,16 +102,26 @@ Result<std::string> job_end(const Config& config, const tmpdir::JobContext& job,
                             std::chrono::milliseconds budget, const std::optional<StageOutJob>& out)
 {
   std::string copied;
+  bool kept_aside = false;
   if (out && request == tmpdir::Request::keep) {
     const std::string dir = tmpdir::job_dir_name(job.owner.job_id);
     auto r = stage_out(config, job, *out, dir, config.stage.out_budget);
     copied = r.said + "; ";
     if (r.outcome != CopyOutcome::complete) {
-      copied += keep_results(config, job, *out, dir, r.reason()) + "; ";
+      // Kept under a stage-out name of their own, not in job_<id>: a requeued run's prolog would
+      // replace that, and its keep marker could expire before the record.
+      auto base = tmpdir::base_path(config, job.node);
+      auto base_fd = base ? fs::open_trusted_dir(*base, fs::CreateMissing::no) : Result<UniqueFd>(base.error());
+      auto aside = base_fd ? tmpdir::renew_stage_out(base_fd->get(), job.owner.job_id, dir) : Result<std::string>(base_fd.error());
+      copied += keep_results(config, job, *out, aside ? *aside : dir, r.reason()) + "; ";
+      kept_aside = static_cast<bool>(aside);
     }
   }
-  const bool hand_over = out && request != tmpdir::Request::keep;
-  auto ended = tmpdir::on_job_end(config, job, request, hand_over ? tmpdir::EndMove::to_stage_out : tmpdir::EndMove::to_trash);
+  // Kept aside: job_<id> is gone, and the job ends here as one without a directory.
+  const tmpdir::Request end_request = kept_aside ? tmpdir::Request::create : request;
+  const bool hand_over = out && end_request != tmpdir::Request::keep && !kept_aside;
+  auto ended =
+    tmpdir::on_job_end(config, job, end_request, hand_over ? tmpdir::EndMove::to_stage_out : tmpdir::EndMove::to_trash);
   if (!ended) {
     return ended.error().with_context(copied.empty() ? copied : copied.substr(0, copied.size() - 2));
   }

@@ -2,6 +2,7 @@
 #include "stagehand/ipc/stage_out_hook.hpp"
 
 #include "stagehand/fs/trusted_dir.hpp"
+#include "stagehand/fs/walk.hpp"
 #include "stagehand/ipc/child.hpp"
 #include "stagehand/stageout/copy.hpp"
 #include "stagehand/stageout/kept.hpp"
@@ -55,7 +56,7 @@ int copy_all(int sock, int dir_fd, const std::vector<stageout::OutSpec>& specs, 
 }
 
 // The child: the kept line in the log of each of this node's entries, once per log file.
-int log_kept(int dir_fd, const std::vector<stageout::OutSpec>& specs, const tmpdir::JobContext& job,
+int log_kept(int sock, int dir_fd, const std::vector<stageout::OutSpec>& specs, const tmpdir::JobContext& job,
              const StageOutJob& out, const std::string& line)
 {
   const bool first_node = stageout::is_first_node(dir_fd);
@@ -77,8 +78,12 @@ int log_kept(int dir_fd, const std::vector<stageout::OutSpec>& specs, const tmpd
   if (written.empty()) { // nothing for this node's entries: the submit directory hears of it
     stageout::append_log_line({out.fallback_dir}, job.owner.job_id, job.node, line);
   }
+  (void)send_message(sock, "done");
   return 0;
 }
+
+// How long writing the kept line to the user's logs may take.
+constexpr std::chrono::milliseconds k_log_budget{20000};
 
 Result<UniqueFd> open_base(const Config& config, const std::string& node)
 {
@@ -102,10 +107,13 @@ StageOutResult stage_out(const Config& config, const tmpdir::JobContext& job, co
     return failed("nothing copied: " + base_fd.error().message);
   }
   const std::string& name = dir_name;
-  UniqueFd dir(::openat(base_fd->get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  // Never across a mount the job left on its directory (a FUSE server there could hang root).
+  auto opened = fs::open_beneath(base_fd->get(), name, O_RDONLY | O_DIRECTORY);
+  UniqueFd dir = opened ? std::move(*opened) : UniqueFd();
   struct stat st {};
   if (!dir.valid() || ::fstat(dir.get(), &st) != 0 || st.st_uid != job.owner.uid || st.st_uid == 0) {
-    return failed("nothing copied: no scratch directory " + *base + "/" + name + " owned by the job user");
+    return failed("nothing copied: no scratch directory " + *base + "/" + name + " owned by the job user" +
+                  (opened ? std::string() : " (" + opened.error().message + ")"));
   }
   auto creds = credentials_of(job.owner.uid, job.owner.gid);
   if (!creds) {
@@ -178,16 +186,24 @@ std::string keep_results(const Config& config, const tmpdir::JobContext& job, co
     line += " (its record could not be written: " + saved.error().message + "; it stays until an admin removes it)";
   }
   auto specs = stageout::parse_option(out.specs);
-  UniqueFd dir(::openat(base_fd->get(), dir_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  auto opened = fs::open_beneath(base_fd->get(), dir_name, O_RDONLY | O_DIRECTORY);
+  UniqueFd dir = opened ? std::move(*opened) : UniqueFd();
   auto creds = credentials_of(job.owner.uid, job.owner.gid);
   struct stat st {};
   if (specs && dir.valid() && creds && ::fstat(dir.get(), &st) == 0 && st.st_uid == job.owner.uid && st.st_uid != 0) {
-    auto child = spawn_as(*creds, {dir.get()}, [&](int, const std::vector<int>& kept) {
-      return log_kept(kept.at(0), *specs, job, out, line);
+    auto child = spawn_as(*creds, {dir.get()}, [&](int sock, const std::vector<int>& kept) {
+      return log_kept(sock, kept.at(0), *specs, job, out, line);
     });
     if (child) {
       dir.reset();
-      (void)child->wait();
+      // Bounded: a log on a hung filesystem, or a stopped child, must not hold the epilog or daemon.
+      if (receive_message(child->sock(), k_log_budget)) {
+        (void)child->wait();
+      } else {
+        child->kill();
+        line += " (not written to the job's log: it did not answer within " +
+                std::to_string(k_log_budget.count() / 1000) + " s)";
+      }
     }
   }
   return line;
@@ -220,9 +236,22 @@ Result<std::string> retry_kept(const Config& config, const std::string& node, st
   std::string said;
   bool complete = true;
   for (auto& k : mine) {
-    // A retry restarts the clock: garbage collection leaves the results alone while it copies.
+    // First a name only this retry knows, its record written before: a second retry, or GC that
+    // decided on the old name, finds nothing there. The clock restarts for the copy's time.
+    const std::string old_dir = k.dir;
     k.until = std::max<std::int64_t>(k.until, std::time(nullptr) + std::chrono::duration_cast<std::chrono::seconds>(budget).count() + 3600);
-    (void)stageout::save_kept(base_fd->get(), k);
+    auto renewed = tmpdir::renew_stage_out(base_fd->get(), k.job_id, old_dir);
+    if (!renewed) {
+      complete = false;
+      said += (said.empty() ? "" : "; ") + std::string("another retry or garbage collection has ") + *base + "/" + old_dir +
+              " (" + renewed.error().message + ")";
+      continue;
+    }
+    k.dir = *renewed;
+    if (auto saved = stageout::save_kept(base_fd->get(), k); !saved) {
+      said += (said.empty() ? "" : "; ") + saved.error().message;
+    }
+    stageout::remove_kept(base_fd->get(), old_dir);
     tmpdir::JobContext job;
     job.owner.job_id = k.job_id;
     job.owner.uid = k.uid;
@@ -239,14 +268,14 @@ Result<std::string> retry_kept(const Config& config, const std::string& node, st
       said += "; " + stageout::kept_line(k, *base, node);
       continue;
     }
-    if (tmpdir::job_of_stage_out(k.dir)) {
-      auto trash = tmpdir::stage_out_to_trash(base_fd->get(), k.dir);
-      stageout::remove_kept(base_fd->get(), k.dir);
-      said += "; " + (trash ? tmpdir::remove_trash(config, node, *trash, std::chrono::minutes(10)) : trash.error().message);
-    } else {
-      stageout::remove_kept(base_fd->get(), k.dir); // a --tmpdir=keep directory stays for its keep_for
-      said += "; " + *base + "/" + k.dir + " stays for its --tmpdir=keep time";
+    auto trash = tmpdir::stage_out_to_trash(base_fd->get(), k.dir);
+    if (!trash) { // copied, but still there: its record stays with it (GC removes both at `until`)
+      complete = false;
+      said += "; " + trash.error().message;
+      continue;
     }
+    stageout::remove_kept(base_fd->get(), k.dir);
+    said += "; " + tmpdir::remove_trash(config, node, *trash, std::chrono::minutes(10));
   }
   if (!complete) {
     return Error::io(said, EIO);
@@ -272,7 +301,8 @@ Result<std::string> retry_kept_as_self(const Config& config, const std::string& 
     }
     found = true;
     auto specs = stageout::parse_option(k.specs);
-    UniqueFd dir(::openat(base_fd->get(), k.dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    auto opened = fs::open_beneath(base_fd->get(), k.dir, O_RDONLY | O_DIRECTORY);
+    UniqueFd dir = opened ? std::move(*opened) : UniqueFd();
     struct stat st {};
     if (!specs || !dir.valid() || ::fstat(dir.get(), &st) != 0 || st.st_uid != me) {
       complete = false;

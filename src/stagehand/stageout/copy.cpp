@@ -305,9 +305,14 @@ Result<UniqueFd> open_log(const std::string& dir)
   if (!d.valid()) {
     return Error::from_errno(dir);
   }
-  UniqueFd f(::openat(d.get(), k_log_name, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
+  // Non-blocking: a FIFO planted at the name must not hold the copy (or the epilog) forever.
+  UniqueFd f(::openat(d.get(), k_log_name, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644));
   if (!f.valid()) {
     return Error::from_errno(dir + "/" + k_log_name);
+  }
+  struct stat st {};
+  if (::fstat(f.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return Error::refused(dir + "/" + k_log_name + " is not a regular file");
   }
   return f;
 }

@@ -49,7 +49,11 @@ Result<KeptResults> kept_from_json(std::string_view text)
 
 Status save_kept(int base_fd, const KeptResults& k)
 {
-  return fs::write_file_atomic(base_fd, tmpdir::kept_record_name(k.dir), to_json(k), 0644);
+  KeptResults capped = k; // the reason repeats paths the user chose: bounded, so the record stays readable
+  if (capped.reason.size() > k_max_reason) {
+    capped.reason = capped.reason.substr(0, k_max_reason) + "...";
+  }
+  return fs::write_file_atomic(base_fd, tmpdir::kept_record_name(k.dir), to_json(capped), 0644);
 }
 
 std::vector<KeptResults> load_kept(int base_fd)
@@ -66,7 +70,7 @@ std::vector<KeptResults> load_kept(int base_fd)
     }
   }
   for (const auto& name : names) {
-    auto text = fs::read_small_file(base_fd, name, 64 * 1024);
+    auto text = fs::read_small_file(base_fd, name, k_max_record_bytes);
     auto k = text ? kept_from_json(*text) : Result<KeptResults>(text.error());
     if (k && k->dir == tmpdir::dir_of_kept_record(name)) {
       out.push_back(std::move(*k));

@@ -27,6 +27,9 @@ struct KeptResults
   bool operator==(const KeptResults&) const = default;
 };
 
+inline constexpr std::size_t k_max_record_bytes = 1U << 20; // far above what save_kept writes
+inline constexpr std::size_t k_max_reason = 2000;             // characters of `reason` kept
+
 std::string to_json(const KeptResults& k);
 Result<KeptResults> kept_from_json(std::string_view text);
 

@@ -181,6 +181,18 @@ std::optional<std::uint32_t> job_of_stage_out(const std::string& name)
   return id;
 }
 
+Result<std::string> renew_stage_out(int base_fd, std::uint32_t job_id, const std::string& from)
+{
+  if (job_of_stage_out(from) != job_id && from != job_dir_name(job_id)) {
+    return Error::refused("\"" + from + "\" is not job " + std::to_string(job_id) + "'s directory");
+  }
+  const std::string to = std::string(k_stage_out_prefix) + job_dir_name(job_id) + "." + unique_suffix();
+  if (::renameat2(base_fd, from.c_str(), base_fd, to.c_str(), RENAME_NOREPLACE) != 0) {
+    return Error::from_errno("cannot move " + from + " aside for its stage-out");
+  }
+  return to;
+}
+
 Result<std::string> stage_out_to_trash(int base_fd, const std::string& pending)
 {
   if (!job_of_stage_out(pending)) {

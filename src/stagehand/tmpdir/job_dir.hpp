@@ -54,6 +54,10 @@ inline constexpr const char* k_stage_out_prefix = ".stageout.";
 Result<std::optional<std::string>> move_to_stage_out(int base_fd, std::uint32_t job_id);
 // The job id of a ".stageout.job_<id>.<unique>" name.
 std::optional<std::uint32_t> job_of_stage_out(const std::string& name);
+// Renames job `job_id`'s ".stageout." entry (or its job_<id> directory) `from` to a fresh
+// ".stageout.job_<id>.<unique>" name, one no other process knows (a retry works on that name, so a
+// second retry or GC that decided on the old one finds nothing); the new name.
+Result<std::string> renew_stage_out(int base_fd, std::uint32_t job_id, const std::string& from);
 // Renames a ".stageout." entry into the trash; the trash name.
 Result<std::string> stage_out_to_trash(int base_fd, const std::string& pending);
 
