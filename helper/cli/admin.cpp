@@ -1,6 +1,7 @@
 // check-config, prolog/epilog for slurm.conf, and gc.
 #include "commands.hpp"
 
+#include "stagehand/fs/dir_stream.hpp"
 #include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/gc/collect.hpp"
@@ -128,7 +129,7 @@ JobDirState inspect_job_dir(const Config& config, const tmpdir::JobContext& job,
   }
   const std::string name = tmpdir::job_dir_name(job.owner.job_id);
   *path = *base + "/" + name;
-  auto base_fd = fs::open_trusted_dir(*base, fs::CreateMissing::no);
+  auto base_fd = tmpdir::open_base(config, job.node);
   if (!base_fd) {
     return JobDirState::other; // (the hook says why)
   }
@@ -141,38 +142,29 @@ JobDirState inspect_job_dir(const Config& config, const tmpdir::JobContext& job,
   if (::fstat(probe->get(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return JobDirState::other;
   }
-  // The keep marker: "UNTIL INODE", root-owned in the root-owned base (tmpdir::mark_kept).
-  UniqueFd marker(::openat(base_fd->get(), tmpdir::keep_marker_name(job.owner.job_id).c_str(),
-                           O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (marker.valid()) {
-    char buf[128] = {};
-    const ssize_t n = ::read(marker.get(), buf, sizeof buf - 1);
-    long long until = 0;
-    unsigned long long ino = 0;
-    if (n > 0 && std::sscanf(buf, "%lld %llu", &until, &ino) == 2 &&
-        ino == static_cast<unsigned long long>(st.st_ino)) {
-      return JobDirState::kept;
-    }
-    return JobDirState::other;
+  // The keep marker, root-owned in the root-owned base (tmpdir::mark_kept), names this very
+  // directory when the job's end kept it.
+  const std::string marker_name = tmpdir::keep_marker_name(job.owner.job_id);
+  if (auto marker = tmpdir::read_keep_marker(base_fd->get(), marker_name)) {
+    return marker->ino == st.st_ino ? JobDirState::kept : JobDirState::other;
+  }
+  if (struct stat ms {}; ::fstatat(base_fd->get(), marker_name.c_str(), &ms, AT_SYMLINK_NOFOLLOW) == 0) {
+    return JobDirState::other; // a marker that cannot be read
   }
   if (st.st_uid != job.owner.uid || st.st_gid != job.owner.gid || (st.st_mode & 07777) != 0700) {
     return JobDirState::other;
   }
   auto dir = fs::open_beneath(base_fd->get(), name, O_RDONLY | O_DIRECTORY);
-  DIR* d = dir ? ::fdopendir(dir->get()) : nullptr;
+  fs::DirStream d = dir ? fs::dir_stream(std::move(*dir)) : nullptr;
   if (!d) {
     return JobDirState::other;
   }
-  (void)dir->release();
-  bool empty = true;
-  while (const struct dirent* e = ::readdir(d)) {
+  while (const struct dirent* e = ::readdir(d.get())) {
     if (std::string_view(e->d_name) != "." && std::string_view(e->d_name) != "..") {
-      empty = false;
-      break;
+      return JobDirState::other;
     }
   }
-  ::closedir(d);
-  return empty ? JobDirState::fresh : JobDirState::other;
+  return JobDirState::fresh;
 }
 
 // The job's --stage-out, as the plugin's epilog reads it (plugin/job_script.cpp).

@@ -69,7 +69,7 @@ void local_status(const CommonArgs& common)
 {
   auto config = load_config(common.config_path, OwnerCheck::require_root_owned);
   auto base = config ? tmpdir::base_path(*config, common.node) : Result<std::string>(config.error());
-  auto base_fd = base ? fs::open_trusted_dir(*base, fs::CreateMissing::no) : Result<UniqueFd>(base.error());
+  auto base_fd = base ? tmpdir::open_base(*config, common.node) : Result<UniqueFd>(base.error());
   if (!base_fd) {
     return;
   }

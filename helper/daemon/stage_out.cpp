@@ -51,8 +51,7 @@ Status StageOutQueue::take(const proto::EndJob& end)
   if (!job || *job != end.job_id || end.pending.find('/') != std::string::npos) {
     return Error::refused("stage-out: \"" + end.pending + "\" is not job " + std::to_string(end.job_id) + "'s directory");
   }
-  auto base = tmpdir::base_path(m_config, m_node);
-  auto base_fd = base ? fs::open_trusted_dir(*base, fs::CreateMissing::no) : Result<UniqueFd>(base.error());
+  auto base_fd = tmpdir::open_base(m_config, m_node);
   if (!base_fd) {
     return base_fd.error();
   }
@@ -133,8 +132,7 @@ void StageOutQueue::work(stageout::PendingCopy p)
     return;
   }
   // Copied: to the trash, removed now.
-  auto base = tmpdir::base_path(m_config, m_node);
-  auto base_fd = base ? fs::open_trusted_dir(*base, fs::CreateMissing::no) : Result<UniqueFd>(base.error());
+  auto base_fd = tmpdir::open_base(m_config, m_node);
   auto trash = base_fd ? tmpdir::stage_out_to_trash(base_fd->get(), p.dir) : Result<std::string>(base_fd.error());
   forget(p.dir);
   if (!trash) {

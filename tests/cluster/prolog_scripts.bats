@@ -142,14 +142,20 @@ EOF2
   assert_nodes_idle
 }
 
-@test "--stage-out with the daemon: delivered exactly once, the directory removed" {
-  submit -N1 -w node1 --stage-out=out:so/d --wrap "'mkdir \$SLURM_TMPDIR/out && echo result >\$SLURM_TMPDIR/out/r'"
+# stage_out_once DIR: a job on node1 writes out/r and --stage-out's it to so/DIR, which must get
+# it, with exactly one line of the job in its log. Sets JOB_ID.
+stage_out_once() {
+  submit -N1 -w node1 "--stage-out=out:so/$1" --wrap "'mkdir \$SLURM_TMPDIR/out && echo result >\$SLURM_TMPDIR/out/r'"
   [ "$JOB_RC" -eq 0 ]
-  wait_copied "$JOB_ID" "$WORK/so/d/$LOG"
+  wait_copied "$JOB_ID" "$WORK/so/$1/$LOG"
   script_lines "$JOB_ID"
-  cat "$WORK/so/d/$LOG"
-  [ "$(cat "$WORK/so/d/r")" = result ]
-  [ "$(grep -c "job $JOB_ID node" "$WORK/so/d/$LOG")" -eq 1 ]
+  cat "$WORK/so/$1/$LOG"
+  [ "$(cat "$WORK/so/$1/r")" = result ]
+  [ "$(grep -c "job $JOB_ID node" "$WORK/so/$1/$LOG")" -eq 1 ]
+}
+
+@test "--stage-out with the daemon: delivered exactly once, the directory removed" {
+  stage_out_once d
   [ ! -e "$(job_dir node1 "$JOB_ID")" ]
   [ -z "$(ls -A "$SCRATCH/node1" | grep "job_$JOB_ID" || true)" ]
   assert_nodes_idle
@@ -157,13 +163,7 @@ EOF2
 
 @test "--stage-out without the daemon: the epilog copies exactly once, the directory removed" {
   "$CLUSTER" daemon-stop node1
-  submit -N1 -w node1 --stage-out=out:so/n --wrap "'mkdir \$SLURM_TMPDIR/out && echo result >\$SLURM_TMPDIR/out/r'"
-  [ "$JOB_RC" -eq 0 ]
-  wait_copied "$JOB_ID" "$WORK/so/n/$LOG"
-  script_lines "$JOB_ID"
-  cat "$WORK/so/n/$LOG"
-  [ "$(cat "$WORK/so/n/r")" = result ]
-  [ "$(grep -c "job $JOB_ID node" "$WORK/so/n/$LOG")" -eq 1 ]
+  stage_out_once n
   [ -z "$(ls -A "$SCRATCH/node1")" ]
   assert_nodes_idle
 }

@@ -25,27 +25,6 @@ namespace stagehand::gc {
 
 namespace {
 
-std::optional<KeepMarker> read_keep_marker(int base_fd, const std::string& name)
-{
-  auto text = fs::read_small_file(base_fd, name, 256);
-  if (!text) {
-    return std::nullopt;
-  }
-  KeepMarker m;
-  const char* p = text->data();
-  const char* end = p + text->size();
-  auto r = std::from_chars(p, end, m.until);
-  if (r.ec != std::errc()) {
-    return std::nullopt;
-  }
-  p = r.ptr;
-  while (p < end && *p == ' ') {
-    ++p;
-  }
-  std::from_chars(p, end, m.ino); // optional second field
-  return m;
-}
-
 std::string aside_name(const std::string& name)
 {
   static std::atomic<unsigned> counter{0};
@@ -93,7 +72,7 @@ Result<Snapshot> snapshot_base(int base_fd, std::int64_t now)
       s.kept_until[*dir] = kept ? kept->until : std::numeric_limits<std::int64_t>::max();
     }
     if (auto job = job_of_marker(name); job && S_ISREG(st.st_mode)) {
-      if (auto m = read_keep_marker(base_fd, name)) {
+      if (auto m = tmpdir::read_keep_marker(base_fd, name)) {
         s.markers[*job] = *m;
       }
     }

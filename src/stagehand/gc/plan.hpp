@@ -3,6 +3,8 @@
 // --dry-run` prints the same plan that the daemon applies. When unsure whether a job runs, keep.
 #pragma once
 
+#include "stagehand/tmpdir/job_dir.hpp"
+
 #include <sys/types.h>
 
 #include <cstdint>
@@ -23,11 +25,7 @@ struct BaseEntry
   std::uint64_t ino = 0;
 };
 
-struct KeepMarker
-{
-  std::int64_t until = 0;
-  std::uint64_t ino = 0; // the directory instance it belongs to; 0: an old marker without one
-};
+using KeepMarker = tmpdir::KeepMarker;
 
 struct Snapshot
 {

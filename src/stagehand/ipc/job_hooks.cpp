@@ -110,8 +110,7 @@ Result<std::string> job_end(const Config& config, const tmpdir::JobContext& job,
     if (r.outcome != CopyOutcome::complete) {
       // Kept under a stage-out name of their own, not in job_<id>: a requeued run's prolog would
       // replace that, and its keep marker could expire before the record.
-      auto base = tmpdir::base_path(config, job.node);
-      auto base_fd = base ? fs::open_trusted_dir(*base, fs::CreateMissing::no) : Result<UniqueFd>(base.error());
+      auto base_fd = tmpdir::open_base(config, job.node);
       auto aside = base_fd ? tmpdir::renew_stage_out(base_fd->get(), job.owner.job_id, dir) : Result<std::string>(base_fd.error());
       copied += keep_results(config, job, *out, aside ? *aside : dir, r.reason()) + "; ";
       kept_aside = static_cast<bool>(aside);
@@ -140,8 +139,7 @@ Result<std::string> job_end(const Config& config, const tmpdir::JobContext& job,
     if (r.outcome != CopyOutcome::complete) {
       return line + "; " + keep_results(config, job, *out, *ended->pending, r.reason()); // never deleted
     }
-    auto base = tmpdir::base_path(config, job.node);
-    auto base_fd = base ? fs::open_trusted_dir(*base, fs::CreateMissing::no) : Result<UniqueFd>(base.error());
+    auto base_fd = tmpdir::open_base(config, job.node);
     auto trash = base_fd ? tmpdir::stage_out_to_trash(base_fd->get(), *ended->pending) : Result<std::string>(base_fd.error());
     if (!trash) {
       return line + "; " + trash.error().message;

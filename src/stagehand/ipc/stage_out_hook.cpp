@@ -85,11 +85,6 @@ int log_kept(int sock, int dir_fd, const std::vector<stageout::OutSpec>& specs, 
 // How long writing the kept line to the user's logs may take.
 constexpr std::chrono::milliseconds k_log_budget{20000};
 
-Result<UniqueFd> open_base(const Config& config, const std::string& node)
-{
-  auto base = tmpdir::base_path(config, node);
-  return base ? fs::open_trusted_dir(*base, fs::CreateMissing::no) : Result<UniqueFd>(base.error());
-}
 
 } // namespace
 
@@ -102,7 +97,7 @@ StageOutResult stage_out(const Config& config, const tmpdir::JobContext& job, co
     return failed(specs.error().message);
   }
   auto base = tmpdir::base_path(config, job.node);
-  auto base_fd = base ? fs::open_trusted_dir(*base, fs::CreateMissing::no) : Result<UniqueFd>(base.error());
+  auto base_fd = tmpdir::open_base(config, job.node);
   if (!base_fd) {
     return failed("nothing copied: " + base_fd.error().message);
   }
@@ -166,7 +161,7 @@ std::string keep_results(const Config& config, const tmpdir::JobContext& job, co
                          const std::string& dir_name, const std::string& reason)
 {
   auto base = tmpdir::base_path(config, job.node);
-  auto base_fd = open_base(config, job.node);
+  auto base_fd = tmpdir::open_base(config, job.node);
   if (!base_fd) {
     return "stage-out could not complete (" + reason + "); its results stay where they are: " +
            base_fd.error().message;
@@ -213,7 +208,7 @@ Result<std::string> retry_kept(const Config& config, const std::string& node, st
                                std::chrono::milliseconds budget)
 {
   auto base = tmpdir::base_path(config, node);
-  auto base_fd = open_base(config, node);
+  auto base_fd = tmpdir::open_base(config, node);
   if (!base_fd) {
     return base_fd.error();
   }
@@ -252,11 +247,7 @@ Result<std::string> retry_kept(const Config& config, const std::string& node, st
       said += (said.empty() ? "" : "; ") + saved.error().message;
     }
     stageout::remove_kept(base_fd->get(), old_dir);
-    tmpdir::JobContext job;
-    job.owner.job_id = k.job_id;
-    job.owner.uid = k.uid;
-    job.owner.gid = k.gid;
-    job.node = node;
+    const tmpdir::JobContext job{tmpdir::JobOwner{k.job_id, k.uid, k.gid}, node};
     const StageOutJob out{k.specs, k.fallback_dir};
     auto r = stage_out(config, job, out, k.dir, budget);
     said += (said.empty() ? "" : "; ") + r.said;
@@ -288,7 +279,7 @@ Result<std::string> retry_kept_as_self(const Config& config, const std::string& 
 {
   const uid_t me = ::getuid();
   auto base = tmpdir::base_path(config, node);
-  auto base_fd = open_base(config, node);
+  auto base_fd = tmpdir::open_base(config, node);
   if (!base_fd) {
     return base_fd.error();
   }
@@ -309,11 +300,7 @@ Result<std::string> retry_kept_as_self(const Config& config, const std::string& 
       said += (said.empty() ? "" : "; ") + std::string("cannot read ") + *base + "/" + k.dir;
       continue;
     }
-    tmpdir::JobContext job;
-    job.owner.job_id = k.job_id;
-    job.owner.uid = k.uid;
-    job.owner.gid = k.gid;
-    job.node = node;
+    const tmpdir::JobContext job{tmpdir::JobOwner{k.job_id, k.uid, k.gid}, node};
     copy_entries(dir.get(), *specs, job, StageOutJob{k.specs, k.fallback_dir}, Clock::now() + budget,
                  [&](const std::string& line) {
                    complete = complete && !line.empty() && line[0] == '+';

@@ -116,6 +116,27 @@ Status remove_job_dir(int base_fd, std::uint32_t job_id)
   return st;
 }
 
+std::optional<KeepMarker> read_keep_marker(int base_fd, const std::string& name)
+{
+  auto text = fs::read_small_file(base_fd, name, 256);
+  if (!text) {
+    return std::nullopt;
+  }
+  KeepMarker m;
+  const char* p = text->data();
+  const char* end = p + text->size();
+  auto r = std::from_chars(p, end, m.until);
+  if (r.ec != std::errc()) {
+    return std::nullopt;
+  }
+  p = r.ptr;
+  while (p < end && *p == ' ') {
+    ++p;
+  }
+  std::from_chars(p, end, m.ino); // optional second field
+  return m;
+}
+
 Status mark_kept(int base_fd, std::uint32_t job_id, std::time_t until)
 {
   // Opened without crossing a mount (no stat by name): a job that mounted a FUSE filesystem on its

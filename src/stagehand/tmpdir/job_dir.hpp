@@ -42,6 +42,14 @@ Status mark_kept(int base_fd, std::uint32_t job_id, std::time_t until);
 // The name of the keep marker of a job.
 std::string keep_marker_name(std::uint32_t job_id);
 
+struct KeepMarker
+{
+  std::int64_t until = 0;
+  std::uint64_t ino = 0; // the directory instance it belongs to; 0: an old marker without one
+};
+// Reads the keep marker `name` in the base ("UNTIL [INODE]"); nullopt when absent or unreadable.
+std::optional<KeepMarker> read_keep_marker(int base_fd, const std::string& name);
+
 // Job end: renames base/job_<id> to a fresh ".trash.job_<id>.<unique>" name in one O(1) rename and
 // returns that name (nullopt when there is no directory). Whatever the job left, the epilog is done
 // with it at once; the trash is removed in the background (the daemon) or within a budget.

@@ -26,6 +26,12 @@ Result<std::string> base_path(const Config& config, const std::string& node)
   return expand_node(config.tmpdir.base, node);
 }
 
+Result<UniqueFd> open_base(const Config& config, const std::string& node)
+{
+  auto base = base_path(config, node);
+  return base ? fs::open_trusted_dir(*base, fs::CreateMissing::no) : Result<UniqueFd>(base.error());
+}
+
 Request effective_request(const Config& config, std::optional<Request> option)
 {
   if (option) {

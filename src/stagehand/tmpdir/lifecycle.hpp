@@ -5,6 +5,7 @@
 #include "stagehand/config/config.hpp"
 #include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/tmpdir/option.hpp"
+#include "stagehand/util/fd.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -21,6 +22,8 @@ struct JobContext
 
 // The base directory for a node ("%n" expanded), after checking the node name.
 Result<std::string> base_path(const Config& config, const std::string& node);
+// The node's base directory, opened and checked as trusted (never created).
+Result<UniqueFd> open_base(const Config& config, const std::string& node);
 
 // The environment variable in which slurmd hands the job's --tmpdir value to the prolog and
 // epilog ("(null)" when given without a value).

@@ -134,34 +134,37 @@ EOF
   note "$(echo "$LAST_OUTPUT" | grep '^tmpdir '); gone after the job"
 }
 
-@test "--stage-data of a tar: the first job fills the node cache (cache miss)" {
-  need slurm
-  need daemon
-  need user
-  submit stage_miss --stage-data=data/tree.tar.gz:tree <<'EOF'
+# stage_tar NAME TAR OUTCOME: job NAME stages TAR (a copy of data/tree.tar.gz; absolute, or under
+# ~/work) to $SLURM_TMPDIR/tree; the content must be data/tree's and the summary line TAR's,
+# ending "(OUTCOME)".
+stage_tar() {
+  local shown=$2
+  [[ "$shown" == /* ]] || shown=$WORKDIR/$2
+  submit "$1" --stage-data="$2:tree" <<'EOF'
 #!/bin/bash
 diff -r "$SLURM_SUBMIT_DIR/data/tree" "$SLURM_TMPDIR/tree" && echo "staged ok"
 EOF
   [ "$JOB_STATE" = COMPLETED ]
   echo "$LAST_OUTPUT" | grep -qx "staged ok"
-  echo "$LAST_OUTPUT" | grep -Eq "^stagehand: $NODE: unpacked $WORKDIR/data/tree\.tar\.gz -> /local/stagehand/job_$JOB_ID/tree: .* \(cache miss\)\$"
-  echo "$JOB_ID" >"$STATE/miss.job"
+  echo "$LAST_OUTPUT" | grep -F "stagehand: $NODE: unpacked $shown -> /local/stagehand/job_$JOB_ID/tree: " |
+    grep -q " ($3)\$"
   note "$(echo "$LAST_OUTPUT" | grep '^stagehand: ')"
+}
+
+@test "--stage-data of a tar: the first job fills the node cache (cache miss)" {
+  need slurm
+  need daemon
+  need user
+  stage_tar stage_miss data/tree.tar.gz "cache miss"
+  echo "$JOB_ID" >"$STATE/miss.job"
 }
 
 @test "--stage-data of the same tar again: served by the daemon from its cache (cache hit)" {
   need slurm
   need daemon
   need user
-  submit stage_hit --stage-data=data/tree.tar.gz:tree <<'EOF'
-#!/bin/bash
-diff -r "$SLURM_SUBMIT_DIR/data/tree" "$SLURM_TMPDIR/tree" && echo "staged ok"
-EOF
-  [ "$JOB_STATE" = COMPLETED ]
-  echo "$LAST_OUTPUT" | grep -qx "staged ok"
-  echo "$LAST_OUTPUT" | grep -Eq "^stagehand: $NODE: unpacked $WORKDIR/data/tree\.tar\.gz -> /local/stagehand/job_$JOB_ID/tree: .* \(cache hit\)\$"
+  stage_tar stage_hit data/tree.tar.gz "cache hit"
   echo "$JOB_ID" >"$STATE/hit.job"
-  note "$(echo "$LAST_OUTPUT" | grep '^stagehand: ')"
   run stagehand status --json
   [ "$(jq .cache.hits <<<"$output")" -ge 1 ]
 }
@@ -171,14 +174,7 @@ EOF
   need daemon
   need user
   as_user bash -c 'mkdir -p /tmp/shuser-data && cp data/tree.tar.gz /tmp/shuser-data/t.tar.gz'
-  submit stage_tmp --stage-data=/tmp/shuser-data/t.tar.gz:tree <<'EOF'
-#!/bin/bash
-diff -r "$SLURM_SUBMIT_DIR/data/tree" "$SLURM_TMPDIR/tree" && echo "staged ok"
-EOF
-  [ "$JOB_STATE" = COMPLETED ]
-  echo "$LAST_OUTPUT" | grep -qx "staged ok"
-  echo "$LAST_OUTPUT" | grep -Eq "^stagehand: $NODE: unpacked /tmp/shuser-data/t\.tar\.gz -> /local/stagehand/job_$JOB_ID/tree: .* \(cache miss\)\$"
-  note "$(echo "$LAST_OUTPUT" | grep '^stagehand: ')"
+  stage_tar stage_tmp /tmp/shuser-data/t.tar.gz "cache miss"
 }
 
 @test "--ddp-env: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT exported" {
