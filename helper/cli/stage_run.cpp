@@ -57,7 +57,8 @@ std::string outermost_missing(int root_fd, const std::string& dest)
 
 enum class DaemonOutcome { staged, failed, unavailable };
 
-// Stages through the daemon. `unavailable` means: stage in-process instead (a line said why).
+// Stages through the daemon. `unavailable` means: stage in-process instead (a line said why, and
+// `failure` holds it for the summary lines).
 DaemonOutcome stage_via_daemon(const stage::StageRequest& a, const std::vector<stage::CheckedSource>& sources,
                                int root_fd, std::string& failure)
 {
@@ -124,6 +125,7 @@ DaemonOutcome stage_via_daemon(const stage::StageRequest& a, const std::vector<s
   std::printf("stagehand: %s: the node daemon could not stage (%s); staging without the cache\n", a.node.c_str(),
               why.c_str());
   std::fflush(stdout);
+  failure = std::move(why);
   return DaemonOutcome::unavailable;
 }
 
@@ -201,6 +203,7 @@ int stage_run_checked(const std::vector<std::string>& args)
                   " already exists: refused (staging never replaces what the job made)");
     }
   }
+  std::string without_daemon; // why the node daemon did not stage, for each summary line
   if (daemon) {
     std::string failure;
     switch (stage_via_daemon(a, *sources, root.get(), failure)) {
@@ -211,6 +214,7 @@ int stage_run_checked(const std::vector<std::string>& args)
     case DaemonOutcome::failed:
       return fail(failure);
     case DaemonOutcome::unavailable:
+      without_daemon = failure.size() > 160 ? failure.substr(0, 157) + "..." : failure;
       break;
     }
   }
@@ -237,6 +241,10 @@ int stage_run_checked(const std::vector<std::string>& args)
     const std::string tail = " (no cache)";
     if (delivery.used && i < delivery.sources.size() && !delivery.sources[i].is_dir && line.ends_with(tail)) {
       line.insert(line.size() - tail.size(), ", " + delivery.note);
+    }
+    if (!without_daemon.empty() && line.ends_with(tail)) {
+      // A summary that staged without the daemon says why (SPEC: never a silent fallback).
+      line.insert(line.size() - tail.size(), ", not through the node daemon: " + without_daemon);
     }
     std::printf("stagehand: %s: %s\n", a.node.c_str(), line.c_str());
   }

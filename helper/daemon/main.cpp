@@ -103,8 +103,11 @@ int main(int argc, char** argv)
   }
   d.start_gc_thread(); // the first collection runs now: trash left while we were down goes first
   ::getrlimit(RLIMIT_NOFILE, &files);
-  daemon::Server server(d, std::move(*listen), daemon::limits_within(files.rlim_cur));
-  spdlog::info("listening on {}", d.socket_path());
+  const auto limits = daemon::limits_within(files.rlim_cur);
+  daemon::Server server(d, std::move(*listen), limits);
+  spdlog::info("listening on {} (requests at once: {}, {} per user; past that a request waits up to {} s)",
+               d.socket_path(), limits.max_in_flight, limits.max_in_flight_per_uid,
+               std::chrono::duration_cast<std::chrono::seconds>(limits.queue_wait).count());
   daemon::sd_notify("READY=1\nSTATUS=serving on " + d.socket_path());
   server.run(sigfd.get(), [&] {
     daemon::sd_notify("RELOADING=1");

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -18,21 +19,25 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
+#include <system_error>
 #include <thread>
 
 namespace stagehand::daemon {
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct Conn
 {
   UniqueFd fd;
   Peer peer;
   proto::FrameReader reader{proto::k_max_request_bytes};
-  Clock::time_point deadline;
+  std::chrono::steady_clock::time_point deadline; // for the whole request; then, queued, for the wait
+  std::optional<std::string> queued;              // a whole request waiting for room
+  std::uint64_t order = 0;                        // arrival, for first come, first served
 };
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
 
 Peer peer_of(int fd)
 {
@@ -71,6 +76,13 @@ void refuse_now(int fd, const Error& e)
 }
 
 } // namespace
+
+Error Server::busy()
+{
+  return Error::limit("the daemon is busy (" + std::to_string(m_in_flight.load()) + " requests running, waited " +
+                      std::to_string(std::chrono::duration_cast<std::chrono::seconds>(m_limits.queue_wait).count()) +
+                      " s for a turn)");
+}
 
 Result<UniqueFd> listen_socket(const std::string& path)
 {
@@ -133,8 +145,61 @@ ServerLimits limits_within(std::uint64_t open_files)
 }
 
 Server::Server(Daemon& daemon, UniqueFd listen_fd, ServerLimits limits)
-  : m_daemon(daemon), m_listen(std::move(listen_fd)), m_limits(limits)
+  : m_daemon(daemon), m_listen(std::move(listen_fd)), m_limits(limits),
+    m_wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK))
 {
+}
+
+bool Server::has_room(uid_t uid, bool root)
+{
+  return root || (m_in_flight.load() < m_limits.max_in_flight && in_flight_of(uid) < m_limits.max_in_flight_per_uid);
+}
+
+void Server::start(Conn conn, std::string payload)
+{
+  const uid_t uid = conn.peer.uid;
+  ++m_in_flight;
+  {
+    std::lock_guard lock(m_uid_mutex);
+    ++m_in_flight_by_uid[uid];
+  }
+  auto finished = [this, uid] {
+    {
+      std::lock_guard lock(m_uid_mutex);
+      if (--m_in_flight_by_uid[uid] == 0) {
+        m_in_flight_by_uid.erase(uid);
+      }
+    }
+    --m_in_flight;
+    const std::uint64_t one = 1;
+    (void)!::write(m_wake.get(), &one, sizeof one); // queued requests may start now
+  };
+  // Shared with the thread, so that the connection is still here to answer when no thread starts.
+  auto held = std::make_shared<Conn>(std::move(conn));
+  try {
+    std::thread([this, finished, held, payload = std::move(payload)]() mutable {
+      Responder out(held->fd.get());
+      try {
+        auto request = proto::parse_request(payload);
+        if (!request) {
+          out.error(request.error());
+        } else {
+          m_daemon.handle(*request, held->peer, out);
+        }
+      } catch (const std::exception& e) {
+        spdlog::error("internal error: {}", e.what());
+        out.error(Error::internal(std::string("internal error: ") + e.what()));
+      }
+      held->fd.reset(); // the client sees the end before the slot is free again
+      finished();
+    }).detach();
+  } catch (const std::system_error& e) {
+    // No thread (the task limit of the daemon's cgroup, memory): this request is answered busy
+    // and its client goes on without the daemon; the daemon goes on too.
+    spdlog::warn("cannot start a worker thread: {}; a request of uid {} is answered busy", e.what(), uid);
+    refuse_now(held->fd.get(), Error::limit("the daemon is busy (it cannot start more work now)"));
+    finished();
+  }
 }
 
 void Server::run(int signal_fd, const std::function<void()>& on_reload)
@@ -148,7 +213,9 @@ void Server::run(int signal_fd, const std::function<void()>& on_reload)
   };
   watch(m_listen.get());
   watch(signal_fd);
+  watch(m_wake.get());
   std::map<int, Conn> conns;
+  std::uint64_t arrivals = 0;
   std::map<uid_t, std::size_t> per_uid;
   auto drop = [&](std::map<int, Conn>::iterator it) {
     ::epoll_ctl(ep.get(), EPOLL_CTL_DEL, it->first, nullptr);
@@ -157,6 +224,11 @@ void Server::run(int signal_fd, const std::function<void()>& on_reload)
     }
     return conns.erase(it);
   };
+  auto hand_over = [&](std::map<int, Conn>::iterator it, std::string payload) {
+    Conn conn = std::move(it->second);
+    drop(it);
+    start(std::move(conn), std::move(payload));
+  };
   for (;;) {
     struct epoll_event events[64];
     int n = ::epoll_wait(ep.get(), events, 64, 250);
@@ -164,8 +236,15 @@ void Server::run(int signal_fd, const std::function<void()>& on_reload)
       spdlog::error("epoll: {}", std::strerror(errno));
       return;
     }
+    bool woken = false;
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
+      if (fd == m_wake.get()) {
+        std::uint64_t count = 0;
+        (void)!::read(fd, &count, sizeof count);
+        woken = true;
+        continue;
+      }
       if (fd == signal_fd) {
         struct signalfd_siginfo si {};
         if (::read(signal_fd, &si, sizeof si) == sizeof si) {
@@ -194,7 +273,7 @@ void Server::run(int signal_fd, const std::function<void()>& on_reload)
           const int cfd = c.get();
           watch(cfd);
           conns.emplace(cfd, Conn{std::move(c), std::move(peer), proto::FrameReader(proto::k_max_request_bytes),
-                                  Clock::now() + m_limits.request_deadline});
+                                  Clock::now() + m_limits.request_deadline, std::nullopt, 0});
         }
         continue;
       }
@@ -207,8 +286,8 @@ void Server::run(int signal_fd, const std::function<void()>& on_reload)
       if (got < 0 && (errno == EAGAIN || errno == EINTR)) {
         continue;
       }
-      if (got <= 0) {
-        drop(it); // closed before a whole request
+      if (got <= 0 || it->second.queued) {
+        drop(it); // closed before a whole request, or while it waited; or bytes after its request
         continue;
       }
       if (auto st = it->second.reader.feed(buf, static_cast<std::size_t>(got)); !st) {
@@ -220,49 +299,44 @@ void Server::run(int signal_fd, const std::function<void()>& on_reload)
       if (!payload) {
         continue;
       }
-      const uid_t uid = it->second.peer.uid;
-      const bool root = it->second.peer.root();
-      if (!root && (m_in_flight.load() >= m_limits.max_in_flight || in_flight_of(uid) >= m_limits.max_in_flight_per_uid)) {
-        refuse_now(fd, Error::limit("the daemon is busy; try again later"));
-        drop(it);
+      // Root (the prolog and epilog, an admin) never waits; a user's request starts when there is
+      // room, else it waits its turn (below).
+      if (!has_room(it->second.peer.uid, it->second.peer.root())) {
+        spdlog::info("a request of uid {} waits for a turn ({} running, {} of them its own)", it->second.peer.uid,
+                     m_in_flight.load(), in_flight_of(it->second.peer.uid));
+        it->second.queued = std::move(*payload);
+        it->second.order = ++arrivals;
+        it->second.deadline = Clock::now() + m_limits.queue_wait;
         continue;
       }
-      // Hand the connection to a worker: it owns the fd from here on. Root (the prolog and epilog,
-      // an admin) is never refused for being busy.
-      Conn conn = std::move(it->second);
-      drop(it);
-      ++m_in_flight;
-      {
-        std::lock_guard lock(m_uid_mutex);
-        ++m_in_flight_by_uid[uid];
+      hand_over(it, std::move(*payload));
+    }
+    // Waiting requests, oldest first, each as soon as its user's share and the whole have room.
+    if (woken || n == 0) { // (n == 0: every 250 ms at the latest)
+      std::vector<std::map<int, Conn>::iterator> waiting;
+      for (auto it = conns.begin(); it != conns.end(); ++it) {
+        if (it->second.queued) {
+          waiting.push_back(it);
+        }
       }
-      std::thread([this, conn = std::move(conn), payload = std::move(*payload)]() mutable {
-        Responder out(conn.fd.get());
-        try {
-          auto request = proto::parse_request(payload);
-          if (!request) {
-            out.error(request.error());
-          } else {
-            m_daemon.handle(*request, conn.peer, out);
-          }
-        } catch (const std::exception& e) {
-          spdlog::error("internal error: {}", e.what());
-          out.error(Error::internal(std::string("internal error: ") + e.what()));
+      std::sort(waiting.begin(), waiting.end(), [](auto a, auto b) { return a->second.order < b->second.order; });
+      for (auto it : waiting) {
+        if (has_room(it->second.peer.uid, false)) {
+          std::string payload = std::move(*it->second.queued);
+          hand_over(it, std::move(payload));
         }
-        {
-          std::lock_guard lock(m_uid_mutex);
-          if (--m_in_flight_by_uid[conn.peer.uid] == 0) {
-            m_in_flight_by_uid.erase(conn.peer.uid);
-          }
-        }
-        --m_in_flight;
-      }).detach();
+      }
     }
     // Connections that did not send a whole request in time.
     const auto now = Clock::now();
     for (auto it = conns.begin(); it != conns.end();) {
       if (it->second.deadline <= now) {
-        refuse_now(it->first, Error::limit("no complete request within the deadline"));
+        if (it->second.queued) {
+          spdlog::info("a request of uid {} found no turn within {} ms: answered busy (its client stages without the "
+                       "cache)",
+                       it->second.peer.uid, m_limits.queue_wait.count());
+        }
+        refuse_now(it->first, it->second.queued ? busy() : Error::limit("no complete request within the deadline"));
         it = drop(it);
       } else {
         ++it;

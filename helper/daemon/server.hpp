@@ -1,7 +1,9 @@
 // The daemon's socket: accepts local connections, reads one length-prefixed request from each
 // within a deadline, and hands it to a worker thread. Bounded everywhere: request size, connections
 // (in all and per user), requests in flight. Random bytes, truncated or huge requests and idle
-// connections get an error or a close and never stall anyone else.
+// connections get an error or a close and never stall anyone else. A request that finds the
+// daemon busy waits its turn for a while (`queue_wait`); capacity is the daemon's problem, so the
+// answer past that is "busy", on which every client goes on without the daemon.
 #pragma once
 
 #include "daemon.hpp"
@@ -24,6 +26,9 @@ struct ServerLimits
   std::size_t max_in_flight = 64;         // requests being handled at once (root is never refused)
   std::size_t max_in_flight_per_uid = 16; // of which one non-root user may have
   std::chrono::milliseconds request_deadline{5000}; // from accept to a complete request
+  // A request past the in-flight limits waits its turn this long (first come, first served,
+  // within each user's share), then gets a `limit` error: its client stages without the cache.
+  std::chrono::milliseconds queue_wait{10000};
 };
 
 // Limits that fit in `open_files` descriptors (the daemon may run under `ulimit -n 256`): each
@@ -36,6 +41,8 @@ ServerLimits limits_within(std::uint64_t open_files);
 // connectable by every local user (0666).
 Result<UniqueFd> listen_socket(const std::string& path);
 
+struct Conn; // a connection the server reads (server.cpp)
+
 class Server
 {
 public:
@@ -46,11 +53,17 @@ public:
 
 private:
   std::size_t in_flight_of(uid_t uid);
+  // Whether a request of `uid` may start now (root always may).
+  bool has_room(uid_t uid, bool root);
+  // Runs `payload` on a worker thread that owns `conn` (answered busy when no thread can start).
+  void start(Conn conn, std::string payload);
+  Error busy(); // what a request that waited in vain is told
 
   Daemon& m_daemon;
   UniqueFd m_listen;
   ServerLimits m_limits;
   std::atomic<std::size_t> m_in_flight{0};
+  UniqueFd m_wake; // eventfd: a worker finished, queued requests may start
   std::mutex m_uid_mutex;
   std::map<uid_t, std::size_t> m_in_flight_by_uid;
 };

@@ -1,0 +1,138 @@
+#!/usr/bin/env bats
+# stagehandd under load: capacity is the daemon's problem, never the job's. 20 concurrent
+# stagings of one user on one node (ordinary for packed array tasks) and four accounts holding 16
+# slow requests each: every job succeeds; a request past the daemon's limits waits its turn, and
+# one that waited in vain stages without the cache, its summary saying why.
+
+load helpers
+
+bats_require_minimum_version 1.5.0
+
+SOCK() { echo "$STAGEHAND_CLUSTER_DIR/run/${1:-node1}.sock"; }
+status_json() { "$STAGEHAND_BUILD_DIR/helper/stagehand" status --json --config "$STAGEHAND_TEST_CONFIG" --node "${1:-node1}"; }
+stagings() { status_json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["stagings"]))'; }
+
+# The other accounts: each holds its own share of the daemon.
+OTHERS=(2 3 4 5)
+other() { echo "${STAGEHAND_TEST_USER}-$1"; }
+
+as_other() {
+  runuser -u "$(other "$1")" -- env SLURM_CONF="$SLURM_CONF" SHELL=/bin/bash PATH="${STAGEHAND_SLURM_BIN:-/usr/bin}:/usr/bin:/bin" \
+    bash -c "cd '$WORK/load' && $2"
+}
+
+mount_sharedfs() { # SRC MOUNT ARGS...
+  local src=$1 mnt=$2
+  shift 2
+  mkdir -p "$mnt"
+  setsid /usr/bin/python3 "$SHAREDFS" "$src" "$mnt" "$@" >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs-load.log" 2>&1 &
+  for _ in $(seq 1 50); do [ -e "$mnt/.sharedfs-stats" ] && return 0; sleep 0.1; done
+  return 1
+}
+
+setup_file() {
+  require_sharedfs
+  for i in "${OTHERS[@]}"; do
+    id "$(other "$i")" >/dev/null 2>&1 || useradd --create-home "$(other "$i")"
+  done
+  W=$STAGEHAND_CLUSTER_DIR/work
+  rm -rf "$W/load" "$W/load-src" "$W/held-src"
+  mkdir -p "$W/load-src" "$W/held-src" "$W/load"
+  chmod 1777 "$W/load"
+  cp "$STAGEHAND_SOURCE_DIR/tests/tools/daemon_requests.py" "$W/load/"
+  chmod 0755 "$W/load/daemon_requests.py"
+  for i in $(seq 1 20); do head -c 4M /dev/urandom >"$W/load-src/f$i.bin"; done
+  head -c 64K /dev/urandom >"$W/held-src/held.bin"
+  head -c 1M /dev/urandom >"$W/load/own.bin"
+  chmod -R a+rX "$W/load-src" "$W/held-src" "$W/load/own.bin"
+  chown "$STAGEHAND_TEST_USER:" "$W/load/own.bin"
+  # Every open waits: a request holds its slot for at least that long, so that these tests reach
+  # the daemon's limits on two cores whatever the scheduler's pace.
+  mount_sharedfs "$W/load-src" "$W/load-shared" --open-latency-ms 8000
+  mount_sharedfs "$W/held-src" "$W/held" --open-latency-ms 30000
+  # Room for 20 jobs on node1 (4 CPUs): this file only; the default is restored below.
+  scontrol update PartitionName=debug OverSubscribe=FORCE:32
+}
+
+teardown_file() {
+  scontrol update PartitionName=debug OverSubscribe=NO || true
+  for m in load-shared held; do
+    fusermount -u -z "$STAGEHAND_CLUSTER_DIR/work/$m" 2>/dev/null || umount -l "$STAGEHAND_CLUSTER_DIR/work/$m" 2>/dev/null || true
+  done
+}
+
+# Prints the job's exit code once it has ended (job_exit_code), then waits for it to leave the nodes.
+finish() {
+  local rc
+  rc=$(job_exit_code "$1")
+  wait_job_done "$1"
+  echo "$rc"
+}
+
+@test "20 concurrent stagings of one user on one node: all 20 jobs succeed with their own data" {
+  # Submitted together: sbatch checks each source at submit time, and every open takes 8 s.
+  for i in $(seq 1 20); do
+    as_user "sbatch --parsable -N1 -n1 -w node1 --stage-data=load-shared/f$i.bin:d -o out.%j --wrap 'sha256sum \$SLURM_TMPDIR/d'" >"$WORK/load/id.$i" &
+  done
+  wait
+  ids=()
+  for i in $(seq 1 20); do ids+=("$(cat "$WORK/load/id.$i")"); done
+  failed=0
+  for i in $(seq 1 20); do
+    id=${ids[$((i - 1))]}
+    rc=$(finish "$id")
+    out=$(cat "$WORK/out.$id")
+    echo "job $id (f$i.bin): rc $rc: $out"
+    [ "$rc" -eq 0 ] || failed=$((failed + 1))
+    # The job's own bytes, whichever way they came.
+    echo "$out" | grep -q "^$(sha256sum "$WORK/load-src/f$i.bin" | cut -c1-64) "
+    summary=$(echo "$out" | grep -E '^stagehand: node1: copied ')
+    [ "$(echo "$summary" | wc -l)" -eq 1 ]
+    # Through the daemon (its turn came), or without it, saying why.
+    if ! echo "$summary" | grep -q '(cache miss)$'; then
+      echo "$summary" | grep -q ', not through the node daemon: the daemon is busy (.*) (no cache)$'
+    fi
+  done
+  [ "$failed" -eq 0 ]
+  # More than the 16 requests one user may have running were there at once: some waited.
+  grep -q "waits for a turn" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"
+  # Everything ended: nothing is left running in the daemon.
+  [ "$(stagings)" -eq 0 ]
+}
+
+@test "4 accounts holding 16 slow requests each: another user's job still succeeds, without the cache, saying why" {
+  held=()
+  for i in "${OTHERS[@]}"; do
+    held+=("$(as_other "$i" "sbatch --parsable -N1 -n1 -w node1 --tmpdir -o held.%j --wrap 'python3 $WORK/load/daemon_requests.py $(SOCK) 16 \$SLURM_JOB_ID $WORK/held/held.bin held'")")
+  done
+  # Wait until the daemon holds all 64 (the most it runs at once: status shows each after its
+  # first progress tick).
+  n=0
+  for _ in $(seq 1 120); do
+    n=$(stagings)
+    [ "$n" -ge 64 ] && break
+    sleep 0.5
+  done
+  echo "requests held: $n"
+  [ "$n" -ge 64 ]
+  t0=$SECONDS
+  submit -N1 -w node1 --stage-data=load/own.bin:mine --wrap "'sha256sum \$SLURM_TMPDIR/mine'"
+  echo "$LAST_OUTPUT"
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q "^$(sha256sum "$WORK/load/own.bin" | cut -c1-64) "
+  echo "$LAST_OUTPUT" | grep -q 'the node daemon could not stage (the daemon is busy'
+  echo "$LAST_OUTPUT" | grep -qE '^stagehand: node1: copied .*, not through the node daemon: the daemon is busy \(.*\) \(no cache\)$'
+  echo "the held-out job took $((SECONDS - t0)) s"
+  # The daemon still answers while it is full.
+  status_json >/dev/null
+  # The holders' jobs succeed too, every request answered.
+  for id in "${held[@]}"; do
+    rc=$(finish "$id")
+    out=$(cat "$WORK/load/held.$id")
+    echo "holder $id: rc $rc: $out"
+    [ "$rc" -eq 0 ]
+    echo "$out" | grep -q '"unanswered": 0'
+  done
+  for _ in $(seq 1 40); do [ "$(stagings)" -eq 0 ] && break; sleep 0.5; done
+  [ "$(stagings)" -eq 0 ]
+}
