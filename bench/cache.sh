@@ -36,7 +36,9 @@ runuser -u "$STAGEHAND_TEST_USER" -- env SLURM_CONF="$SLURM_CONF" PATH="$PATH" b
     local t1=\$(date +%s%N)
     echo \"\$name \$(( (t1 - t0) / 1000 ))\" >> $results
   }
-  # Warm the cache once for the sources the warm runs use.
+  # Warm the cache once for the sources the warm runs use (settled first: a source modified within
+  # 2 s of its staging is not cached, the daemon's racy-source rule).
+  sleep 3
   srun --stage-data=many.tar:warm0,shards:warmshards0 true >/dev/null
   for i in \$(seq 1 $rounds); do
     cp many.tar cold\$i.tar; cp -r shards coldshards\$i

@@ -70,20 +70,31 @@ int local_gc(const Config& config, const CommonArgs& common)
   }
   gc::Evidence evidence;
   evidence.live_steps = gc::live_step_jobs();
-  evidence.running_here = gc::needs_slurmctld(*snap, evidence)
+  evidence.pending_stage_outs = gc::pending_stage_outs(config.daemon.state_dir);
+  const gc::Options options = gc::options_from(config);
+  evidence.running_here = gc::needs_slurmctld(*snap, evidence, options)
                             ? gc::slurmctld_running(common.node, "squeue", std::chrono::seconds(15))
                             : std::optional(std::set<std::uint32_t>{});
   if (!evidence.running_here) {
     spdlog::warn("slurmctld did not answer (squeue): job directories whose job may still run are kept");
   }
-  auto plan = gc::make_plan(*snap, evidence);
+  auto plan = gc::make_plan(*snap, evidence, options);
   if (common.dry_run) {
     for (const auto& a : plan.remove) {
       std::printf("would remove %s/%s (%s)\n", base->c_str(), a.name.c_str(), gc::reason_name(a.reason));
     }
+    for (const auto& stray : plan.strays) {
+      std::printf("would keep %s/%s under a record (a stage-out nothing copies any more)\n", base->c_str(), stray.name.c_str());
+    }
     return 0;
   }
   auto applied = gc::apply(base_fd->get(), plan, std::chrono::steady_clock::now() + k_gc_budget);
+  for (const auto& m : applied.detached) {
+    std::printf("detached a mount a user left on %s/%s\n", base->c_str(), m.c_str());
+  }
+  for (const auto& r : applied.recorded) {
+    std::printf("kept %s/%s under a record (a stage-out nothing copies any more)\n", base->c_str(), r.c_str());
+  }
   for (const auto& a : applied.done) {
     std::printf("removed %s/%s (%s)\n", base->c_str(), a.name.c_str(), gc::reason_name(a.reason));
   }

@@ -199,7 +199,14 @@ void Daemon::on_end_job(const proto::EndJob& r, const Peer&, Responder& out)
 {
   if (!r.pending.empty()) {
     // Persisted before the answer: once the epilog hears "done", the copy is the daemon's.
-    if (auto taken = m_stage_out ? m_stage_out->take(r) : Status(Error::internal("not started")); !taken) {
+    std::optional<tmpdir::JobOwner> registered;
+    {
+      std::lock_guard lock(m_mutex);
+      if (auto it = m_registry.jobs().find(r.job_id); it != m_registry.jobs().end()) {
+        registered = tmpdir::JobOwner{r.job_id, it->second.uid, it->second.gid};
+      }
+    }
+    if (auto taken = m_stage_out ? m_stage_out->take(r, registered) : Status(Error::internal("not started")); !taken) {
       spdlog::error("job {}: cannot take its stage-out: {}", r.job_id, taken.error().message);
       out.error(taken.error());
       return;

@@ -55,7 +55,9 @@ proto::GcReply Daemon::collect(bool dry_run)
       }
     }
   }
-  if (gc::needs_slurmctld(*snap, evidence)) {
+  evidence.pending_stage_outs = gc::pending_stage_outs(m_config.daemon.state_dir);
+  const gc::Options options = gc::options_from(m_config);
+  if (gc::needs_slurmctld(*snap, evidence, options)) {
     evidence.running_here = gc::slurmctld_running(m_node, "squeue", std::chrono::seconds(15));
     const bool down = !evidence.running_here;
     if (down != m_ctld_unreachable.exchange(down)) { // said once per change, not every interval
@@ -68,7 +70,7 @@ proto::GcReply Daemon::collect(bool dry_run)
   } else {
     evidence.running_here = std::set<std::uint32_t>{};
   }
-  const auto plan = gc::make_plan(*snap, evidence);
+  const auto plan = gc::make_plan(*snap, evidence, options);
   const std::string& base_path = m_base_path;
   if (dry_run) {
     for (const auto& a : plan.remove) {
@@ -85,6 +87,13 @@ proto::GcReply Daemon::collect(bool dry_run)
   }
   for (const auto& f : applied.failures) {
     reply.errors.push_back(base_path + ": " + f.message);
+  }
+  for (const auto& m : applied.detached) {
+    spdlog::warn("gc: detached a mount a user left on {}/{}", base_path, m);
+  }
+  for (const auto& r : applied.recorded) {
+    spdlog::warn("gc: {}/{}: a stage-out nothing copies any more; its results are kept under a record until keep_for",
+                 base_path, r);
   }
   std::vector<TmpName> debris; // a crash's leftovers in the cache, removed below without the lock
   std::unique_lock lock(m_mutex);

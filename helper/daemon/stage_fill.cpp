@@ -68,6 +68,10 @@ cache::UnpackMode unpack_of(const proto::SourceSpec& s)
 Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
 {
   const auto t0 = Clock::now();
+  // Read before anything of the source is: its entries must be older than this by the racy window
+  // for the fill to be published (cache::changed_near).
+  struct timespec started {};
+  ::clock_gettime(CLOCK_REALTIME, &started);
   auto parts = stage::split_entry_path(src.dest);
   if (!parts || parts->empty() || std::string_view((*parts)[0]).starts_with(".stagehand")) {
     return Error::refused(src.shown + ": destination \"" + src.dest + "\" is not allowed");
@@ -93,7 +97,10 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
       (void)ipc::send_message(sock, child_error(id.error()));
       return 1;
     }
-    (void)ipc::send_message(sock, json{{"ok", true}, {"key", id->key}, {"files", id->files}, {"bytes", id->bytes}}.dump(),
+    (void)ipc::send_message(sock,
+                            json{{"ok", true}, {"key", id->key}, {"files", id->files}, {"bytes", id->bytes},
+                                 {"newest_ns", id->newest_ns}}
+                              .dump(),
                             {fd->get()});
     return 0;
   });
@@ -116,16 +123,18 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
   }
   UniqueFd src_fd = std::move(ident_msg->fds[0]);
   const double identified = seconds();
-  std::string key = (*ident)["key"].get<std::string>();
+  cache::SourceIdentity identity{(*ident)["key"].get<std::string>(), (*ident)["files"].get<std::uint64_t>(),
+                                 (*ident)["bytes"].get<std::uint64_t>(), (*ident)["newest_ns"].get<std::int64_t>()};
   if (src.kind == proto::SourceKind::file) {
     // A file's key needs only fstat: taken here from the descriptor, not from the user's side.
     auto mine = cache::identify_file(src_fd.get(), src.path, unpack_of(src));
     if (!mine) {
       return mine.error();
     }
-    key = mine->key;
+    identity = *mine;
   }
-  const std::uint64_t src_bytes = (*ident)["bytes"].get<std::uint64_t>();
+  const std::string& key = identity.key;
+  const std::uint64_t src_bytes = identity.bytes;
   if (src.kind == proto::SourceKind::dir && src_bytes > room) {
     return Error::limit(src.shown + ": " + std::to_string(src_bytes) + " bytes, more than the " +
                         std::to_string(room) + " left under [stage] max_bytes (limit)");
@@ -176,21 +185,22 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
     m_fill_wait = wait;
     const ipc::Credentials service = *m_d.m_service;
     lock.unlock();
-    auto filled = fill(src, src_fd.get(), key, service, room, src_bytes, seconds);
+    auto filled = fill(src, src_fd.get(), identity, started, service, room, seconds);
     lock.lock();
     m_fill_wait.reset();
     wait->done = true;
-    wait->published = filled && !filled->second;
+    wait->published = filled && !filled->uncached;
     wait->cv.notify_all();
     m_d.m_fills.erase(key);
     if (!filled) {
       return filled.error();
     }
     out.cache = proto::CacheOutcome::miss;
-    out.how = filled->first.how;
-    if (filled->second) {
-      uncached = std::move(filled->second);
+    out.how = filled->result.how;
+    if (filled->uncached) {
+      uncached = std::move(filled->uncached);
       out.cache = proto::CacheOutcome::none;
+      out.note = filled->why_uncached;
       break;
     }
     break; // published and pinned by fill()
@@ -239,10 +249,13 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
   return out;
 }
 
-Result<std::pair<cache::FillResult, std::optional<cache::Fill>>>
-StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key, const ipc::Credentials& service,
-     std::uint64_t room, std::uint64_t src_bytes, const std::function<double()>& seconds)
+Result<StageRun::Filled> StageRun::fill(const proto::SourceSpec& src, int src_fd, const cache::SourceIdentity& ident,
+                                        const struct timespec& started, const ipc::Credentials& service,
+                                        std::uint64_t room, const std::function<double()>& seconds)
 {
+  const std::string& key = ident.key;
+  const std::uint64_t src_bytes = ident.bytes;
+  std::int64_t newest_ns = ident.newest_ns;
   Result<cache::Fill> begun = Error::internal("no fill");
   {
     std::lock_guard lock(m_d.m_mutex);
@@ -282,9 +295,9 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
       off_t at = ::lseek(src_fd, 0, SEEK_CUR); // the service side reads through the same open file
       return proto::Progress{shown, at > 0 ? static_cast<std::uint64_t>(at) : 0, src_bytes, seconds()};
     });
-    if (msg) {
-      (void)svc->wait();
-    }
+    // Whatever the service side forked ends with it: nothing of its uid may still write into the
+    // fill once it is measured and published.
+    svc->kill();
     if (!msg) {
       return drop(msg.error());
     }
@@ -306,7 +319,11 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
         (void)ipc::send_message(sock, child_error(r.error()));
         return 1;
       }
-      (void)ipc::send_message(sock, json{{"ok", true}, {"key", r->identity.key}, {"changed", r->changed}}.dump());
+      (void)ipc::send_message(sock, json{{"ok", true},
+                                         {"key", r->identity.key},
+                                         {"changed", r->changed},
+                                         {"newest_ns", r->identity.newest_ns}}
+                                      .dump());
       return 0;
     });
     if (!reader) {
@@ -355,12 +372,9 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
       reader->kill(); // the other side of the pipe goes too
     }
     auto read_msg = await(*reader, status);
-    if (msg) {
-      (void)svc->wait();
-    }
-    if (read_msg) {
-      (void)reader->wait();
-    }
+    // Both sides end here with whatever they forked (each leads its own process group).
+    svc->kill();
+    reader->kill();
     if (!read_msg) {
       return drop(read_msg.error());
     }
@@ -380,6 +394,7 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
       return drop(msg.error());
     }
     source_changed = (*read)["key"].get<std::string>() != key || (*read)["changed"].get<bool>();
+    newest_ns = std::max(newest_ns, (*read)["newest_ns"].get<std::int64_t>());
   }
   if (!result) {
     return drop(result.error());
@@ -398,10 +413,10 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
     std::lock_guard lock(m_d.m_mutex);
     max_bytes = m_d.m_config.daemon.cache_max_bytes;
   }
-  if (source_changed || fill_bytes > max_bytes) {
-    spdlog::info("job {}: {}: staged without caching ({})", m_job.job_id, src.path,
-                 source_changed ? "the source changed while it was read" : "larger than the node cache");
-    return std::pair{fr, std::optional<cache::Fill>(std::move(f))};
+  if (std::string why = cache::publish_refusal(cache::PublishCheck{!source_changed, newest_ns, started, fill_bytes, max_bytes});
+      !why.empty()) {
+    spdlog::info("job {}: {}: staged without caching ({})", m_job.job_id, src.path, why);
+    return Filled{fr, std::move(f), why};
   }
   cache::EntryMeta meta;
   meta.key = key;
@@ -414,7 +429,7 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
   auto sealed = m_store->seal(f, meta);
   if (!sealed) {
     spdlog::warn("job {}: {}: staged without caching ({})", m_job.job_id, src.path, sealed.error().message);
-    return std::pair{fr, std::optional<cache::Fill>(std::move(f))};
+    return Filled{fr, std::move(f), "the node cache could not store it"};
   }
   std::lock_guard lock(m_d.m_mutex);
   if (m_store == m_d.m_store) { // not when a reload moved the cache meanwhile: this entry goes to the old one
@@ -429,16 +444,16 @@ StageRun::fill(const proto::SourceSpec& src, int src_fd, const std::string& key,
       m_d.remove_later_locked(m_store, f);
       ++m_d.m_pins[key];
       m_pinned.push_back(key);
-      return std::pair{fr, std::optional<cache::Fill>()};
+      return Filled{fr, std::nullopt, ""};
     }
     m_d.m_fill_dirs.insert(f.name);
-    return std::pair{fr, std::optional<cache::Fill>(std::move(f))};
+    return Filled{fr, std::move(f), "the node cache could not store it"};
   }
   ++m_d.m_pins[key]; // ours until it is linked into the job
   m_pinned.push_back(key);
   spdlog::info("job {}: cached {} ({} files, {} bytes on disk; measured and published in {:.2f} s)", m_job.job_id,
                src.path, fr.files, published->disk_bytes, seconds() - unpacked);
-  return std::pair{fr, std::optional<cache::Fill>()};
+  return Filled{fr, std::nullopt, ""};
 }
 
 } // namespace stagehand::daemon

@@ -45,7 +45,7 @@ void StageOutQueue::resume()
   }
 }
 
-Status StageOutQueue::take(const proto::EndJob& end)
+Status StageOutQueue::take(const proto::EndJob& end, std::optional<tmpdir::JobOwner> registered)
 {
   auto job = tmpdir::job_of_stage_out(end.pending);
   if (!job || *job != end.job_id || end.pending.find('/') != std::string::npos) {
@@ -57,13 +57,14 @@ Status StageOutQueue::take(const proto::EndJob& end)
   }
   struct stat st {};
   if (::fstatat(base_fd->get(), end.pending.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
-      st.st_uid == 0) {
-    return Error::refused("stage-out: no job directory " + end.pending);
+      (st.st_uid == 0 && (!registered || registered->uid == 0))) {
+    return Error::refused("stage-out: no job directory " + end.pending + " of a known job user");
   }
   stageout::PendingCopy p;
   p.job_id = end.job_id;
-  p.uid = st.st_uid; // the job user owns the directory the prolog made
-  p.gid = st.st_gid;
+  // Root's since the epilog took it from its user: the user the prolog registered.
+  p.uid = st.st_uid != 0 ? st.st_uid : registered->uid;
+  p.gid = st.st_uid != 0 ? st.st_gid : registered->gid;
   p.dir = end.pending;
   p.specs = end.stage_out;
   p.fallback_dir = end.stage_out_dir;

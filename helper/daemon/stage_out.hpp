@@ -8,11 +8,13 @@
 #include "stagehand/config/config.hpp"
 #include "stagehand/proto/messages.hpp"
 #include "stagehand/stageout/pending.hpp"
+#include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/util/fd.hpp"
 
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,7 +28,9 @@ public:
   // Loads the persisted list and starts a worker for every entry (at daemon start).
   void resume();
   // Records the epilog's hand-over (persisted before it returns) and starts its worker.
-  Status take(const proto::EndJob& end);
+  // `registered`: the job's user from the registry (the directory is root's by then: taken from
+  // its user at job end); without it, an older epilog's directory still owned by the user.
+  Status take(const proto::EndJob& end, std::optional<tmpdir::JobOwner> registered);
   // The pending copies, for `stagehand status`.
   std::vector<stageout::PendingCopy> pending() const;
 

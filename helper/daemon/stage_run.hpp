@@ -6,12 +6,14 @@
 #include "daemon.hpp"
 
 #include "stagehand/cache/fill.hpp"
+#include "stagehand/cache/key.hpp"
 #include "stagehand/ipc/child.hpp"
 #include "stagehand/proto/messages.hpp"
 
 #include <sys/types.h>
 
 #include <chrono>
+#include <ctime>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -48,11 +50,19 @@ private:
   // failure the child is killed (the job user may have stopped it: it runs with their uid).
   Result<ipc::Message> await(ipc::Child& child, const std::function<proto::Progress()>& status);
   Result<proto::StagedSource> stage_one(const proto::SourceSpec& src);
-  // Fills the cache for `key`. Returns the fill result and, when the entry must not be published
-  // (larger than the cache, or the source changed while it was read), the fill to use uncached.
-  Result<std::pair<cache::FillResult, std::optional<cache::Fill>>>
-  fill(const proto::SourceSpec& src, int src_fd, const std::string& key, const ipc::Credentials& service,
-       std::uint64_t room, std::uint64_t src_bytes, const std::function<double()>& seconds);
+  // What a fill made: when it must not be published (the source changed during or just before
+  // it, or it is larger than the cache), the fill to use for this job only and why.
+  struct Filled
+  {
+    cache::FillResult result;
+    std::optional<cache::Fill> uncached;
+    std::string why_uncached; // for the job's summary line
+  };
+  // Fills the cache for `ident.key`; `started` was read before the source was identified (the
+  // racy-source rule, cache::changed_near).
+  Result<Filled> fill(const proto::SourceSpec& src, int src_fd, const cache::SourceIdentity& ident,
+                      const struct timespec& started, const ipc::Credentials& service, std::uint64_t room,
+                      const std::function<double()>& seconds);
   void rollback();
 
   Daemon& m_d;

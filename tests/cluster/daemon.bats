@@ -26,6 +26,7 @@ setup_file() {
   setsid /usr/bin/python3 "$SHAREDFS" "$W/cache-src" "$W/shared" >"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
   for _ in $(seq 1 50); do [ -e "$W/shared/.sharedfs-stats" ] && break; sleep 0.1; done
   [ -e "$W/shared/.sharedfs-stats" ]
+  settle "$W/cache-src"
 }
 
 teardown_file() {
@@ -35,7 +36,7 @@ teardown_file() {
 bytes_read() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$WORK/shared/.sharedfs-stats"; }
 
 # A fresh copy of a source under the shared mount (new inode: a guaranteed miss).
-fresh() { as_user "cp -r cache-src/$1 cache-src/$2"; }
+fresh() { as_user "cp -r cache-src/$1 cache-src/$2" && settle "$WORK/cache-src/$2"; }
 
 status_json() { "$STAGEHAND_BUILD_DIR/helper/stagehand" status --json --config "$STAGEHAND_TEST_CONFIG" --node "${1:-node1}"; }
 
@@ -106,6 +107,7 @@ print(sum(x['bytes'] for x in e))" "$output")
   mkdir -p "$WORK/cache-src/lab"
   tar -C "$WORK/cache-src" -cf "$WORK/cache-src/lab/ds.tar" tree
   chown -R root: "$WORK/cache-src/lab"; chmod 0755 "$WORK/cache-src/lab"; chmod 0644 "$WORK/cache-src/lab/ds.tar"
+  settle "$WORK/cache-src/lab/ds.tar"
   submit -N1 -w node1 --stage-data=shared/lab/ds.tar:t --wrap true
   echo "$LAST_OUTPUT" | grep -q '(cache miss)$'
   # The directory is closed to the user after the next job's submission.
@@ -128,6 +130,7 @@ print(sum(x['bytes'] for x in e))" "$output")
 @test "a same-size edit with touch -r, a chmod and a replacement by rename are misses" {
   as_user "head -c 1000000 /dev/urandom >cache-src/edit.bin && cp -p cache-src/edit.bin cache-src/edit.ref"
   stage_edit() {
+    settle "$WORK/cache-src/edit.bin"
     submit -N1 -w node1 --stage-data=shared/edit.bin:e --wrap "'sha256sum \$SLURM_TMPDIR/e'"
     [ "$JOB_RC" -eq 0 ]
     OUTCOME=$(echo "$LAST_OUTPUT" | grep -o '(cache [a-z]*)$')
@@ -144,8 +147,30 @@ print(sum(x['bytes'] for x in e))" "$output")
   echo "$LAST_OUTPUT" | grep -q "$(sha256sum "$WORK/cache-src/edit.ref" | cut -c1-64)"
 }
 
+# Identity is metadata: a same-size rewrite within one timestamp tick keeps the key. A source that
+# changed within 2 s of its staging (or during it) is staged for that job only, never published.
+@test "a source modified during or just before its staging is staged without the cache, saying so; settled: a miss, then a hit" {
+  as_user "head -c 100000 /dev/urandom >cache-src/racy.bin"
+  # Touched every 0.2 s while the job stages: whenever it is read, it was modified just before.
+  (while :; do touch "$WORK/cache-src/racy.bin"; sleep 0.2; done) 3>&- & toucher=$!
+  submit -N1 -w node1 --stage-data=shared/racy.bin:r --wrap "'sha256sum \$SLURM_TMPDIR/r'"
+  kill "$toucher"; wait "$toucher" || true
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q 'copied .*shared/racy.bin -> .*/r: 1 files, .*, source modified during or just before staging (no cache)$'
+  echo "$LAST_OUTPUT" | grep -q "$(sha256sum "$WORK/cache-src/racy.bin" | cut -c1-64)"
+  run --separate-stderr "$STAGEHAND_BUILD_DIR/helper/stagehand" cache ls --json --config "$STAGEHAND_TEST_CONFIG" --node node1
+  [ "$status" -eq 0 ]
+  ! echo "$output" | grep -q racy.bin || false
+  settle "$WORK/cache-src/racy.bin"
+  submit -N1 -w node1 --stage-data=shared/racy.bin:r --wrap true
+  echo "$LAST_OUTPUT" | grep -q 'shared/racy.bin -> .*(cache miss)$'
+  submit -N1 -w node1 --stage-data=shared/racy.bin:r --wrap true
+  echo "$LAST_OUTPUT" | grep -q 'shared/racy.bin -> .*(cache hit)$'
+}
+
 @test "4 concurrent jobs on one node staging one fresh source: 1 miss, 3 hits, identical data" {
   as_user "head -c 64M /dev/urandom >cache-src/conc.bin && tar -C cache-src -cf cache-src/conc.tar conc.bin"
+  settle "$WORK/cache-src/conc.tar"
   ids=()
   for i in 1 2 3 4; do
     ids+=("$(as_user "sbatch --parsable -N1 -n1 -w node1 --stage-data=shared/conc.tar:c -o out.%j --wrap 'sha256sum \$SLURM_TMPDIR/c/conc.bin'")")
@@ -177,6 +202,7 @@ print(sum(x['bytes'] for x in e))" "$output")
   # Restarted: the interrupted fill is gone, and the next job gets complete data from a fresh fill.
   "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-start node1
   assert_empty_dir "$STAGEHAND_CLUSTER_DIR/cache/node1/tmp"
+  settle "$WORK/cache-src/crash.tar"
   submit -N1 -w node1 --stage-data=shared/crash.tar:c --wrap "'sha256sum \$SLURM_TMPDIR/c/crash.bin'"
   [ "$JOB_RC" -eq 0 ]
   echo "$LAST_OUTPUT" | grep -q '(cache miss)$'
@@ -381,6 +407,7 @@ PY
   "$CLUSTER" daemon-start node2
   cache=$STAGEHAND_CLUSTER_DIR/cache/node2
   as_user "rm -rf lru && mkdir lru && for n in 1 2 3; do head -c 2000000 /dev/urandom >lru/s\$n.bin; done"
+  settle "$WORK/lru"
   for n in 1 2; do
     submit -N1 -w node2 --stage-data=lru/s$n.bin:s$n --wrap true
     [ "$JOB_RC" -eq 0 ]

@@ -46,6 +46,7 @@ setup_file() {
   head -c 1M /dev/urandom >"$W/load/own.bin"
   chmod -R a+rX "$W/load-src" "$W/held-src" "$W/load/own.bin"
   chown "$STAGEHAND_TEST_USER:" "$W/load/own.bin"
+  settle "$W/load-src" "$W/held-src" # (a source changed in the last 2 s is never cached)
   # Every open waits: a request holds its slot for at least that long, so that these tests reach
   # the daemon's limits on two cores whatever the scheduler's pace.
   mount_sharedfs "$W/load-src" "$W/load-shared" --open-latency-ms 8000

@@ -140,6 +140,20 @@ TOML
   mv -f "$STAGEHAND_TEST_CONFIG.new" "$STAGEHAND_TEST_CONFIG"
 }
 
+# settle PATH...: waits until every entry under PATH last changed (mtime and ctime) more than 2 s
+# ago. The daemon does not cache a source modified within 2 s of its staging (git's racy-index
+# rule: it is staged "(no cache)"), so a test that expects "(cache miss)" settles its fresh sources.
+settle() {
+  local newest
+  for _ in $(seq 1 100); do
+    newest=$(find "$@" -printf '%C@\n%T@\n' | sort -n | tail -n1)
+    awk -v n="$newest" -v t="$(date +%s.%N)" 'BEGIN { exit !(t - n > 2.1) }' && return 0
+    sleep 0.1
+  done
+  echo "settle: $* still changing" >&2
+  return 1
+}
+
 # Starts the stagehandd of any node whose daemon a test stopped or killed.
 ensure_daemons() {
   local n pid

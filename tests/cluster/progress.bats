@@ -22,6 +22,7 @@ setup_file() {
   setsid /usr/bin/python3 "$SHAREDFS" "$W/prog-src" "$W/prog" --mbps 4 >"$STAGEHAND_CLUSTER_DIR/log/progressfs.log" 2>&1 &
   for _ in $(seq 1 50); do [ -e "$W/prog/.sharedfs-stats" ] && break; sleep 0.1; done
   [ -e "$W/prog/.sharedfs-stats" ]
+  settle "$W/prog-src"
 }
 
 teardown_file() {
@@ -34,7 +35,7 @@ progress_interval = "2s"'
 }
 
 # A fresh copy of the archive (a new inode: a cache miss, read again from the slow share).
-fresh() { as_user "cp prog-src/big.tar prog-src/$1"; }
+fresh() { as_user "cp prog-src/big.tar prog-src/$1" && settle "$WORK/prog-src/$1"; }
 
 # The daemon of node1 restarted with its cache off: staging runs in the job.
 cache_off() {

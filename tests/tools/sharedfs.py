@@ -4,7 +4,7 @@
 Serves the directory SRC read-only at MOUNT through FUSE, so that the tests can see and shape
 every read that staging makes from "the shared filesystem":
 
-  sharedfs.py SRC MOUNT [--mbps N] [--open-latency-ms N]    # runs in the foreground
+  sharedfs.py SRC MOUNT [--mbps N] [--open-latency-ms N] [--nonempty]   # runs in the foreground
 
 - Every byte goes through this process: files are opened with direct_io (no page cache), so a
   second read of the same file is counted, and slowed, again.
@@ -232,6 +232,8 @@ def main():
                     help="read bandwidth shared by all readers, MB/s (10^6 bytes); 0: unlimited")
     ap.add_argument("--open-latency-ms", type=float, default=0.0,
                     help="delay before every open of a file, ms")
+    ap.add_argument("--nonempty", action="store_true",
+                    help="mount over a directory that has entries (hiding them, as a user's mount would)")
     a = ap.parse_args()
     if not os.path.isdir(a.src):
         sys.exit(f"sharedfs.py: {a.src}: not a directory")
@@ -239,9 +241,10 @@ def main():
         sys.exit(f"sharedfs.py: {a.mount}: no such mount point")
     if a.mbps < 0 or a.open_latency_ms < 0:
         sys.exit("sharedfs.py: --mbps and --open-latency-ms must not be negative")
+    extra = {"nonempty": True} if a.nonempty else {}
     fuse.FUSE(SharedFs(a.src, a.mbps, a.open_latency_ms), a.mount, raw_fi=True, foreground=True,
               nothreads=False, ro=True, allow_other=True, default_permissions=True,
-              fsname="sharedfs", attr_timeout=0, entry_timeout=0, negative_timeout=0)
+              fsname="sharedfs", attr_timeout=0, entry_timeout=0, negative_timeout=0, **extra)
 
 
 if __name__ == "__main__":

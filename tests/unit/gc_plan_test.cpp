@@ -221,3 +221,72 @@ TEST(KeptNames, RecordNamesMapBackToTheirDirectoryOnly)
   EXPECT_FALSE(tmpdir::dir_of_kept_record(".failed-stage-out.job_5/.."));
   EXPECT_FALSE(tmpdir::dir_of_kept_record(".keep.job_5"));
 }
+
+// Issue 24, item 6: a ".stageout." directory without a record, not in the daemon's pending list,
+// whose job ended and which has not changed for stray_after_seconds, gets a record (never deleted
+// unrecorded); anything less proven stays a copy in progress.
+TEST(GcPlan, AStrayStageOutIsRecordedOnlyWhenNothingCanStillCopyIt)
+{
+  Options o;
+  o.stray_after_seconds = 3600;
+  o.keep_for_seconds = 100;
+  auto stage = [](const std::string& name, std::int64_t age) {
+    BaseEntry e = dir(name, 40, age);
+    e.ctime = k_now - age;
+    return e;
+  };
+  Snapshot s{{stage(".stageout.job_1.a", 7200), stage(".stageout.job_2.b", 7200), stage(".stageout.job_3.c", 60),
+              stage(".stageout.job_4.d", 7200), stage(".stageout.job_5.e", 7200), stage(".stageout.job_6.f", 7200)},
+             {},
+             k_now,
+             {},
+             {}};
+  s.kept_until = {{".stageout.job_6.f", k_now + 10}}; // already recorded
+  s.entries[1].ctime = k_now - 60;                    // taken away or handed back a minute ago
+  Evidence e = ctld({4});                             // job 4 still runs here
+  e.live_steps = {5};
+  e.pending_stage_outs = std::set<std::string>{};
+  auto p = make_plan(s, e, o);
+  ASSERT_EQ(p.strays.size(), 1U);
+  EXPECT_EQ(p.strays[0].name, ".stageout.job_1.a");
+  EXPECT_EQ(p.strays[0].job_id, 1U);
+  EXPECT_EQ(p.strays[0].until, k_now + 100);
+  EXPECT_TRUE(p.remove.empty());
+  Evidence unasked;
+  unasked.pending_stage_outs = std::set<std::string>{};
+  EXPECT_TRUE(needs_slurmctld(s, unasked, o));
+
+  e.pending_stage_outs = std::set<std::string>{".stageout.job_1.a"}; // the daemon's
+  EXPECT_TRUE(make_plan(s, e, o).strays.empty());
+  e.pending_stage_outs.reset(); // its list could not be read
+  EXPECT_TRUE(make_plan(s, e, o).strays.empty());
+  Evidence no_ctld;
+  no_ctld.pending_stage_outs = std::set<std::string>{};
+  EXPECT_TRUE(make_plan(s, no_ctld, o).strays.empty()); // slurmctld did not answer
+}
+
+// Issue 24, item 3: a mount point is decided on like the directory under it (its inode from
+// readdir): an ended job's or the trash's is removed (detached first), a running job's stays
+// unreported.
+TEST(GcPlan, MountPointsAreDecidedOnLikeTheirDirectories)
+{
+  auto mounted = [](const std::string& name, std::uint64_t ino) {
+    BaseEntry e{name, true, 0, 0, ino};
+    e.mounted = Mounted::yes;
+    return e;
+  };
+  Snapshot s{{mounted("job_1", 11), mounted("job_2", 12), mounted(".trash.job_3.x", 13), mounted("lost+found", 14)},
+             {},
+             k_now,
+             {"job_1", "job_2", ".trash.job_3.x", "lost+found"},
+             {}};
+  auto p = make_plan(s, ctld({2}));
+  auto r = removed(p);
+  EXPECT_EQ(r.at("job_1"), Reason::orphan);
+  EXPECT_EQ(r.at(".trash.job_3.x"), Reason::trash);
+  EXPECT_EQ(r.count("job_2"), 0U);
+  for (const auto& a : p.remove) {
+    EXPECT_EQ(a.mounted, Mounted::yes) << a.name;
+  }
+  EXPECT_EQ(p.mount_points, std::vector<std::string>{"lost+found"}); // not ours: reported, left
+}

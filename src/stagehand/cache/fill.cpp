@@ -55,6 +55,17 @@ Result<FillResult> unpack_into(int archive_fd, int fill_dir_fd, std::uint64_t ma
 
 } // namespace
 
+std::string publish_refusal(const PublishCheck& c)
+{
+  if (!c.read_as_keyed || changed_near(SourceIdentity{"", 0, 0, c.newest_ns}, c.started)) {
+    return "source modified during or just before staging";
+  }
+  if (c.fill_bytes > c.cache_max_bytes) {
+    return "larger than the node cache";
+  }
+  return "";
+}
+
 Result<FillResult> fill_from_file(int src_fd, int fill_dir_fd, UnpackMode unpack, std::uint64_t max_bytes,
                                   const std::string& shown)
 {

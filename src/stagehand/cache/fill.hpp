@@ -9,6 +9,7 @@
 #include "stagehand/stage/extract.hpp"
 
 #include <cstdint>
+#include <ctime>
 #include <string>
 
 namespace stagehand::cache {
@@ -19,6 +20,21 @@ struct FillResult
   std::uint64_t files = 0;
   std::uint64_t bytes = 0;
 };
+
+// What decides whether a finished fill is published.
+struct PublishCheck
+{
+  bool read_as_keyed = true;      // every file read had the stat its key was made from, before and after
+  std::int64_t newest_ns = 0;     // the source's latest mtime or ctime (SourceIdentity::newest_ns)
+  struct timespec started {};     // read before the source was identified
+  std::uint64_t fill_bytes = 0;   // on disk
+  std::uint64_t cache_max_bytes = 0;
+};
+
+// "" when the fill may be published; else why not, for the job's summary line (the fill is then
+// used for that job only): the source changed during or just before the fill (changed_near), or
+// the fill is larger than the whole cache.
+std::string publish_refusal(const PublishCheck& c);
 
 // A regular file source open at `src_fd`: unpacked when its content is an archive (and `unpack`
 // allows), else copied, into `fill_dir_fd`/data. `max_bytes` bounds the bytes written.

@@ -67,63 +67,83 @@ Result<StreamResult> stream_tree(int dir_fd, int out_fd, const std::string& cano
   StreamResult result;
   std::vector<char> buf(1U << 20);
   auto wrote = fs::walk_tree(dir_fd, [&](const fs::WalkEntry& e) -> Result<fs::WalkControl> {
-    key.add(e.rel, e.st);
     std::unique_ptr<struct archive_entry, EntryCloser> entry(archive_entry_new());
     archive_entry_set_pathname(entry.get(), e.rel.c_str());
-    archive_entry_set_perm(entry.get(), e.st.st_mode & 07777);
-    archive_entry_set_mtime(entry.get(), e.st.st_mtim.tv_sec, e.st.st_mtim.tv_nsec);
-    if (S_ISDIR(e.st.st_mode)) {
-      archive_entry_set_filetype(entry.get(), AE_IFDIR);
-    } else if (S_ISLNK(e.st.st_mode)) {
-      std::string target(static_cast<std::size_t>(e.st.st_size) + 1, '\0');
-      ssize_t n = ::readlinkat(e.parent_fd, e.name.c_str(), target.data(), target.size());
+    if (S_ISLNK(e.st.st_mode)) {
+      // Read through an O_PATH open of the very link the walk listed: another one renamed there
+      // meanwhile is seen, never stored under this one's key.
+      UniqueFd link(::openat(e.parent_fd, e.name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+      struct stat now {};
+      if (!link.valid() || ::fstat(link.get(), &now) != 0 || !S_ISLNK(now.st_mode)) {
+        return Error::refused(shown + "/" + e.rel + ": changed while staging", ESTALE);
+      }
+      result.changed = result.changed || !same_file(now, e.st);
+      std::string target(static_cast<std::size_t>(now.st_size) + 1, '\0');
+      ssize_t n = ::readlinkat(link.get(), "", target.data(), target.size());
       if (n < 0) {
         return Error::refused(shown + "/" + e.rel + ": " + std::strerror(errno), errno);
       }
       target.resize(static_cast<std::size_t>(n));
+      key.add(e.rel, now);
+      archive_entry_set_perm(entry.get(), now.st_mode & 07777);
+      archive_entry_set_mtime(entry.get(), now.st_mtim.tv_sec, now.st_mtim.tv_nsec);
       archive_entry_set_filetype(entry.get(), AE_IFLNK);
       archive_entry_set_symlink(entry.get(), target.c_str());
-    } else if (S_ISREG(e.st.st_mode)) {
-      UniqueFd in(::openat(e.parent_fd, e.name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
-      if (!in.valid()) {
-        return Error::refused(shown + "/" + e.rel + ": " + std::strerror(errno), errno);
-      }
-      struct stat now {};
-      if (::fstat(in.get(), &now) != 0 || !same_file(now, e.st)) {
-        result.changed = true;
-      }
-      archive_entry_set_filetype(entry.get(), AE_IFREG);
-      archive_entry_set_size(entry.get(), e.st.st_size);
       if (archive_write_header(a.get(), entry.get()) != ARCHIVE_OK) {
         return Error::io(shown + ": the stream to the cache broke: " + archive_error_string(a.get()), EPIPE);
       }
-      std::int64_t left = e.st.st_size;
-      while (left > 0) {
-        ssize_t n = ::read(in.get(), buf.data(), static_cast<std::size_t>(std::min<std::int64_t>(left, buf.size())));
-        if (n < 0 && errno == EINTR) {
-          continue;
-        }
-        if (n < 0) {
-          return Error::refused(shown + "/" + e.rel + ": " + std::strerror(errno), errno);
-        }
-        if (n == 0) {
-          result.changed = true; // shrank: libarchive pads the entry
-          break;
-        }
-        if (archive_write_data(a.get(), buf.data(), static_cast<std::size_t>(n)) < 0) {
-          return Error::io(shown + ": the stream to the cache broke", EPIPE);
-        }
-        left -= n;
-      }
-      if (::fstat(in.get(), &now) != 0 || !same_file(now, e.st)) {
-        result.changed = true;
-      }
       return fs::WalkControl::go_on;
-    } else {
+    }
+    if (!S_ISDIR(e.st.st_mode) && !S_ISREG(e.st.st_mode)) {
+      key.add(e.rel, e.st);
       return fs::WalkControl::go_on; // devices, FIFOs, sockets are not staged
     }
+    // Opened as the user, the open being the permission check, and keyed from what it holds (the
+    // same inode the walk listed, or refused): identify_tree's rule, so an unchanged tree gets the
+    // same key both times.
+    struct stat now {};
+    auto in = open_walked(e, shown, now);
+    if (!in) {
+      return in.error();
+    }
+    key.add(e.rel, now);
+    result.changed = result.changed || !same_file(now, e.st);
+    archive_entry_set_perm(entry.get(), now.st_mode & 07777);
+    archive_entry_set_mtime(entry.get(), now.st_mtim.tv_sec, now.st_mtim.tv_nsec);
+    if (S_ISDIR(now.st_mode)) {
+      archive_entry_set_filetype(entry.get(), AE_IFDIR);
+      if (archive_write_header(a.get(), entry.get()) != ARCHIVE_OK) {
+        return Error::io(shown + ": the stream to the cache broke: " + archive_error_string(a.get()), EPIPE);
+      }
+      return fs::WalkControl::go_on;
+    }
+    archive_entry_set_filetype(entry.get(), AE_IFREG);
+    archive_entry_set_size(entry.get(), now.st_size);
     if (archive_write_header(a.get(), entry.get()) != ARCHIVE_OK) {
       return Error::io(shown + ": the stream to the cache broke: " + archive_error_string(a.get()), EPIPE);
+    }
+    std::int64_t left = now.st_size;
+    while (left > 0) {
+      ssize_t n = ::read(in->get(), buf.data(), static_cast<std::size_t>(std::min<std::int64_t>(left, buf.size())));
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      if (n < 0) {
+        return Error::refused(shown + "/" + e.rel + ": " + std::strerror(errno), errno);
+      }
+      if (n == 0) {
+        result.changed = true; // shrank: libarchive pads the entry
+        break;
+      }
+      if (archive_write_data(a.get(), buf.data(), static_cast<std::size_t>(n)) < 0) {
+        return Error::io(shown + ": the stream to the cache broke", EPIPE);
+      }
+      left -= n;
+    }
+    // The bytes sent are those of the stat keyed only if nothing about the file moved meanwhile.
+    struct stat after {};
+    if (::fstat(in->get(), &after) != 0 || !same_file(after, now)) {
+      result.changed = true;
     }
     return fs::WalkControl::go_on;
   });
@@ -133,7 +153,7 @@ Result<StreamResult> stream_tree(int dir_fd, int out_fd, const std::string& cano
   if (archive_write_close(a.get()) != ARCHIVE_OK) {
     return Error::io(shown + ": the stream to the cache broke", EPIPE);
   }
-  result.identity = SourceIdentity{key.key(), key.files(), key.bytes()};
+  result.identity = SourceIdentity{key.key(), key.files(), key.bytes(), key.newest_ns()};
   return result;
 }
 

@@ -3,9 +3,12 @@
 
 #include "stagehand/fs/atomic_file.hpp"
 #include "stagehand/fs/dir_stream.hpp"
+#include "stagehand/fs/mounts.hpp"
+#include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/stageout/kept.hpp"
+#include "stagehand/stageout/pending.hpp"
 #include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/util/fd.hpp"
 #include "stagehand/util/strings.hpp"
@@ -43,19 +46,30 @@ Result<Snapshot> snapshot_base(int base_fd, std::int64_t now)
   if (!d) {
     return Error::from_errno("cannot read the base directory");
   }
-  std::vector<std::string> names;
+  struct Listed
+  {
+    std::string name;
+    bool dir;
+    std::uint64_t ino;
+  };
+  std::vector<Listed> listed;
   while (struct dirent* e = ::readdir(d.get())) {
     std::string n = e->d_name;
     if (n != "." && n != "..") {
-      names.push_back(std::move(n));
+      listed.push_back(Listed{std::move(n), e->d_type == DT_DIR, e->d_ino});
     }
   }
-  for (const auto& name : names) {
+  for (const auto& l : listed) {
+    const std::string& name = l.name;
     // No stat by name: a user's FUSE mount on their job directory would be asked, and could hang.
     auto fd = fs::open_beneath(base_fd, name, O_PATH);
     if (!fd) {
       if (fd.error().code == EXDEV) {
+        // Known from readdir alone (the directory's own inode, under the mount): no owner, no age.
         s.mount_points.push_back(name);
+        BaseEntry m{name, l.dir, 0, 0, l.ino};
+        m.mounted = Mounted::yes;
+        s.entries.push_back(std::move(m));
       }
       continue; // gone meanwhile
     }
@@ -64,7 +78,7 @@ Result<Snapshot> snapshot_base(int base_fd, std::int64_t now)
       continue;
     }
     // Age by mtime: a prolog's fresh directory is young whatever else happened to it.
-    s.entries.push_back(BaseEntry{name, S_ISDIR(st.st_mode), st.st_uid, st.st_mtim.tv_sec, st.st_ino});
+    s.entries.push_back(BaseEntry{name, S_ISDIR(st.st_mode), st.st_uid, st.st_mtim.tv_sec, st.st_ino, st.st_ctim.tv_sec});
     if (auto dir = tmpdir::dir_of_kept_record(name); dir && S_ISREG(st.st_mode)) {
       auto text = fs::read_small_file(base_fd, name, stageout::k_max_record_bytes);
       auto kept = text ? stageout::kept_from_json(*text) : Result<stageout::KeptResults>(text.error());
@@ -153,12 +167,79 @@ std::optional<std::set<std::uint32_t>> slurmctld_running(const std::string& node
   return parse_squeue_ids(out->out);
 }
 
+namespace {
+
+// The inode readdir gives for `name` (a mount point's own directory, under what is mounted).
+std::optional<std::uint64_t> listed_ino(int base_fd, const std::string& name)
+{
+  fs::DirStream d = fs::open_dir_stream(base_fd);
+  if (!d) {
+    return std::nullopt;
+  }
+  while (struct dirent* e = ::readdir(d.get())) {
+    if (name == e->d_name) {
+      return e->d_ino;
+    }
+  }
+  return std::nullopt;
+}
+
+// Detaches what is mounted on `name` or below it; a failure names what stays and why.
+std::optional<Failure> detach(int base_fd, const std::string& name, Applied& applied)
+{
+  auto detached = fs::detach_mounts_below(base_fd, name);
+  if (!detached) {
+    return Failure{name, name + " is a mount point: left in place (" + detached.error().message + ")"};
+  }
+  applied.detached.insert(applied.detached.end(), detached->begin(), detached->end());
+  return std::nullopt;
+}
+
+// Before a directory is collected it is taken from its user (so no new mount appears in it), and
+// every mount the user left on it or below it is detached, then the removal walk (which never
+// crosses a mount) finds all of it. Returns a failure when something stays mounted.
+// `mounted` says whether mountinfo showed a mount below it when the pass began (one read of
+// mountinfo per pass, not per entry): one made since is detached at the next pass.
+std::optional<Failure> take_and_detach(int base_fd, const std::string& name, bool mounted, Applied& applied)
+{
+  auto taken = tmpdir::take_from_user(base_fd, name);
+  if (!taken && taken.error().code == EXDEV) { // mounted on the directory itself meanwhile
+    if (auto f = detach(base_fd, name, applied)) {
+      return f;
+    }
+    taken = tmpdir::take_from_user(base_fd, name);
+  }
+  if (!taken && taken.error().code != ENOTDIR && taken.error().code != ENOENT) {
+    return Failure{name, taken.error().message};
+  }
+  return mounted ? detach(base_fd, name, applied) : std::nullopt;
+}
+
+} // namespace
+
 Applied apply(int base_fd, const Plan& plan, std::chrono::steady_clock::time_point deadline)
 {
   Applied applied;
   for (const auto& name : plan.mount_points) {
     applied.failures.push_back(Failure{name, name + " is a mount point: left in place (unmount it to let GC remove it)"});
   }
+  for (const auto& stray : plan.strays) {
+    // Never deleted unrecorded: the results stay, under a record, until keep_for like any kept ones.
+    stageout::KeptResults k;
+    k.job_id = stray.job_id;
+    k.uid = stray.uid;
+    k.dir = stray.name;
+    k.until = stray.until;
+    k.reason = "its copy never finished (the epilog or daemon copying it was stopped) and nothing is copying it";
+    if (auto saved = stageout::save_kept(base_fd, k); !saved) {
+      applied.failures.push_back(Failure{stray.name, saved.error().message});
+    } else {
+      applied.recorded.push_back(stray.name);
+    }
+  }
+  // Unreadable mountinfo: every entry is looked at.
+  const auto with_mounts = fs::entries_with_mounts(base_fd);
+  auto has_mounts = [&](const std::string& name) { return !with_mounts || with_mounts->count(name) > 0; };
   for (const auto& action : plan.remove) {
     if (std::chrono::steady_clock::now() >= deadline) {
       applied.out_of_time = true;
@@ -166,6 +247,17 @@ Applied apply(int base_fd, const Plan& plan, std::chrono::steady_clock::time_poi
     }
     fs::RemoveStats stats;
     std::string target = action.name;
+    if (action.mounted == Mounted::yes) {
+      // A mount point cannot be renamed (EBUSY), so its name still holds the instance decided on
+      // while the mount is there: checked, then detached, before anything else.
+      if (action.job_id != 0 && listed_ino(base_fd, action.name) != action.ino) {
+        continue;
+      }
+      if (auto f = detach(base_fd, action.name, applied)) {
+        applied.failures.push_back(*f);
+        continue;
+      }
+    }
     if (action.job_id != 0 && action.reason != Reason::stale_marker) {
       // Into the trash first, then make sure it was the instance decided on.
       const std::string aside = aside_name(action.name);
@@ -184,6 +276,11 @@ Applied apply(int base_fd, const Plan& plan, std::chrono::steady_clock::time_poi
       ::unlinkat(base_fd, (".keep." + action.name).c_str(), 0); // decided: its marker goes with it
       ::unlinkat(base_fd, tmpdir::kept_record_name(action.name).c_str(), 0); // and its stage-out record
     }
+    if (action.reason != Reason::stale_marker) {
+      if (auto f = take_and_detach(base_fd, target, has_mounts(action.name), applied)) {
+        applied.failures.push_back(*f); // the rest is removed; the next pass tries again
+      }
+    }
     auto st = fs::remove_tree_until(base_fd, target, deadline, &stats);
     applied.entries_removed += stats.removed;
     if (st) {
@@ -198,6 +295,31 @@ Applied apply(int base_fd, const Plan& plan, std::chrono::steady_clock::time_poi
     applied.failures.push_back(Failure{target, st.error().message}); // names the path below the base
   }
   return applied;
+}
+
+Options options_from(const Config& config)
+{
+  Options o;
+  o.stray_after_seconds = 2 * static_cast<std::int64_t>(config.stage.out_budget.count()) + 1800;
+  o.keep_for_seconds = static_cast<std::int64_t>(config.tmpdir.keep_for.count());
+  return o;
+}
+
+std::optional<std::set<std::string>> pending_stage_outs(const std::string& state_dir)
+{
+  auto dir = fs::open_trusted_dir(state_dir, fs::CreateMissing::no);
+  if (!dir) {
+    return dir.error().code == ENOENT ? std::optional(std::set<std::string>{}) : std::nullopt;
+  }
+  auto pending = stageout::load_pending(dir->get());
+  if (!pending) {
+    return std::nullopt; // unknown: every stage-out without a record counts as in progress
+  }
+  std::set<std::string> names;
+  for (const auto& p : *pending) {
+    names.insert(p.dir);
+  }
+  return names;
 }
 
 std::vector<Failure> ReportOnce::fresh(const Applied& applied)

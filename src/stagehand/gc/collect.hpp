@@ -2,6 +2,7 @@
 // jobs, and applying a plan (rename aside, re-check the instance, remove fd-based).
 #pragma once
 
+#include "stagehand/config/config.hpp"
 #include "stagehand/gc/plan.hpp"
 #include "stagehand/util/result.hpp"
 
@@ -30,6 +31,14 @@ std::set<std::uint32_t> parse_squeue_ids(const std::string& text);
 std::optional<std::set<std::uint32_t>> slurmctld_running(const std::string& node, const std::string& squeue,
                                                           std::chrono::milliseconds deadline);
 
+// The plan's options from the configuration: keep_for, and how long a ".stageout." directory must
+// stay unchanged to be a stray (twice [stage] out_budget, the longest an epilog copies, plus 30 min).
+Options options_from(const Config& config);
+
+// The daemon's pending stage-outs from its state file under `state_dir` (none when there is no
+// such directory yet); nullopt when it cannot be read (then no stage-out counts as a stray).
+std::optional<std::set<std::string>> pending_stage_outs(const std::string& state_dir);
+
 struct Failure
 {
   std::string name;    // the entry of the base directory
@@ -40,6 +49,8 @@ struct Applied
 {
   std::vector<Action> done;
   std::vector<Failure> failures; // entries (or parts of them) left in place, with the reason
+  std::vector<std::string> detached; // mounts a user left, detached (mount points relative to the base)
+  std::vector<std::string> recorded; // stray stage-outs now kept under a record (Plan::strays)
   std::uint64_t entries_removed = 0;
   bool out_of_time = false;      // the deadline came first: the rest waits for the next pass
 };
@@ -47,7 +58,10 @@ struct Applied
 // Carries out `plan` in the base directory, stopping at `deadline` (what is left stays in the trash
 // for the next pass). A job directory is first renamed into the trash, and put back if what was
 // renamed is not the instance the plan decided on (a requeued job's fresh directory); a removal
-// that fails halfway leaves the rest in the trash. Mount points are reported, never entered.
+// that fails halfway leaves the rest in the trash. What is collected is first taken from its user
+// (tmpdir::take_from_user), and every mount left on it or below it is detached (fs/mounts.hpp:
+// through an fd, never the base or above); the removal itself never crosses a mount. Mount points
+// not decided on are reported, never entered. Stray stage-outs get their record.
 Applied apply(int base_fd, const Plan& plan, std::chrono::steady_clock::time_point deadline);
 
 // GC runs every gc_interval and meets a trash entry it cannot remove (a mount inside) every time:

@@ -70,9 +70,29 @@ std::optional<std::uint32_t> job_of_marker(const std::string& name)
   return parse_u32(n.substr(k_keep_prefix.size()));
 }
 
-bool needs_slurmctld(const Snapshot& snapshot, const Evidence& evidence)
+namespace {
+
+// A ".stageout." directory without a record that no one is copying from and that has not changed
+// for a while; whether its job ended is the caller's question.
+bool stray_candidate(const Snapshot& snapshot, const Evidence& evidence, const Options& options, const BaseEntry& e)
+{
+  if (!e.is_dir || !tmpdir::job_of_stage_out(e.name) || snapshot.kept_until.count(e.name) > 0) {
+    return false;
+  }
+  if (!evidence.pending_stage_outs || evidence.pending_stage_outs->count(e.name) > 0) {
+    return false; // the daemon's, or unknown: kept as a copy in progress
+  }
+  return snapshot.now - std::max(e.mtime, e.ctime) >= options.stray_after_seconds;
+}
+
+} // namespace
+
+bool needs_slurmctld(const Snapshot& snapshot, const Evidence& evidence, const Options& options)
 {
   for (const auto& e : snapshot.entries) {
+    if (stray_candidate(snapshot, evidence, options, e) && evidence.live_steps.count(*tmpdir::job_of_stage_out(e.name)) == 0) {
+      return true; // only slurmctld can say its job ended
+    }
     auto job = job_of_dir(e.name);
     if (!job || !e.is_dir || evidence.live_steps.count(*job)) {
       continue;
@@ -88,18 +108,17 @@ bool needs_slurmctld(const Snapshot& snapshot, const Evidence& evidence)
 Plan make_plan(const Snapshot& snapshot, const Evidence& evidence, const Options& options)
 {
   Plan plan;
-  plan.mount_points = snapshot.mount_points;
   std::set<std::uint32_t> dirs;
   auto old_enough = [&](const BaseEntry& e) { return snapshot.now - e.mtime >= options.grace_seconds; };
   for (const auto& e : snapshot.entries) {
     std::string_view n = e.name;
     if (n.starts_with(k_trash_prefix)) {
-      plan.remove.push_back(Action{e.name, Reason::trash, 0, e.ino});
+      plan.remove.push_back(Action{e.name, Reason::trash, 0, e.ino, e.mounted});
       continue;
     }
     if (n.starts_with(k_new_prefix) || (n.starts_with(k_keep_prefix) && !job_of_marker(e.name))) {
       if (old_enough(e)) { // a create or a marker write that was interrupted
-        plan.remove.push_back(Action{e.name, Reason::leftover, 0, e.ino});
+        plan.remove.push_back(Action{e.name, Reason::leftover, 0, e.ino, e.mounted});
       }
       continue;
     }
@@ -108,7 +127,12 @@ Plan make_plan(const Snapshot& snapshot, const Evidence& evidence, const Options
       // one: results kept after a failed copy, until their time is up.
       auto kept = snapshot.kept_until.find(e.name);
       if (kept != snapshot.kept_until.end() && kept->second <= snapshot.now) {
-        plan.remove.push_back(Action{e.name, Reason::expired, *job, e.ino});
+        plan.remove.push_back(Action{e.name, Reason::expired, *job, e.ino, e.mounted});
+      }
+      const bool ended = evidence.live_steps.count(*job) == 0 && evidence.running_here &&
+                         evidence.running_here->count(*job) == 0;
+      if (ended && stray_candidate(snapshot, evidence, options, e)) {
+        plan.strays.push_back(Stray{e.name, *job, e.uid, snapshot.now + options.keep_for_seconds});
       }
       continue;
     }
@@ -134,7 +158,7 @@ Plan make_plan(const Snapshot& snapshot, const Evidence& evidence, const Options
                            (kept == snapshot.kept_until.end() || kept->second <= snapshot.now);
       plan.jobs[*job] = expired ? JobDirState::orphan : JobDirState::kept;
       if (expired) {
-        plan.remove.push_back(Action{e.name, Reason::expired, *job, e.ino});
+        plan.remove.push_back(Action{e.name, Reason::expired, *job, e.ino, e.mounted});
       }
       continue;
     }
@@ -148,7 +172,18 @@ Plan make_plan(const Snapshot& snapshot, const Evidence& evidence, const Options
       continue;
     }
     plan.jobs[*job] = JobDirState::orphan;
-    plan.remove.push_back(Action{e.name, Reason::orphan, *job, e.ino});
+    plan.remove.push_back(Action{e.name, Reason::orphan, *job, e.ino, e.mounted});
+  }
+  // Mount points decided on are detached, then removed; the others (a running or kept job's,
+  // a copy in progress, names not ours) stay, and are reported.
+  for (const auto& name : snapshot.mount_points) {
+    const bool decided = std::any_of(plan.remove.begin(), plan.remove.end(), [&](const Action& a) { return a.name == name; });
+    auto job = job_of_dir(name);
+    const bool job_keeps = job && plan.jobs.count(*job) > 0 &&
+                           (plan.jobs.at(*job) == JobDirState::running || plan.jobs.at(*job) == JobDirState::kept);
+    if (!decided && !job_keeps) {
+      plan.mount_points.push_back(name);
+    }
   }
   // Records of kept stage-out results whose directory is gone.
   for (const auto& kept : snapshot.kept_until) {

@@ -72,6 +72,8 @@ constexpr std::size_t k_max_fds = 8;
   }
   close_from(static_cast<int>(4 + moved.size()));
 
+  // Its own process group (as root, before the drop): Child::kill ends whatever it forked as well.
+  ::setpgid(0, 0);
   struct rlimit core {0, 0};
   ::setrlimit(RLIMIT_CORE, &core);
   if (creds.uid == 0 || ::setgroups(creds.groups.size(), creds.groups.data()) != 0 ||
@@ -164,6 +166,7 @@ Child::~Child() { kill(); }
 void Child::kill()
 {
   if (m_pid > 0) {
+    ::kill(-m_pid, SIGKILL); // its process group: anything it forked (the unreaped child holds the id)
     ::kill(m_pid, SIGKILL);
     while (::waitpid(m_pid, nullptr, 0) < 0 && errno == EINTR) {
     }
@@ -227,6 +230,8 @@ Result<Child> spawn_as(const Credentials& creds, const std::vector<int>& keep, c
     parent_end.release(); // closed by close_range in the child; never run its destructor
     child_main(creds, child_end.get(), keep, body, parent);
   }
+  (void)::setpgid(pid, pid); // as the child does: a kill of the group can never come before it
+
   return Child(pid, std::move(parent_end));
 }
 

@@ -41,6 +41,7 @@ public:
   pid_t pid() const { return m_pid; }
   // Waits for the child to exit; its exit code, or an error naming the signal that killed it.
   Result<int> wait();
+  // Kills the child and its process group (whatever it forked), then reaps it.
   void kill();
   // Whether the child is stopped (SIGSTOP, a tracer): it would never answer.
   bool stopped() const;
@@ -52,7 +53,8 @@ private:
 
 // Forks a child that drops to `creds` and runs `body(sock)`; the child keeps only `sock` (as fd 3)
 // and `keep` (renumbered to 4, 5, ... in order; body receives them in the same order), with stdin
-// on /dev/null, a core size of 0 and the parent-death signal set to SIGKILL. The child must not
+// on /dev/null, a core size of 0, the parent-death signal set to SIGKILL, and its own process
+// group (led by it, so Child::kill reaches what it forks). The child must not
 // log: it exits with body's return value.
 using ChildBody = std::function<int(int sock, const std::vector<int>& kept)>;
 Result<Child> spawn_as(const Credentials& creds, const std::vector<int>& keep, const ChildBody& body);

@@ -106,14 +106,35 @@ StageOutResult stage_out(const Config& config, const tmpdir::JobContext& job, co
   auto opened = fs::open_beneath(base_fd->get(), name, O_RDONLY | O_DIRECTORY);
   UniqueFd dir = opened ? std::move(*opened) : UniqueFd();
   struct stat st {};
-  if (!dir.valid() || ::fstat(dir.get(), &st) != 0 || st.st_uid != job.owner.uid || st.st_uid == 0) {
-    return failed("nothing copied: no scratch directory " + *base + "/" + name + " owned by the job user" +
+  // The job user's, or taken from them at job end (root's: tmpdir::take_from_user).
+  if (!dir.valid() || ::fstat(dir.get(), &st) != 0 || (st.st_uid != job.owner.uid && st.st_uid != 0) ||
+      job.owner.uid == 0) {
+    return failed("nothing copied: no scratch directory " + *base + "/" + name + " of the job user" +
                   (opened ? std::string() : " (" + opened.error().message + ")"));
   }
   auto creds = credentials_of(job.owner.uid, job.owner.gid);
   if (!creds) {
     return failed("nothing copied: " + creds.error().message);
   }
+  // The copy runs as the user through this fd, and openat below a root 0700 directory fails for
+  // them: handed back for the copy's time only, and taken away again through the same fd after.
+  const bool taken = st.st_uid == 0;
+  if (taken) {
+    if (auto back = tmpdir::hand_back(dir.get(), job.owner); !back) {
+      return failed("nothing copied: " + back.error().message);
+    }
+  }
+  struct Retake
+  {
+    int fd;
+    bool on;
+    ~Retake()
+    {
+      if (on) {
+        (void)tmpdir::take_from_user(fd);
+      }
+    }
+  } retake{dir.get(), taken};
   // The child stops itself a little before the budget, so it can still say what it copied.
   const auto started = Clock::now();
   const auto child_until = started + budget * 9 / 10;
@@ -124,7 +145,6 @@ StageOutResult stage_out(const Config& config, const tmpdir::JobContext& job, co
   if (!child) {
     return failed("nothing copied: " + child.error().message);
   }
-  dir.reset();
   std::string said;
   CopyOutcome outcome = CopyOutcome::complete;
   for (;;) {
@@ -185,7 +205,16 @@ std::string keep_results(const Config& config, const tmpdir::JobContext& job, co
   UniqueFd dir = opened ? std::move(*opened) : UniqueFd();
   auto creds = credentials_of(job.owner.uid, job.owner.gid);
   struct stat st {};
-  if (specs && dir.valid() && creds && ::fstat(dir.get(), &st) == 0 && st.st_uid == job.owner.uid && st.st_uid != 0) {
+  // Kept for their user, as a --tmpdir=keep directory is: theirs to read and to retry without the
+  // daemon (`stagehand stage-out retry`) until keep_for, when GC takes them away and removes them.
+  if (dir.valid() && ::fstat(dir.get(), &st) == 0 && st.st_uid == 0 && job.owner.uid != 0) {
+    if (auto back = tmpdir::hand_back(dir.get(), job.owner); !back) {
+      line += " (" + back.error().message + ")";
+    } else {
+      st.st_uid = job.owner.uid;
+    }
+  }
+  if (specs && dir.valid() && creds && st.st_uid == job.owner.uid && st.st_uid != 0) {
     auto child = spawn_as(*creds, {dir.get()}, [&](int sock, const std::vector<int>& kept) {
       return log_kept(sock, kept.at(0), *specs, job, out, line);
     });

@@ -2,6 +2,7 @@
 #include "stagehand/tmpdir/job_dir.hpp"
 
 #include "stagehand/fs/atomic_file.hpp"
+#include "stagehand/fs/mounts.hpp"
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/util/fd.hpp"
@@ -154,9 +155,73 @@ Status mark_kept(int base_fd, std::uint32_t job_id, std::time_t until)
   return fs::write_file_atomic(base_fd, keep_marker_name(job_id), text, 0644);
 }
 
+Status take_from_user(int dir_fd)
+{
+  if (::fchown(dir_fd, 0, 0) != 0 || ::fchmod(dir_fd, 0700) != 0) {
+    return Error::from_errno("cannot take the directory from its user");
+  }
+  return ok_status();
+}
+
+Status take_from_user(int base_fd, const std::string& name)
+{
+  auto dir = fs::open_beneath(base_fd, name, O_RDONLY | O_DIRECTORY);
+  if (!dir) {
+    return dir.error().code == EXDEV ? Error::io(name + " is a mount point: not taken from its user", EXDEV)
+                                     : dir.error().with_context("cannot take " + name + " from its user");
+  }
+  if (auto st = take_from_user(dir->get()); !st) {
+    return st.error().with_context(name);
+  }
+  return ok_status();
+}
+
+Status hand_back(int dir_fd, const JobOwner& owner)
+{
+  if (owner.uid == 0) {
+    return Error::refused("a directory is never handed to root as its job user");
+  }
+  if (::fchown(dir_fd, owner.uid, owner.gid) != 0 || ::fchmod(dir_fd, 0700) != 0) {
+    return Error::from_errno("cannot hand the directory back to uid " + std::to_string(owner.uid));
+  }
+  return ok_status();
+}
+
+namespace {
+
+// Taken away first, so that the user mounts nothing more on it; then whatever the user left
+// mounted on it or below it is detached here, in the node's own mount namespace (the epilog's:
+// a daemon under its unit has a namespace of its own, where a detach would hide nothing and free
+// nothing), and a directory that was itself a mount point is taken once it is uncovered. A mount
+// that cannot be detached is left to GC; a missing directory is not an error here: the rename
+// says what there is.
+Status take_before_move(int base_fd, const std::string& name)
+{
+  auto st = take_from_user(base_fd, name);
+  if (!st && st.error().code != EXDEV && st.error().code != ENOENT) {
+    return st;
+  }
+  if (!st && st.error().code == ENOENT) {
+    return ok_status();
+  }
+  auto detached = fs::detach_mounts_below(base_fd, name);
+  if (detached && !detached->empty() && !st) {
+    st = take_from_user(base_fd, name);
+    if (!st && st.error().code != EXDEV && st.error().code != ENOENT) {
+      return st;
+    }
+  }
+  return ok_status();
+}
+
+} // namespace
+
 Result<std::optional<std::string>> move_to_trash(int base_fd, std::uint32_t job_id)
 {
   const std::string name = job_dir_name(job_id);
+  if (auto taken = take_before_move(base_fd, name); !taken) {
+    return taken.error();
+  }
   const std::string trash = std::string(k_trash_prefix) + name + "." + unique_suffix();
   if (::renameat2(base_fd, name.c_str(), base_fd, trash.c_str(), RENAME_NOREPLACE) != 0) {
     if (errno == ENOENT) {
@@ -171,6 +236,9 @@ Result<std::optional<std::string>> move_to_trash(int base_fd, std::uint32_t job_
 Result<std::optional<std::string>> move_to_stage_out(int base_fd, std::uint32_t job_id)
 {
   const std::string name = job_dir_name(job_id);
+  if (auto taken = take_before_move(base_fd, name); !taken) {
+    return taken.error();
+  }
   const std::string pending = std::string(k_stage_out_prefix) + name + "." + unique_suffix();
   if (::renameat2(base_fd, name.c_str(), base_fd, pending.c_str(), RENAME_NOREPLACE) != 0) {
     if (errno == ENOENT) {
@@ -218,6 +286,9 @@ Result<std::string> stage_out_to_trash(int base_fd, const std::string& pending)
 {
   if (!job_of_stage_out(pending)) {
     return Error::refused("\"" + pending + "\" is not a stage-out directory name");
+  }
+  if (auto taken = take_before_move(base_fd, pending); !taken) {
+    return taken.error();
   }
   const std::string trash = std::string(k_trash_prefix) + pending.substr(1) + "." + unique_suffix();
   if (::renameat2(base_fd, pending.c_str(), base_fd, trash.c_str(), RENAME_NOREPLACE) != 0) {

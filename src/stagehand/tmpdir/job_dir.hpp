@@ -50,12 +50,26 @@ struct KeepMarker
 // Reads the keep marker `name` in the base ("UNTIL [INODE]"); nullopt when absent or unreadable.
 std::optional<KeepMarker> read_keep_marker(int base_fd, const std::string& name);
 
-// Job end: renames base/job_<id> to a fresh ".trash.job_<id>.<unique>" name in one O(1) rename and
-// returns that name (nullopt when there is no directory). Whatever the job left, the epilog is done
+// After the job, root takes a directory away from its user before anything else: owner root:root,
+// mode 0700, through an fd opened beneath the base without crossing a mount, so the user can no
+// longer enter it (nor mount anything on it or below it to pin node-local data). A mount point
+// (the user mounted on the directory itself) cannot be opened without crossing: EXDEV, and GC
+// detaches it. A missing directory: ENOENT.
+Status take_from_user(int base_fd, const std::string& name);
+// The same through an fd of the directory.
+Status take_from_user(int dir_fd);
+// Gives the directory (an fd of it) back to its user, owner and 0700 as the prolog made it: for
+// a stage-out copy that runs as the user (then taken away again), and for results kept for the
+// user after a copy that could not complete.
+Status hand_back(int dir_fd, const JobOwner& owner);
+
+// Job end: takes base/job_<id> from its user, then renames it to a fresh ".trash.job_<id>.<unique>"
+// name in one O(1) rename and returns that name (nullopt when there is no directory). Whatever the job left, the epilog is done
 // with it at once; the trash is removed in the background (the daemon) or within a budget.
 Result<std::optional<std::string>> move_to_trash(int base_fd, std::uint32_t job_id);
 
-// Job end with --stage-out and the daemon: renames base/job_<id> to a fresh
+// Job end with --stage-out: takes base/job_<id> from its user (the copy hands it back for its own
+// time, stageout's hook), then renames it to a fresh
 // ".stageout.job_<id>.<unique>" name (nullopt when there is no directory), a name garbage
 // collection never touches: the daemon copies from it, then moves it to the trash.
 inline constexpr const char* k_stage_out_prefix = ".stageout.";
@@ -66,7 +80,7 @@ std::optional<std::uint32_t> job_of_stage_out(const std::string& name);
 // ".stageout.job_<id>.<unique>" name, one no other process knows (a retry works on that name, so a
 // second retry or GC that decided on the old one finds nothing); the new name.
 Result<std::string> renew_stage_out(int base_fd, std::uint32_t job_id, const std::string& from);
-// Renames a ".stageout." entry into the trash; the trash name.
+// Takes a ".stageout." entry from its user and renames it into the trash; the trash name.
 Result<std::string> stage_out_to_trash(int base_fd, const std::string& pending);
 
 // A stage-out that could not complete keeps its directory (".stageout.job_<id>.<unique>", or

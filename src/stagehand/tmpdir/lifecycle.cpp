@@ -72,6 +72,10 @@ Result<JobEnd> on_job_end(const Config& config, const JobContext& job, Request r
     return base_fd.error();
   }
   if (request == Request::keep) {
+    // Not taken from the user: SPEC and the README promise a kept directory to its user for
+    // keep_for (to copy results out or debug). GC takes it away, and detaches any mount the user
+    // left on it or below it, when keep_for is up, before removing it. Every other end (trash,
+    // stage-out) takes it away first (move_to_trash, move_to_stage_out).
     std::time_t until = std::time(nullptr) + static_cast<std::time_t>(config.tmpdir.keep_for.count());
     auto st = mark_kept(base_fd->get(), job.owner.job_id, until);
     if (!st) {

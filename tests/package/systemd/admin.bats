@@ -134,6 +134,12 @@ EOF
   note "$(echo "$LAST_OUTPUT" | grep '^tmpdir '); gone after the job"
 }
 
+# settle FILE: waits until FILE last changed more than 2 s ago: the daemon stages a source modified
+# within 2 s of its staging "(no cache)" (its racy-source rule), never a miss.
+settle() {
+  while [ "$(($(date +%s) - $(stat -c %Z "$1")))" -lt 3 ]; do sleep 0.2; done
+}
+
 # stage_tar NAME TAR OUTCOME: job NAME stages TAR (a copy of data/tree.tar.gz; absolute, or under
 # ~/work) to $SLURM_TMPDIR/tree; the content must be data/tree's and the summary line TAR's,
 # ending "(OUTCOME)".
@@ -155,6 +161,7 @@ EOF
   need slurm
   need daemon
   need user
+  settle "$WORKDIR/data/tree.tar.gz"
   stage_tar stage_miss data/tree.tar.gz "cache miss"
   echo "$JOB_ID" >"$STATE/miss.job"
 }
@@ -174,6 +181,7 @@ EOF
   need daemon
   need user
   as_user bash -c 'mkdir -p /tmp/shuser-data && cp data/tree.tar.gz /tmp/shuser-data/t.tar.gz'
+  settle /tmp/shuser-data/t.tar.gz
   stage_tar stage_tmp /tmp/shuser-data/t.tar.gz "cache miss"
 }
 
