@@ -58,6 +58,9 @@ int run_stage_helper(const std::string& helper_path, const stage::StageRequest& 
     ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
+  // Unbounded on purpose: staging takes as long as its data does. This wait is in the task (the
+  // user's process, forked by slurmstepd), not in slurmstepd; the job's end kills it and the helper
+  // (same step, same cgroup), so it never holds slurmstepd.
   int status = 0;
   pid_t waited = 0;
   while ((waited = ::waitpid(pid, &status, 0)) < 0 && errno == EINTR) {

@@ -5,6 +5,7 @@
 #include "stagehand/stage/copy.hpp"
 #include "stagehand/stage/source.hpp"
 #include "stagehand/util/fd.hpp"
+#include "stagehand/util/process_wait.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -76,9 +77,12 @@ Status run_sbcast(const std::vector<std::string>& args, int keep_fd)
   wr.reset();
   auto out = fs::read_all(rd.get(), "sbcast", 64 * 1024);
   rd.reset(); // past 64 KiB of output, sbcast must not block on a full pipe
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  // Its output closed: it is exiting (or blocked in a syscall: killed then, never waited on unbounded).
+  auto ended = proc::wait_or_kill(pid, "sbcast", proc::Clock::now() + std::chrono::seconds(30));
+  if (!ended) {
+    return Error::io(ended.error().message, ended.error().code);
   }
+  const int status = *ended;
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
     return ok_status();
   }

@@ -3,6 +3,8 @@
 #include "commands.hpp"
 #include "stage_run.hpp"
 
+#include "common/log_format.hpp"
+
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -42,7 +44,7 @@ $SLURMD_NODENAME, else the short host name).
 int main(int argc, char** argv)
 {
   auto logger = spdlog::stderr_color_st("stagehand");
-  logger->set_pattern("stagehand: %^%l%$: %v");
+  helper::set_escaping_pattern(*logger, "stagehand: %^%l%$: %v");
   spdlog::set_default_logger(logger);
   try {
     if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {

@@ -11,6 +11,7 @@
 #include "stagehand/stage/progress.hpp"
 #include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
+#include "stagehand/util/process_wait.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -94,6 +95,17 @@ Status Daemon::reload()
   if (!config) {
     return config.error();
   }
+  // A cache moved by the reload is opened (every manifest read, into its index) without the lock.
+  const std::string cache_path = expand_node(config->daemon.cache_dir, m_node);
+  bool moved = false;
+  {
+    std::lock_guard lock(m_mutex);
+    moved = !m_store || m_store->path() != cache_path;
+  }
+  Result<cache::Store> opened = Error::internal("not reopened");
+  if (moved) {
+    opened = cache::Store::open(cache_path);
+  }
   std::lock_guard lock(m_mutex);
   if (expand_node(config->daemon.socket, m_node) != socket_path()) {
     spdlog::warn("reload: [daemon] socket changed; it takes effect at the next restart");
@@ -108,13 +120,10 @@ Status Daemon::reload()
     spdlog::error("reload: [daemon] user: {}", service.error().message);
     m_service.reset();
   }
-  if (!m_store || m_store->path() != expand_node(m_config.daemon.cache_dir, m_node)) {
-    auto store = cache::Store::open(expand_node(m_config.daemon.cache_dir, m_node));
-    if (store) {
-      m_store = std::make_shared<cache::Store>(std::move(*store));
-    } else {
-      spdlog::error("reload: [daemon] cache_dir: {}", store.error().message);
-    }
+  if (moved && opened) {
+    m_store = std::make_shared<cache::Store>(std::move(*opened));
+  } else if (moved) {
+    spdlog::error("reload: [daemon] cache_dir: {}", opened.error().message);
   }
   m_gc_kicked = true;
   m_gc_cv.notify_all();
@@ -132,15 +141,38 @@ Result<UniqueFd> Daemon::open_base() const
 
 void Daemon::save_state()
 {
-  std::lock_guard lock(m_mutex);
-  save_registry_locked();
+  std::unique_lock lock(m_mutex);
+  auto copy = registry_copy_locked();
+  lock.unlock();
+  write_registry(copy);
 }
 
 void Daemon::save_registry_locked()
 {
-  if (auto st = registry::save(m_state_dir.get(), m_registry); !st) {
+  // A job staging thousands of sources changes its record thousands of times: written by the GC
+  // thread at most once a second, never serialised under the lock once per source.
+  if (!std::exchange(m_registry_dirty, true)) {
+    m_gc_cv.notify_all();
+  }
+}
+
+Daemon::RegistryCopy Daemon::registry_copy_locked()
+{
+  m_registry_saved_at = std::chrono::steady_clock::now();
+  m_registry_dirty = false;
+  return RegistryCopy{++m_registry_generation, m_registry};
+}
+
+void Daemon::write_registry(const RegistryCopy& copy)
+{
+  std::lock_guard lock(m_registry_write_mutex);
+  if (copy.generation <= m_registry_written) {
+    return; // a later copy is on disk already
+  }
+  if (auto st = registry::save(m_state_dir.get(), copy.registry); !st) {
     spdlog::error("registry: {}", st.error().message);
   }
+  m_registry_written = copy.generation;
 }
 
 void Daemon::handle(const proto::Request& request, const Peer& peer, Responder& out)
@@ -181,16 +213,16 @@ void Daemon::handle(const proto::Request& request, const Peer& peer, Responder& 
 
 void Daemon::on_register(const proto::RegisterJob& r, const Peer&, Responder& out)
 {
-  {
-    std::lock_guard lock(m_mutex);
-    registry::JobRecord rec;
-    rec.job_id = r.job_id;
-    rec.uid = r.uid;
-    rec.gid = r.gid;
-    rec.registered_at = now_s();
-    m_registry.register_job(rec);
-    save_registry_locked();
-  }
+  std::unique_lock lock(m_mutex);
+  registry::JobRecord rec;
+  rec.job_id = r.job_id;
+  rec.uid = r.uid;
+  rec.gid = r.gid;
+  rec.registered_at = now_s();
+  m_registry.register_job(rec);
+  auto copy = registry_copy_locked();
+  lock.unlock();
+  write_registry(copy); // on disk before the prolog hears "done"
   spdlog::info("job {}: registered (uid {})", r.job_id, r.uid);
   out.result(proto::Done{});
 }
@@ -213,11 +245,11 @@ void Daemon::on_end_job(const proto::EndJob& r, const Peer&, Responder& out)
     }
     spdlog::info("job {}: stage-out handed over ({})", r.job_id, r.pending);
   }
-  {
-    std::lock_guard lock(m_mutex);
-    m_registry.end_job(r.job_id, now_s(), r.keep_until);
-    save_registry_locked();
-  }
+  std::unique_lock lock(m_mutex);
+  m_registry.end_job(r.job_id, now_s(), r.keep_until);
+  auto copy = registry_copy_locked();
+  lock.unlock();
+  write_registry(copy);
   spdlog::info("job {}: ended{}", r.job_id,
                !r.trash.empty() ? ", trash " + r.trash : r.keep_until > 0 ? std::string(", directory kept") : std::string());
   out.result(proto::Done{});
@@ -286,9 +318,11 @@ void Daemon::stop()
   if (m_gc_thread.joinable()) {
     m_gc_thread.join();
   }
-  std::lock_guard lock(m_mutex);
+  std::unique_lock lock(m_mutex);
   if (m_state_dir.valid()) {
-    save_registry_locked();
+    auto copy = registry_copy_locked();
+    lock.unlock();
+    write_registry(copy);
   }
 }
 
@@ -307,6 +341,7 @@ void Daemon::write_metrics()
     m.node = m_node;
     m.counters = m_counters;
     m.cache_max_bytes = m_config.daemon.cache_max_bytes;
+    m.stuck_children = proc::stuck_children();
     store = m_store;
     for (const auto& [id, job] : m_registry.jobs()) {
       if (job.state == registry::JobState::running) {
@@ -314,11 +349,10 @@ void Daemon::write_metrics()
       }
     }
   }
-  if (store) { // every entry's manifest: read without the daemon's lock
-    for (const auto& e : store->list()) {
-      ++m.cache_entries;
-      m.cache_bytes += e.disk_bytes;
-    }
+  if (store) { // from the index: no manifest is read
+    const auto totals = store->totals();
+    m.cache_entries = totals.entries;
+    m.cache_bytes = totals.bytes;
   }
   if (auto st = write_metrics_file(path, m); !st) {
     spdlog::warn("metrics: {}", st.error().message);

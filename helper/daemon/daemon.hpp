@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -99,9 +100,28 @@ private:
   // while the daemon was down, when its directory is owned by the peer).
   Result<registry::JobRecord> job_for(std::uint32_t job_id, const Peer& peer);
   Result<UniqueFd> open_base() const;
+  // Persists the registry soon: the GC thread writes it, at most once a second (a crash loses at
+  // most that second, which GC and job_for rebuild).
   void save_registry_locked();
-  // Evicts least recently used entries no job uses until `store` holds at most `max_bytes`.
-  void evict_to_fit_locked(const std::shared_ptr<cache::Store>& store, std::uint64_t max_bytes);
+  // Persists it now: a copy taken under the lock, written (serialised, synced) after it is released.
+  struct RegistryCopy
+  {
+    std::uint64_t generation = 0;
+    registry::Registry registry;
+  };
+  RegistryCopy registry_copy_locked();
+  void write_registry(const RegistryCopy& copy); // without m_mutex
+  static constexpr std::chrono::seconds k_registry_save_every{1};
+  // Evicts least recently used entries no job uses until `store` is within [daemon]
+  // cache_max_bytes and cache_max_entries (or nothing but pinned entries is left).
+  void evict_to_fit_locked(const std::shared_ptr<cache::Store>& store);
+  // Makes room for one more entry of `disk_bytes` the same way; false (and nothing evicted) when
+  // even evicting every entry no running job uses would not: the fill then stays out of the cache.
+  bool make_room_locked(const std::shared_ptr<cache::Store>& store, std::uint64_t disk_bytes);
+  void evict_locked(const std::shared_ptr<cache::Store>& store, const std::vector<cache::EntryMeta>& victims);
+  cache::CacheLimits cache_limits_locked() const;
+  // Whether a job uses an entry: being materialised now, or in a running job's directory.
+  std::function<bool(const std::string&)> pinned_locked() const;
   // A fill or an evicted entry under `store`'s tmp/, removed later by the GC thread without the
   // lock (a big one takes seconds: no staging, prolog or epilog waits for it). Its name stays in
   // m_fill_dirs until then, so GC's sweep leaves it alone. Called with m_mutex held.
@@ -122,12 +142,18 @@ private:
   std::string m_base_path; // [tmpdir] base with %n, fixed at start (a change needs a restart)
   std::atomic<bool> m_ctld_unreachable{false};
 
+  std::mutex m_registry_write_mutex; // one registry write at a time, the latest copy last
+  std::uint64_t m_registry_written = 0; // generation on disk; guarded by m_registry_write_mutex
+
   std::mutex m_mutex; // guards everything below
   Config m_config;
   UniqueFd m_state_dir;
   std::shared_ptr<cache::Store> m_store; // replaced on reload; users hold their own reference
   std::optional<ipc::Credentials> m_service;
   registry::Registry m_registry;
+  bool m_registry_dirty = false; // changed since m_registry_saved_at
+  std::chrono::steady_clock::time_point m_registry_saved_at;
+  std::uint64_t m_registry_generation = 0;
   Counters m_counters;
   std::map<std::string, std::shared_ptr<FillWait>> m_fills; // by key
   std::set<std::string> m_fill_dirs;                         // tmp/ names in use

@@ -47,17 +47,22 @@ proto::GcReply Daemon::collect(bool dry_run)
   }
   gc::Evidence evidence;
   evidence.live_steps = gc::live_step_jobs();
+  bool registry_unsure = false; // a record says running, and no slurmstepd here says so
+  std::shared_ptr<cache::Store> store;
   {
     std::lock_guard lock(m_mutex);
     for (const auto& [id, job] : m_registry.jobs()) {
       if (job.state == registry::JobState::running) {
         evidence.registered_running.insert(id);
+        registry_unsure = registry_unsure || !evidence.live_steps.count(id);
       }
     }
+    store = m_store;
   }
   evidence.pending_stage_outs = gc::pending_stage_outs(m_config.daemon.state_dir);
   const gc::Options options = gc::options_from(m_config);
-  if (gc::needs_slurmctld(*snap, evidence, options)) {
+  const std::int64_t asked_at = now_s();
+  if (gc::needs_slurmctld(*snap, evidence, options) || registry_unsure) {
     evidence.running_here = gc::slurmctld_running(m_node, "squeue", std::chrono::seconds(15));
     const bool down = !evidence.running_here;
     if (down != m_ctld_unreachable.exchange(down)) { // said once per change, not every interval
@@ -96,6 +101,9 @@ proto::GcReply Daemon::collect(bool dry_run)
                  base_path, r);
   }
   std::vector<TmpName> debris; // a crash's leftovers in the cache, removed below without the lock
+  // The cache's names, listed without the lock (however many entries it holds); set_aside_debris
+  // below checks each difference with the index again under it.
+  const auto scan = store ? store->scan() : cache::Store::Scan{};
   std::unique_lock lock(m_mutex);
   // Every gc_interval meets the same mount point again: the log says it once.
   for (const auto& f : m_gc_reported.fresh(applied)) {
@@ -124,6 +132,15 @@ proto::GcReply Daemon::collect(bool dry_run)
       changed = true;
     }
   }
+  // A running record whose end_job never came (its directory may be gone already): slurmctld's
+  // word ends it, and its cache entries are no longer pinned. No answer: all are kept.
+  if (evidence.running_here) {
+    for (auto job : m_registry.ended_by_slurmctld(*evidence.running_here, evidence.live_steps, asked_at)) {
+      spdlog::info("job {}: ended (slurmctld no longer runs it on node {}; its end was never reported)", job, m_node);
+      m_registry.end_job(job, now_s(), 0);
+      changed = true;
+    }
+  }
   std::vector<std::uint32_t> forget;
   for (const auto& [id, job] : m_registry.jobs()) {
     if (job.state == registry::JobState::ended && now_s() - job.ended_at > k_forget_ended_after &&
@@ -139,14 +156,14 @@ proto::GcReply Daemon::collect(bool dry_run)
     save_registry_locked();
   }
   std::vector<std::string> shown; // debris[i] as it was found
-  if (m_store) {
-    for (auto& d : m_store->set_aside_debris(m_fill_dirs)) {
+  if (m_store && m_store == store) { // not when a reload moved the cache since the scan
+    for (auto& d : m_store->set_aside_debris(m_fill_dirs, scan)) {
       m_fill_dirs.insert(d.tmp_name); // as for any removal in flight: the next sweep leaves it alone
       debris.emplace_back(m_store, std::move(d.tmp_name));
       shown.push_back(m_store->path() + "/" + d.shown);
     }
-    evict_to_fit_locked(m_store, m_config.daemon.cache_max_bytes);
   }
+  evict_to_fit_locked(m_store);
   lock.unlock();
   auto failed = remove_now(debris); // reported as removed only once it is
   for (std::size_t i = 0; i < debris.size(); ++i) {
@@ -189,7 +206,21 @@ void Daemon::gc_loop()
     if (pass) {
       next_pass = std::chrono::steady_clock::now() + m_config.daemon.gc_interval;
     }
-    m_gc_cv.wait_until(lock, next_pass, [&] { return m_stopping || m_gc_kicked || !m_removals.empty(); });
+    for (;;) {
+      const auto now = std::chrono::steady_clock::now();
+      if (m_registry_dirty && now >= m_registry_saved_at + k_registry_save_every) {
+        auto copy = registry_copy_locked(); // what save_registry_locked() left for us
+        lock.unlock();
+        write_registry(copy);
+        lock.lock();
+        continue;
+      }
+      if (m_stopping || m_gc_kicked || !m_removals.empty() || now >= next_pass) {
+        break;
+      }
+      m_gc_cv.wait_until(lock, m_registry_dirty ? std::min(next_pass, m_registry_saved_at + k_registry_save_every)
+                                                : next_pass);
+    }
     if (m_stopping) {
       return;
     }

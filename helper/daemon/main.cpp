@@ -5,6 +5,9 @@
 
 #include "stagehand/config/config.hpp"
 #include "stagehand/tmpdir/job_dir.hpp"
+#include "stagehand/util/process_wait.hpp"
+
+#include "common/log_format.hpp"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -40,7 +43,7 @@ std::string short_hostname()
 int main(int argc, char** argv)
 {
   auto logger = spdlog::stderr_color_mt("stagehandd");
-  logger->set_pattern("%^%l%$: %v"); // the journal adds time and unit
+  helper::set_escaping_pattern(*logger, "%^%l%$: %v"); // the journal adds time and unit
   spdlog::set_default_logger(logger);
   std::string config_path{k_default_config_path};
   std::string node;
@@ -90,6 +93,11 @@ int main(int argc, char** argv)
     files.rlim_cur = std::min<rlim_t>(8192, files.rlim_max);
     ::setrlimit(RLIMIT_NOFILE, &files);
   }
+
+  // A child that outlives SIGKILL (blocked on a user's FUSE server that never answers) is reaped
+  // by a thread of its own when it ends; the request that waited for it has long been answered.
+  proc::set_reaper_log([](const std::string& line) { spdlog::warn("{}", line); });
+  proc::enable_reaper_thread();
 
   daemon::Daemon d(std::move(*config), config_path, node);
   if (auto st = d.start(); !st) {

@@ -2,10 +2,8 @@
 #include "metrics.hpp"
 
 #include "stagehand/fs/atomic_file.hpp"
+#include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/util/fd.hpp"
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <cstdio>
 
@@ -44,6 +42,9 @@ std::string render_metrics(const MetricsSnapshot& m)
   metric("stagehand_trash_backlog_entries", "gauge", "Job directories in the trash, not yet removed.", node,
          double(c.trash_entries));
   metric("stagehand_running_jobs", "gauge", "Jobs the daemon knows to run on the node.", node, double(m.running_jobs));
+  metric("stagehand_stuck_children", "gauge",
+         "Children that did not end after SIGKILL (blocked on a filesystem that does not answer), not yet reaped.",
+         node, double(m.stuck_children));
   return out;
 }
 
@@ -51,11 +52,13 @@ Status write_metrics_file(const std::string& path, const MetricsSnapshot& m)
 {
   const auto slash = path.rfind('/');
   const std::string dir = slash == 0 ? "/" : path.substr(0, slash);
-  UniqueFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dfd.valid()) {
-    return Error::from_errno(dir);
+  // Root writes there: a directory a user could replace or write into (or a symlink of theirs on
+  // the way) is refused, as for every directory root is configured to write in.
+  auto dfd = fs::open_trusted_dir(dir, fs::CreateMissing::no);
+  if (!dfd) {
+    return dfd.error().with_context("[daemon] metrics_file");
   }
-  return fs::write_file_atomic(dfd.get(), path.substr(slash + 1), render_metrics(m), 0644, fs::Durability::none);
+  return fs::write_file_atomic(dfd->get(), path.substr(slash + 1), render_metrics(m), 0644, fs::Durability::none);
 }
 
 } // namespace stagehand::daemon

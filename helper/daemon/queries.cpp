@@ -96,7 +96,11 @@ void Daemon::on_status(const Peer& peer, Responder& out)
       reply.jobs.push_back(proto::JobInfo{k.job_id, "", k.uid, base_path + "/" + k.dir, stageout::kept_state(k)});
     }
   }
-  const auto store = m_store; // listed below, after the lock: it reads every entry's manifest
+  if (m_store) { // from the index: no manifest is read
+    const auto totals = m_store->totals();
+    reply.cache.entries = totals.entries;
+    reply.cache.bytes = totals.bytes;
+  }
   reply.cache.max_bytes = m_config.daemon.cache_max_bytes;
   reply.cache.hits = m_counters.hits;
   reply.cache.misses = m_counters.misses;
@@ -107,12 +111,6 @@ void Daemon::on_status(const Peer& peer, Responder& out)
     }
   }
   lock.unlock();
-  if (store) {
-    for (const auto& e : store->list()) {
-      ++reply.cache.entries;
-      reply.cache.bytes += e.disk_bytes;
-    }
-  }
   // User names after the daemon's lock: a name service that answers slowly (LDAP, SSSD) holds up
   // this reply only, never a job's prolog, epilog or staging.
   std::map<std::uint32_t, std::string> names;
@@ -150,8 +148,7 @@ void Daemon::on_cache_list(const Peer& peer, Responder& out)
     out.result(reply);
     return;
   }
-  // The manifests are read without the daemon's lock (a big cache holds hundreds); what the jobs
-  // use is asked under it after.
+  // Copied from the index without the daemon's lock; what the jobs use is asked under it after.
   auto entries = store->list();
   std::lock_guard lock(m_mutex);
   std::set<std::string> mine; // keys the peer's jobs used
@@ -222,31 +219,44 @@ void Daemon::on_cache_evict(const proto::CacheEvict& r, const Peer&, Responder& 
   out.result(reply);
 }
 
-void Daemon::evict_to_fit_locked(const std::shared_ptr<cache::Store>& store, std::uint64_t max_bytes)
+cache::CacheLimits Daemon::cache_limits_locked() const
 {
-  if (!store) {
-    return;
-  }
-  auto entries = store->list();
-  std::uint64_t total = 0;
-  for (const auto& e : entries) {
-    total += e.disk_bytes;
-  }
-  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.last_used < b.last_used; });
-  for (const auto& e : entries) {
-    if (total <= max_bytes) {
-      break;
-    }
-    if (m_pins.count(e.key) || m_registry.key_in_use(e.key)) {
-      continue; // an entry a running job uses is never evicted
-    }
+  return cache::CacheLimits{m_config.daemon.cache_max_bytes, m_config.daemon.cache_max_entries};
+}
+
+void Daemon::evict_locked(const std::shared_ptr<cache::Store>& store, const std::vector<cache::EntryMeta>& victims)
+{
+  for (const auto& e : victims) {
     if (auto aside = store->set_aside(e.key)) {
       remove_later_locked(store, std::move(*aside));
-      total -= std::min(total, e.disk_bytes);
       ++m_counters.evictions;
       spdlog::info("cache: evicted {} ({} bytes, least recently used)", e.source, e.disk_bytes);
     }
   }
+}
+
+void Daemon::evict_to_fit_locked(const std::shared_ptr<cache::Store>& store)
+{
+  if (!store) {
+    return;
+  }
+  // Best effort: what running jobs use stays, even past the limits (nothing new is published then).
+  evict_locked(store, store->make_room(cache::Index::Incoming::none, 0, cache_limits_locked(), pinned_locked()).victims);
+}
+
+bool Daemon::make_room_locked(const std::shared_ptr<cache::Store>& store, std::uint64_t disk_bytes)
+{
+  auto room = store->make_room(cache::Index::Incoming::one, disk_bytes, cache_limits_locked(), pinned_locked());
+  if (!room.fits) {
+    return false; // evicting what no job uses would not make room: evict nothing
+  }
+  evict_locked(store, room.victims);
+  return true;
+}
+
+std::function<bool(const std::string&)> Daemon::pinned_locked() const
+{
+  return [this](const std::string& key) { return m_pins.count(key) > 0 || m_registry.key_in_use(key); };
 }
 
 void Daemon::remove_later_locked(std::shared_ptr<cache::Store> store, std::string name)

@@ -31,10 +31,12 @@ StageRun::StageRun(Daemon& d, const registry::JobRecord& job, ipc::Credentials u
 
 void StageRun::execute()
 {
+  std::uint64_t request_limit = 0;
   {
     std::lock_guard lock(m_d.m_mutex);
     m_store = m_d.m_store; // ours for the whole request, even if a reload replaces it
-    m_max_bytes = std::min(m_request.max_bytes, m_d.m_config.stage.max_bytes); // never above the site's
+    m_job_limit = m_d.m_config.stage.max_bytes;
+    request_limit = std::min(m_request.max_bytes, m_job_limit); // never above the site's
   }
   auto job_fd = open_job_dir();
   if (!job_fd) {
@@ -47,15 +49,34 @@ void StageRun::execute()
     m_staging_id = m_d.m_next_staging++;
   }
   proto::StageReply reply;
+  auto refuse = [&](Error e, std::uint64_t earlier) {
+    if (e.kind == ErrorKind::limit && earlier > 0) { // [stage] max_bytes is the job's, not the request's
+      e.message += "; job " + std::to_string(m_job.job_id) + " staged " + std::to_string(earlier) +
+                   " bytes on node " + m_d.m_node + " through the daemon already, and [stage] max_bytes (" +
+                   std::to_string(m_job_limit) + ") counts all of a job's stagings";
+    }
+    rollback();
+    finish_staging();
+    m_out.error(e.with_context("--stage-data"));
+  };
   for (const auto& src : m_request.sources) {
+    const std::uint64_t earlier = job_staged(); // by the job's other requests
+    const std::uint64_t job_left = m_job_limit > earlier ? m_job_limit - earlier : 0;
+    m_max_bytes = std::min(request_limit, m_total + job_left);
     auto staged = stage_one(src);
     if (!staged) {
-      rollback();
-      finish_staging();
-      m_out.error(staged.error().with_context("--stage-data"));
+      refuse(staged.error(), earlier);
       return;
     }
     reply.staged.push_back(*staged);
+  }
+  // Counted once, whole: a concurrent request of the same job may have taken the room meanwhile.
+  if (auto earlier = charge_job(); earlier) {
+    refuse(Error::limit(std::to_string(m_total) + " bytes staged by this request, more than the " +
+                        std::to_string(m_job_limit > *earlier ? m_job_limit - *earlier : 0) +
+                        " left under [stage] max_bytes (limit)"),
+           *earlier);
+    return;
   }
   finish_staging();
   m_out.result(reply);
@@ -78,6 +99,24 @@ Result<UniqueFd> StageRun::open_job_dir()
     return Error::refused("the directory of job " + std::to_string(m_job.job_id) + " is not the job user's");
   }
   return fd;
+}
+
+std::uint64_t StageRun::job_staged() const
+{
+  std::lock_guard lock(m_d.m_mutex);
+  const auto* rec = m_d.m_registry.find(m_job.job_id);
+  return rec ? rec->staged_bytes : 0;
+}
+
+std::optional<std::uint64_t> StageRun::charge_job()
+{
+  std::lock_guard lock(m_d.m_mutex);
+  if (m_d.m_registry.charge(m_job.job_id, m_total, m_job_limit)) {
+    m_d.save_registry_locked();
+    return std::nullopt;
+  }
+  const auto* rec = m_d.m_registry.find(m_job.job_id);
+  return rec ? rec->staged_bytes : 0;
 }
 
 void StageRun::finish_staging()
@@ -121,7 +160,7 @@ Result<ipc::Message> StageRun::await(ipc::Child& child, const std::function<prot
       return m;
     }
     if (m.error().code != ETIMEDOUT) {
-      return give_up(m.error());
+      return give_up(m.error().code == EPIPE ? child.why_closed(m.error()) : m.error()); // out of memory, refused
     }
     if (child.stopped()) {
       return give_up(Error::io("the staging process was stopped (SIGSTOP)", EINTR));

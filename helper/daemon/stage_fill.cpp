@@ -432,9 +432,11 @@ Result<StageRun::Filled> StageRun::fill(const proto::SourceSpec& src, int src_fd
     return Filled{fr, std::move(f), "the node cache could not store it"};
   }
   std::lock_guard lock(m_d.m_mutex);
-  if (m_store == m_d.m_store) { // not when a reload moved the cache meanwhile: this entry goes to the old one
-    max_bytes = m_d.m_config.daemon.cache_max_bytes; // as it is now
-    m_d.evict_to_fit_locked(m_store, max_bytes > fill_bytes ? max_bytes - fill_bytes : 0);
+  // Not when a reload moved the cache meanwhile: this entry goes to the old one.
+  if (m_store == m_d.m_store && !m_d.make_room_locked(m_store, sealed->disk_bytes)) {
+    std::string why = "not cached: the node cache is full of entries running jobs use";
+    spdlog::info("job {}: {}: staged without caching ({})", m_job.job_id, src.path, why);
+    return Filled{fr, std::move(f), why};
   }
   m_d.m_fill_dirs.erase(f.name); // published, the name is gone from tmp/
   auto published = m_store->publish_sealed(f, *sealed);

@@ -127,7 +127,7 @@ void StageOutQueue::work(stageout::PendingCopy p)
   }
   if (r.outcome != ipc::CopyOutcome::complete) {
     // Never deleted because a copy failed: kept under a record, said where, until keep_for is up.
-    const std::string line = ipc::keep_results(m_config, job, out, p.dir, r.reason());
+    const std::string line = ipc::keep_results(m_config, job, out, p.dir, r.reason(), r.copier);
     forget(p.dir);
     spdlog::error("job {}: {}", p.job_id, line);
     return;

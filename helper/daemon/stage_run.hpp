@@ -41,6 +41,11 @@ public:
 
 private:
   Result<UniqueFd> open_job_dir();
+  // What the job's requests staged through the daemon on this node, all together.
+  std::uint64_t job_staged() const;
+  // Counts this request's bytes for the job; nothing (and what the job had staged before) when
+  // that would pass [stage] max_bytes.
+  std::optional<std::uint64_t> charge_job();
   void finish_staging();
   void progress(const proto::Progress& p);
   // Our fill is alive though its bytes may not move (empty files, its final walk and sync): jobs
@@ -72,7 +77,8 @@ private:
   Responder& m_out;
   UniqueFd m_job_fd;
   std::shared_ptr<cache::Store> m_store;
-  std::uint64_t m_max_bytes = 0;          // the job's limit, never above [stage] max_bytes
+  std::uint64_t m_max_bytes = 0;          // this request's limit: its own, and what the job has left
+  std::uint64_t m_job_limit = 0;          // [stage] max_bytes, for all of the job's requests
   std::shared_ptr<FillWait> m_fill_wait;  // our fill, when we lead one: waiters see its progress
   std::vector<std::string> m_made; // created below the job directory, for rollback
   std::vector<std::string> m_pinned;

@@ -207,7 +207,7 @@ TEST(CacheStore, PublishLookupEvictAndSweep)
   const std::string broken = std::string(64, 'f');
   ::mkdir((d / ("cache/entries/" + broken)).c_str(), 0700);
   write_file(d / ("cache/entries/" + broken + "/data"), "z");
-  auto debris = store->set_aside_debris({live->name});
+  auto debris = store->set_aside_debris({live->name}, store->scan());
   ASSERT_EQ(debris.size(), 2U);
   std::set<std::string> shown;
   for (const auto& x : debris) {
@@ -221,18 +221,22 @@ TEST(CacheStore, PublishLookupEvictAndSweep)
   for (const auto& x : debris) {
     active.insert(x.tmp_name);
   }
-  EXPECT_TRUE(store->set_aside_debris(active).empty());
+  EXPECT_TRUE(store->set_aside_debris(active, store->scan()).empty());
   for (const auto& x : debris) {
     ASSERT_TRUE(store->remove_from_tmp(x.tmp_name));
   }
-  EXPECT_TRUE(store->set_aside_debris({live->name}).empty());
+  EXPECT_TRUE(store->set_aside_debris({live->name}, store->scan()).empty());
   EXPECT_TRUE(exists_nofollow(d / ("cache/tmp/" + live->name)));
   // A good entry whose manifest cannot be read for a passing reason (no descriptor left: EMFILE)
   // is not debris. One free descriptor: enough to list entries/ and open the entry, not its manifest.
-  auto good = store->begin_fill(key, 0, 0);
+  // Published through another Store (this one's index does not know it: it reads its manifest).
+  auto other = Store::open(d / "cache");
+  ASSERT_TRUE(other);
+  auto good = other->begin_fill(key, 0, 0);
   ASSERT_TRUE(good);
   write_file(d / ("cache/tmp/" + good->name + "/data"), "g");
-  ASSERT_TRUE(store->publish(*good, meta));
+  ASSERT_TRUE(other->publish(*good, meta));
+  const auto scanned = store->scan();
   {
     const int lowest_free = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     ASSERT_GE(lowest_free, 0);
@@ -242,7 +246,7 @@ TEST(CacheStore, PublishLookupEvictAndSweep)
     struct rlimit one_left = old_limit;
     one_left.rlim_cur = static_cast<rlim_t>(lowest_free) + 1;
     ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &one_left), 0);
-    auto starved = store->set_aside_debris({live->name});
+    auto starved = store->set_aside_debris({live->name}, scanned);
     ::setrlimit(RLIMIT_NOFILE, &old_limit);
     EXPECT_TRUE(starved.empty()) << starved.front().shown << " set aside for want of a descriptor";
   }
@@ -666,4 +670,107 @@ TEST(Child, StartsUnderALowDescriptorLimit)
     std::chrono::seconds(30));
   ASSERT_TRUE(said);
   EXPECT_EQ(*said, "1 0");
+}
+
+TEST(CacheStore, PublishedEntriesAreRootsAndReadOnlyWhateverTheFillerLeft)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir d;
+  auto store = Store::open(d / "cache");
+  ASSERT_TRUE(store) << store.error().message;
+  const std::string key(64, 'a');
+  auto fill = store->begin_fill(key, k_attacker_uid, k_attacker_gid);
+  ASSERT_TRUE(fill);
+  // The filler (the service user) leaves writable files, a set-uid bit and a writable directory:
+  // a process of theirs that lingers could change what jobs get from then on.
+  // (Through the fill's directory fd, as the fill child gets it: the cache directory is root's 0700.)
+  const int dir = fill->dir.get();
+  ASSERT_EQ(run_as_attacker([&] {
+              return ::mkdirat(dir, "data", 0777) == 0 && ::mkdirat(dir, "data/sub", 0777) == 0 &&
+                     ::fchmodat(dir, "data/sub", 0777, 0) == 0 &&
+                     ::close(::openat(dir, "data/sub/f", O_CREAT | O_WRONLY, 0666)) == 0 &&
+                     ::fchmodat(dir, "data/sub/f", 04777, 0) == 0 && ::symlinkat("f", dir, "data/sub/l") == 0;
+            }),
+            0);
+  EntryMeta meta;
+  meta.key = key;
+  meta.source = "/src/a";
+  meta.shape = "dir";
+  meta.how = "copied";
+  ASSERT_TRUE(store->publish(*fill, meta));
+  const std::string entry = d / ("cache/entries/" + key);
+  for (const char* rel : {"", "/data", "/data/sub", "/data/sub/f", "/data/sub/l", "/manifest.json"}) {
+    struct stat st {};
+    ASSERT_EQ(::lstat((entry + rel).c_str(), &st), 0) << rel;
+    EXPECT_EQ(st.st_uid, 0U) << rel;
+    EXPECT_EQ(st.st_gid, 0U) << rel;
+    if (!S_ISLNK(st.st_mode) && std::string(rel) != "/manifest.json") { // root writes its manifest
+      EXPECT_EQ(st.st_mode & 07222, 0U) << rel << ": mode " << std::oct << (st.st_mode & 07777);
+    }
+  }
+  // A process of the filler's that still holds the fill's directory (as the fill child did) can
+  // change nothing of it now: no file opens for writing, no name can be added.
+  ASSERT_TRUE(fill->dir.valid());
+  EXPECT_NE(run_as_attacker([&] { return ::openat(fill->dir.get(), "data/sub/f", O_WRONLY) >= 0; }), 0);
+  EXPECT_NE(run_as_attacker([&] {
+              return ::openat(fill->dir.get(), "data/sub/new", O_WRONLY | O_CREAT, 0644) >= 0 ||
+                     ::renameat(fill->dir.get(), "data/sub/f", fill->dir.get(), "data/sub/g") == 0;
+            }),
+            0);
+  // Readable still: jobs read the cache's files through their "other" bits.
+  struct stat st {};
+  ASSERT_EQ(::stat((entry + "/data/sub/f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0555U);
+}
+
+TEST(CacheStore, TheIndexAnswersWithoutTheManifestsAndGcBringsItInLineWithTheDisk)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir d;
+  auto store = Store::open(d / "cache");
+  ASSERT_TRUE(store) << store.error().message;
+  auto publish = [&](Store& s, char c) {
+    const std::string key(64, c);
+    auto fill = s.begin_fill(key, 0, 0);
+    ASSERT_TRUE(fill);
+    write_file(d / ("cache/tmp/" + fill->name + "/data"), std::string(100, c));
+    EntryMeta meta;
+    meta.key = key;
+    meta.source = std::string("/src/") + c;
+    meta.shape = "file";
+    meta.how = "copied";
+    ASSERT_TRUE(s.publish(*fill, meta));
+  };
+  publish(*store, 'a');
+  publish(*store, 'b');
+  EXPECT_EQ(store->totals().entries, 2U);
+  EXPECT_GT(store->totals().bytes, 200U);
+  // A restart reads the manifests once.
+  auto reopened = Store::open(d / "cache");
+  ASSERT_TRUE(reopened);
+  EXPECT_EQ(reopened->list().size(), 2U);
+  EXPECT_EQ(reopened->totals().bytes, store->totals().bytes);
+  // Listing and totals come from memory: a manifest changed behind the daemon's back is not read.
+  write_file(d / ("cache/entries/" + std::string(64, 'a') + "/manifest.json"), "{garbage");
+  EXPECT_EQ(store->list().size(), 2U);
+  // GC's scan (no lock) and reconciliation: an entry removed behind its back leaves the index, one
+  // published by another Store joins it, a broken one is set aside.
+  fs::remove_tree(open_dir(d / "cache/entries").get(), std::string(64, 'b'));
+  publish(*reopened, 'c');
+  const auto scan = store->scan();
+  auto debris = store->set_aside_debris({}, scan);
+  ASSERT_EQ(debris.size(), 0U) << "'a' is known: its manifest is not read again";
+  std::set<std::string> keys;
+  for (const auto& e : store->list()) {
+    keys.insert(e.key.substr(0, 1));
+  }
+  EXPECT_EQ(keys, (std::set<std::string>{"a", "c"}));
+  // An entry published after the scan is not taken for gone.
+  publish(*store, 'e');
+  EXPECT_EQ(store->set_aside_debris({}, scan).size(), 0U);
+  EXPECT_TRUE(store->list().size() == 3U);
+  // A lookup that finds the entry broken drops it from the index too.
+  EXPECT_FALSE(store->lookup(std::string(64, 'a')));
+  EXPECT_EQ(store->list().size(), 2U);
+  EXPECT_EQ(store->set_aside_debris({}, store->scan()).size(), 1U) << "and GC sets it aside";
 }

@@ -1,6 +1,7 @@
 // Cleanup as root against what jobs leave, off the critical path: a requeued kept job keeps its
 // running directory, a prolog collects nothing of others, an epilog without a daemon stops at its
 // budget, GC finishes the rest and says a failure once, and no mount is ever asked anything.
+#include "stagehand/fs/mounts.hpp"
 #include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/gc/collect.hpp"
 #include "stagehand/ipc/job_hooks.hpp"
@@ -17,6 +18,8 @@
 #include <cstring>
 #include <ctime>
 #include <set>
+#include <string>
+#include <vector>
 
 using namespace stagehand;
 using namespace stagehand::test;
@@ -76,6 +79,18 @@ gc::Evidence slurmctld_says(std::set<std::uint32_t> running)
   gc::Evidence e;
   e.running_here = std::move(running);
   return e;
+}
+
+// The mount points at or below `dir` (from /proc/self/mountinfo, which asks no filesystem anything).
+std::vector<std::string> mounts_below(const std::string& dir)
+{
+  std::vector<std::string> out;
+  for (const auto& m : fs::parse_mountinfo(read_file("/proc/self/mountinfo"))) {
+    if (m.point == dir || m.point.starts_with(dir + "/")) {
+      out.push_back(m.point);
+    }
+  }
+  return out;
 }
 
 void age(const std::string& path, std::time_t seconds)
@@ -201,10 +216,11 @@ TEST(Epilog, WithoutADaemonStopsAtItsBudgetAndGcFinishes)
   EXPECT_TRUE(n.trash().empty());
 }
 
-// Issue 10, item 3, and issue 24, item 3: the epilog's removal leaves a mount the job left inside
-// (it never crosses one) in the trash; GC detaches it and removes the rest. A failure GC meets at
-// every pass is said once, until it stops failing.
-TEST(Gc, AMountLeftInsideIsDetachedByGcAndAFailureIsSaidOnce)
+// Issue 10, item 3, and issue 24, item 3: a mount the job left inside its directory is detached
+// by the epilog, which then removes all of it (nothing stays pinned in the trash). A job whose
+// epilog never ran (a node that went down) leaves its mount to GC, which detaches it and removes
+// the rest. A failure GC meets at every pass is said once, until it stops failing.
+TEST(Gc, AMountLeftInsideIsDetachedByTheEpilogElseByGcAndAFailureIsSaidOnce)
 {
   STAGEHAND_REQUIRE_ROOT();
   Node n;
@@ -215,18 +231,27 @@ TEST(Gc, AMountLeftInsideIsDetachedByGcAndAFailureIsSaidOnce)
   write_file(mnt + "/inside", "pinned under the mount");
   write_file(n.job_dir() + "/plain", "x");
   auto ended = ipc::job_end(n.config, Node::job(), tmpdir::Request::create);
-  ASSERT_TRUE(ended);
-  EXPECT_NE(ended->find("is a mount point: left in place"), std::string::npos) << *ended;
-  auto trash = n.trash();
-  ASSERT_EQ(trash.size(), 1U);
-  const std::string in_trash = n.base + "/" + *trash.begin();
-  EXPECT_FALSE(exists_nofollow(in_trash + "/plain")); // the rest went
-  ASSERT_TRUE(is_mount_point(in_trash + "/mnt"));
+  ASSERT_TRUE(ended) << ended.error().message;
+  EXPECT_NE(ended->find("detached 1 mount(s) the user left: " + mnt + "; moved"), std::string::npos) << *ended;
+  EXPECT_EQ(ended->find("left in place"), std::string::npos) << *ended;
+  EXPECT_TRUE(mounts_below(n.base).empty()) << "the epilog left a mount: " << mounts_below(n.base).at(0);
+  EXPECT_TRUE(n.trash().empty()) << "something stayed pinned in the trash: " << *ended;
+  EXPECT_FALSE(exists_nofollow(n.job_dir()));
 
-  auto pass = n.gc(slurmctld_says({}));
+  // Job 556's epilog never ran: its mount is still there when GC decides the job ended.
+  const tmpdir::JobOwner orphan{556, k_attacker_uid, k_attacker_gid};
+  ASSERT_TRUE(tmpdir::on_job_start(n.config, Node::job(orphan)));
+  const std::string orphan_mnt = n.job_dir(556) + "/mnt";
+  ::mkdir(orphan_mnt.c_str(), 0755);
+  ASSERT_EQ(::mount("none", orphan_mnt.c_str(), "tmpfs", 0, "size=1m"), 0) << std::strerror(errno);
+  write_file(orphan_mnt + "/inside", "pinned under the mount");
+  write_file(n.job_dir(556) + "/plain", "x");
+  auto pass = n.gc(slurmctld_says({}), std::time(nullptr) + 3600);
   EXPECT_TRUE(pass.failures.empty()) << pass.failures.at(0).message;
-  EXPECT_EQ(pass.detached, std::vector<std::string>{*trash.begin() + "/mnt"});
-  EXPECT_FALSE(is_mount_point(in_trash + "/mnt"));
+  ASSERT_EQ(pass.detached.size(), 1U);
+  EXPECT_TRUE(pass.detached[0].starts_with(".trash.job_556.") && pass.detached[0].ends_with("/mnt")) << pass.detached[0];
+  EXPECT_TRUE(mounts_below(n.base).empty()) << "GC left a mount: " << mounts_below(n.base).at(0);
+  EXPECT_FALSE(exists_nofollow(n.job_dir(556)));
   EXPECT_TRUE(n.trash().empty());
 
   gc::ReportOnce reports;
@@ -239,21 +264,26 @@ TEST(Gc, AMountLeftInsideIsDetachedByGcAndAFailureIsSaidOnce)
 }
 
 // Issue 10, item 4: a job mounts a FUSE filesystem that never answers on its own directory. The
-// epilog (kept or not), GC's listing and GC's removal never ask it anything: they return.
+// epilog (kept or not), GC's listing and GC's removal never ask it anything: they return. The
+// epilog detaches it and removes the directory; for a job whose epilog never ran GC does.
 TEST(Gc, NeverAsksAHungFuseMountOnAJobDirectory)
 {
   STAGEHAND_REQUIRE_ROOT();
   Node n;
+  const tmpdir::JobOwner orphan{556, k_attacker_uid, k_attacker_gid};
   ASSERT_TRUE(ipc::job_start(n.config, Node::job()));
+  ASSERT_TRUE(ipc::job_start(n.config, Node::job(orphan)));
   HangingMount hang(n.job_dir());
   ASSERT_TRUE(hang.mounted()) << "hangfs did not mount (needs /dev/fuse, python3-fusepy, libfuse2)";
+  HangingMount orphan_hang(n.job_dir(556)); // its epilog never runs
+  ASSERT_TRUE(orphan_hang.mounted());
   auto said = run_with_watchdog(
     [&] {
       std::string out;
       UniqueFd base = n.base_fd();
       auto snap = gc::snapshot_base(base.get(), std::time(nullptr) + 7200);
       out += "mount_points=" + std::to_string(snap->mount_points.size()) + ";";
-      auto running = n.gc(slurmctld_says({555}), std::time(nullptr) + 7200);
+      auto running = n.gc(slurmctld_says({555, 556}), std::time(nullptr) + 7200);
       for (const auto& f : running.failures) {
         out += f.message + ";";
       }
@@ -261,7 +291,9 @@ TEST(Gc, NeverAsksAHungFuseMountOnAJobDirectory)
       out += kept ? *kept + ";" : kept.error().message + ";";
       auto ended = ipc::job_end(n.config, Node::job(), tmpdir::Request::create);
       out += ended ? *ended + ";" : ended.error().message + ";";
-      // The job ended: GC detaches the mount (asking it nothing) and removes the directory.
+      out += is_mount_point(n.job_dir()) ? "555 still mounted;" // (a stat there would ask it)
+             : exists_nofollow(n.job_dir()) ? "555 still there;" : "555 removed;";
+      // Job 556 ended: GC detaches its mount (asking it nothing) and removes the directory.
       auto applied = n.gc(slurmctld_says({}), std::time(nullptr) + 7200);
       for (const auto& f : applied.failures) {
         out += f.message + ";";
@@ -269,16 +301,24 @@ TEST(Gc, NeverAsksAHungFuseMountOnAJobDirectory)
       for (const auto& d : applied.detached) {
         out += "detached " + d + ";";
       }
-      out += exists_nofollow(n.job_dir()) ? "still there;" : "removed;";
+      out += is_mount_point(n.job_dir(556)) ? "556 still mounted;" // (a stat there would ask it)
+             : exists_nofollow(n.job_dir(556)) ? "556 still there;" : "556 removed;";
       return out;
     },
-    std::chrono::seconds(60), [&] { hang.release(); });
+    std::chrono::seconds(60), [&] {
+      hang.release();
+      orphan_hang.release();
+    });
   ASSERT_TRUE(said) << "an epilog or GC hung on a FUSE mount";
-  EXPECT_NE(said->find("mount_points=1;"), std::string::npos) << *said;
-  EXPECT_EQ(said->find("job_555 is a mount point: left in place"), std::string::npos) << *said; // a running job's
-  EXPECT_NE(said->find("detached job_555;removed;"), std::string::npos) << *said;
+  EXPECT_NE(said->find("mount_points=2;"), std::string::npos) << *said;
+  EXPECT_EQ(said->find("is a mount point: left in place"), std::string::npos) << *said; // a running job's
   EXPECT_NE(said->find("cannot keep job_555: it is a mount point"), std::string::npos) << *said;
-  EXPECT_NE(said->find("cannot move job_555 to the trash"), std::string::npos) << *said;
+  EXPECT_NE(said->find("detached 1 mount(s) the user left: " + n.job_dir() + "; moved " + n.job_dir() + " to the trash"),
+            std::string::npos)
+    << *said;
+  EXPECT_NE(said->find("555 removed;"), std::string::npos) << *said;
+  EXPECT_NE(said->find(";detached job_556;556 removed;"), std::string::npos) << *said;
+  EXPECT_TRUE(mounts_below(n.base).empty()) << mounts_below(n.base).at(0);
 }
 
 // Issue 10, item 12: what an interrupted create or marker write leaves (".new.*", a marker's

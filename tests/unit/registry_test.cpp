@@ -71,3 +71,61 @@ TEST(Registry, SurvivesARestartAndRefusesGarbage)
   write_file(dir / k_registry_file, "{\"jobs\":[{\"job_id\":\"x\"}]}");
   EXPECT_FALSE(load(fd.get()));
 }
+
+TEST(Registry, PinsFollowRunningJobsThroughRestartRequeueAndForget)
+{
+  Registry r;
+  r.register_job(job(1, 1001, 1001));
+  r.register_job(job(2, 1001, 1001));
+  r.add_cache_key(1, "k");
+  r.add_cache_key(2, "k");
+  r.end_job(1, 10, 0);
+  EXPECT_TRUE(r.key_in_use("k")) << "job 2 still uses it";
+  auto back = Registry::from_json(r.to_json());
+  ASSERT_TRUE(back);
+  EXPECT_TRUE(back->key_in_use("k")) << "pins survive a restart";
+  back->register_job(job(2, 1001, 1001)); // requeued: a fresh record, nothing pinned
+  EXPECT_FALSE(back->key_in_use("k"));
+  r.forget(2);
+  EXPECT_FALSE(r.key_in_use("k"));
+}
+
+TEST(Registry, MaxBytesCountsEveryRequestOfAJob)
+{
+  Registry r;
+  r.register_job(job(5, 1001, 1001));
+  EXPECT_TRUE(r.charge(5, 600, 1000));
+  EXPECT_FALSE(r.charge(5, 500, 1000)) << "a second request may not take the job past max_bytes";
+  EXPECT_EQ(r.find(5)->staged_bytes, 600U) << "a refused charge counts nothing";
+  EXPECT_TRUE(r.charge(5, 400, 1000));
+  EXPECT_FALSE(r.charge(5, 1, 1000));
+  auto back = Registry::from_json(r.to_json());
+  ASSERT_TRUE(back);
+  EXPECT_FALSE(back->charge(5, 1, 1000)) << "counted across daemon restarts";
+  r.register_job(job(5, 1001, 1001)); // requeued: a fresh directory, a fresh count
+  EXPECT_TRUE(r.charge(5, 1000, 1000));
+}
+
+TEST(Registry, ARecordLeftRunningIsEndedOnlyBySlurmctldsWord)
+{
+  Registry r;
+  auto at = [](std::uint32_t id, std::int64_t registered) {
+    JobRecord rec = job(id, 1001, 1001);
+    rec.registered_at = registered;
+    return rec;
+  };
+  r.register_job(at(10, 100)); // its end_job was missed
+  r.register_job(at(11, 100)); // slurmctld says it runs here
+  r.register_job(at(12, 100)); // a slurmstepd of it runs here
+  r.register_job(at(13, 200)); // registered as (or after) slurmctld was asked
+  r.register_job(at(14, 100));
+  r.end_job(14, 150, 0);       // ended already
+  r.add_cache_key(10, "k10");
+  const auto ended = r.ended_by_slurmctld({11}, {12}, 200);
+  EXPECT_EQ(ended, (std::vector<std::uint32_t>{10}));
+  for (auto id : ended) {
+    r.end_job(id, 200, 0);
+  }
+  EXPECT_FALSE(r.key_in_use("k10")) << "its entries are no longer pinned";
+  EXPECT_EQ(r.find(11)->state, JobState::running);
+}

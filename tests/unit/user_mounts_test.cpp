@@ -1,7 +1,8 @@
 // Issue 24, item 3: after its job a directory is root's (the user can neither enter it nor mount
-// on it), a stage-out copy gets it back for its own time only, GC detaches what a user mounted on
-// or below a directory it collects (through an fd, never the base or above), and root's open of a
-// stage-out directory never crosses a mount.
+// on it), the epilog detaches what the user left mounted on it or below it, a stage-out copy gets
+// it back for its own time only, GC detaches what a user mounted on or below a directory it
+// collects (through an fd, never the base or above), and root's open of a stage-out directory
+// never crosses a mount.
 #include "stagehand/fs/mounts.hpp"
 #include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/gc/collect.hpp"
@@ -21,6 +22,8 @@
 
 #include <cstring>
 #include <ctime>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -86,6 +89,18 @@ bool mount_tmpfs(const std::string& path)
 {
   ::mkdir(path.c_str(), 0755);
   return ::mount("none", path.c_str(), "tmpfs", 0, "size=1m") == 0;
+}
+
+// The mount points at or below `dir` (from /proc/self/mountinfo, which asks no filesystem anything).
+std::vector<std::string> mounts_below(const std::string& dir)
+{
+  std::vector<std::string> out;
+  for (const auto& m : fs::parse_mountinfo(read_file("/proc/self/mountinfo"))) {
+    if (m.point == dir || m.point.starts_with(dir + "/")) {
+      out.push_back(m.point);
+    }
+  }
+  return out;
 }
 
 std::string canonical(const std::string& text, const std::string& submit_dir)
@@ -185,8 +200,10 @@ TEST(UserMounts, AStageOutNeverCopiesFromAMountOnItsDirectory)
   EXPECT_NE(r.said.find("nothing copied"), std::string::npos) << r.said;
 }
 
-// GC detaches a mount a user left inside a directory it collects, and removes all of it.
-TEST(UserMounts, GcDetachesAMountInsideAndRemovesTheDirectory)
+// A mount a user left inside the job's directory: the epilog detaches it and the trash holds
+// nothing pinned. A --tmpdir=keep directory stays the user's, mount and all, until keep_for is up;
+// then GC detaches the mount and removes all of it.
+TEST(UserMounts, AMountInsideIsDetachedByTheEpilogOrByGcWhenKeptExpires)
 {
   STAGEHAND_REQUIRE_ROOT();
   Node n;
@@ -197,20 +214,41 @@ TEST(UserMounts, GcDetachesAMountInsideAndRemovesTheDirectory)
   }
   write_file(n.job_dir() + "/pin/hidden", "y");
   auto ended = tmpdir::on_job_end(n.config, Node::job(), tmpdir::Request::create);
-  ASSERT_TRUE(ended && ended->trash);
+  ASSERT_TRUE(ended && ended->trash) << (ended ? ended->summary : ended.error().message);
+  EXPECT_TRUE(ended->summary.starts_with("detached 1 mount(s) the user left: " + n.job_dir() + "/pin; moved "))
+    << ended->summary;
   const std::string trash = n.base + "/" + *ended->trash;
-  ASSERT_TRUE(is_mount_point(trash + "/pin"));
-  auto applied = n.gc();
+  EXPECT_TRUE(taken_away(trash));
+  EXPECT_FALSE(is_mount_point(trash + "/pin"));
+  EXPECT_FALSE(exists_nofollow(trash + "/pin/hidden")); // that was the tmpfs's, now gone
+  EXPECT_TRUE(mounts_below(n.base).empty()) << mounts_below(n.base).at(0);
+  auto removed = n.gc();
+  EXPECT_TRUE(removed.failures.empty()) << removed.failures.at(0).message;
+  EXPECT_TRUE(removed.detached.empty()) << "nothing was left for GC to detach";
+  EXPECT_FALSE(exists_nofollow(trash));
+
+  // Kept: the user's for keep_for, its mount included; then GC's.
+  ASSERT_TRUE(tmpdir::on_job_start(n.config, Node::job()));
+  ASSERT_TRUE(mount_tmpfs(n.job_dir() + "/pin"));
+  write_file(n.job_dir() + "/pin/hidden", "y");
+  auto kept = tmpdir::on_job_end(n.config, Node::job(), tmpdir::Request::keep);
+  ASSERT_TRUE(kept) << kept.error().message;
+  EXPECT_TRUE(is_mount_point(n.job_dir() + "/pin"));
+  EXPECT_EQ(stat_of(n.job_dir()).st_uid, k_attacker_uid);
+  auto applied = n.gc(std::time(nullptr) + 3600); // keep_for (1 s) is up
   EXPECT_TRUE(applied.failures.empty()) << applied.failures.at(0).message;
   ASSERT_EQ(applied.detached.size(), 1U);
-  EXPECT_EQ(applied.detached[0], *ended->trash + "/pin");
-  EXPECT_FALSE(is_mount_point(trash + "/pin"));
-  EXPECT_FALSE(exists_nofollow(trash));
+  EXPECT_TRUE(applied.detached[0].starts_with(".trash.job_555.") && applied.detached[0].ends_with("/pin"))
+    << applied.detached[0];
+  EXPECT_TRUE(mounts_below(n.base).empty()) << mounts_below(n.base).at(0);
+  EXPECT_FALSE(exists_nofollow(n.job_dir()));
+  EXPECT_FALSE(exists_nofollow(n.base + "/.keep.job_555"));
 }
 
-// A mount on the job's directory itself (the epilog cannot even rename it): GC, deciding the job
-// ended, detaches it, then removes the directory.
-TEST(UserMounts, GcDetachesAMountOnAnEndedJobsDirectory)
+// A mount on the job's directory itself: the epilog detaches it, uncovering the directory, and
+// moves that to the trash. A job whose epilog never ran leaves it to GC, which, deciding the job
+// ended, detaches it, then removes the directory; a running job's mount is left alone.
+TEST(UserMounts, AMountOnAnEndedJobsDirectoryIsDetachedByTheEpilogOrByGc)
 {
   STAGEHAND_REQUIRE_ROOT();
   Node n;
@@ -220,12 +258,29 @@ TEST(UserMounts, GcDetachesAMountOnAnEndedJobsDirectory)
     GTEST_SKIP() << "SKIPPED LOUDLY: cannot mount tmpfs here (" << std::strerror(errno) << ")";
   }
   auto ended = tmpdir::on_job_end(n.config, Node::job(), tmpdir::Request::create);
-  EXPECT_FALSE(ended) << "renamed a mount point?";
+  ASSERT_TRUE(ended && ended->trash) << (ended ? ended->summary : ended.error().message);
+  EXPECT_TRUE(ended->summary.starts_with("detached 1 mount(s) the user left: " + n.job_dir() + "; moved "))
+    << ended->summary;
+  const std::string trash = n.base + "/" + *ended->trash;
+  EXPECT_FALSE(is_mount_point(trash));
+  EXPECT_TRUE(taken_away(trash));
+  EXPECT_EQ(read_file(trash + "/under-the-mount"), "pinned"); // the job's own directory, uncovered
+  EXPECT_TRUE(mounts_below(n.base).empty()) << mounts_below(n.base).at(0);
+  auto removed = n.gc();
+  EXPECT_TRUE(removed.failures.empty()) << removed.failures.at(0).message;
+  EXPECT_TRUE(removed.detached.empty());
+  EXPECT_FALSE(exists_nofollow(trash));
+
+  // The epilog never ran (a node that went down): GC decides the job ended.
+  ASSERT_TRUE(tmpdir::on_job_start(n.config, Node::job()));
+  write_file(n.job_dir() + "/under-the-mount", "pinned");
+  ASSERT_TRUE(mount_tmpfs(n.job_dir()));
   auto applied = n.gc(std::time(nullptr) + 3600);
   EXPECT_TRUE(applied.failures.empty()) << applied.failures.at(0).message;
   EXPECT_EQ(applied.detached, std::vector<std::string>{"job_555"});
-  EXPECT_FALSE(is_mount_point(n.job_dir()));
+  EXPECT_TRUE(mounts_below(n.base).empty()) << mounts_below(n.base).at(0);
   EXPECT_FALSE(exists_nofollow(n.job_dir()));
+
   // A running job's mount is its own business: left alone.
   ASSERT_TRUE(tmpdir::on_job_start(n.config, Node::job()));
   ASSERT_TRUE(mount_tmpfs(n.job_dir()));

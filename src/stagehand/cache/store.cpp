@@ -13,7 +13,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <ctime>
 #include <random>
 
@@ -129,6 +131,56 @@ std::uint64_t disk_usage(int dir_fd, const std::string& name)
   return total;
 }
 
+namespace {
+
+// Root's, read-only for everyone, no set-id bits (directories keep a sticky bit).
+Status take_over_fd(int fd, const struct stat& st, const std::string& shown)
+{
+  const mode_t keep = S_ISDIR(st.st_mode) ? (01555 & st.st_mode) : (0555 & st.st_mode);
+  if (::fchown(fd, 0, 0) != 0 || ::fchmod(fd, keep) != 0) {
+    return Error::from_errno("cannot take over " + shown);
+  }
+  return ok_status();
+}
+
+} // namespace
+
+Status take_over(int dir_fd, const std::string& shown)
+{
+  struct stat top {};
+  if (::fstat(dir_fd, &top) != 0) {
+    return Error::from_errno(shown);
+  }
+  // The top first, then each directory before what it holds: once a directory is root's, the user
+  // who filled it can no longer swap the names in it for others.
+  if (auto st = take_over_fd(dir_fd, top, shown); !st) {
+    return st;
+  }
+  return fs::walk_tree(dir_fd, [&](const fs::WalkEntry& e) -> Result<fs::WalkControl> {
+    const std::string what = shown + "/" + e.rel;
+    if (!S_ISREG(e.st.st_mode) && !S_ISDIR(e.st.st_mode)) {
+      // A symlink (or a fifo) in a parent that is root's already: changed by name, never followed.
+      if (::fchownat(e.parent_fd, e.name.c_str(), 0, 0, AT_SYMLINK_NOFOLLOW) != 0) {
+        return Error::from_errno("cannot take over " + what);
+      }
+      return fs::WalkControl::go_on;
+    }
+    const int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (S_ISDIR(e.st.st_mode) ? O_DIRECTORY : 0);
+    UniqueFd fd(::openat(e.parent_fd, e.name.c_str(), flags));
+    struct stat st {};
+    if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
+      return Error::from_errno("cannot take over " + what);
+    }
+    if (st.st_dev != e.st.st_dev || st.st_ino != e.st.st_ino) {
+      return Error::io("cannot take over " + what + ": it was replaced meanwhile", EAGAIN);
+    }
+    if (auto done = take_over_fd(fd.get(), st, what); !done) {
+      return done.error();
+    }
+    return fs::WalkControl::go_on;
+  });
+}
+
 Result<Store> Store::open(const std::string& path)
 {
   auto root = fs::open_trusted_dir(path, fs::CreateMissing::yes);
@@ -151,6 +203,9 @@ Result<Store> Store::open(const std::string& path)
   s.m_root = std::move(*root);
   s.m_entries = std::move(*entries);
   s.m_tmp = std::move(*tmp);
+  for (auto& meta : s.read_manifests()) {
+    s.m_indexed->index.put(meta);
+  }
   return s;
 }
 
@@ -168,19 +223,26 @@ Result<UniqueFd> Store::open_entry(const std::string& key) const
 
 Result<EntryMeta> Store::lookup(const std::string& key) const
 {
+  auto forget = [&](Error e) -> Error {
+    if (broken_entry(e)) {
+      std::lock_guard lock(m_indexed->mutex);
+      m_indexed->index.erase(key);
+    }
+    return e;
+  };
   auto dir = open_entry(key);
   if (!dir) {
-    return dir.error();
+    return dir.error().kind == ErrorKind::refused ? dir.error() : forget(dir.error());
   }
   auto text = fs::read_small_file(dir->get(), k_manifest);
   if (!text) { // ENOENT: no manifest; anything else (EMFILE, EIO) says nothing about the entry
     const int code = text.error().code != 0 ? text.error().code : ENOENT;
-    return Error::io("cache entry " + key + (code == ENOENT ? ": no manifest" : ": manifest: " + text.error().message),
-                     code);
+    return forget(Error::io(
+      "cache entry " + key + (code == ENOENT ? ": no manifest" : ": manifest: " + text.error().message), code));
   }
   auto meta = meta_from_json(*text, key);
   if (!meta) {
-    return meta.error();
+    return forget(meta.error());
   }
   struct stat st {};
   if (::fstatat(dir->get(), k_manifest, &st, AT_SYMLINK_NOFOLLOW) == 0) {
@@ -189,6 +251,8 @@ Result<EntryMeta> Store::lookup(const std::string& key) const
     // the entry's is that and the manifest's, as seal() reported it.
     meta->disk_bytes += static_cast<std::uint64_t>(st.st_blocks) * 512;
   }
+  std::lock_guard lock(m_indexed->mutex);
+  m_indexed->index.put(*meta);
   return meta;
 }
 
@@ -219,6 +283,9 @@ Result<EntryMeta> Store::publish(Fill& fill, EntryMeta meta)
 
 Result<EntryMeta> Store::seal(Fill& fill, EntryMeta meta)
 {
+  if (auto st = take_over(fill.dir.get(), m_path + "/tmp/" + fill.name); !st) {
+    return st.error();
+  }
   if (meta.disk_bytes == 0) {
     meta.disk_bytes = disk_usage(fill.dir.get(), k_data_name);
   }
@@ -243,6 +310,8 @@ Result<EntryMeta> Store::publish_sealed(Fill& fill, const EntryMeta& meta)
   }
   ::fsync(m_entries.get());
   fill.name.clear();
+  std::lock_guard lock(m_indexed->mutex);
+  m_indexed->index.put(meta);
   return meta;
 }
 
@@ -265,6 +334,8 @@ Status Store::touch(const std::string& key, std::int64_t now)
   if (::utimensat(dir->get(), k_manifest, times, AT_SYMLINK_NOFOLLOW) != 0) {
     return Error::from_errno("cannot touch cache entry " + key);
   }
+  std::lock_guard lock(m_indexed->mutex);
+  m_indexed->index.touch(key, now);
   return ok_status();
 }
 
@@ -284,8 +355,15 @@ Result<std::string> Store::set_aside(const std::string& key)
   }
   std::string aside = "evict." + key.substr(0, 16) + "." + random_suffix();
   if (::renameat2(m_entries.get(), key.c_str(), m_tmp.get(), aside.c_str(), RENAME_NOREPLACE) != 0) {
-    return Error::from_errno("cannot evict cache entry " + key);
+    Error e = Error::from_errno("cannot evict cache entry " + key);
+    if (e.code == ENOENT) {
+      std::lock_guard lock(m_indexed->mutex);
+      m_indexed->index.erase(key); // gone already
+    }
+    return e;
   }
+  std::lock_guard lock(m_indexed->mutex);
+  m_indexed->index.erase(key);
   return aside;
 }
 
@@ -294,48 +372,99 @@ Status Store::remove_from_tmp(const std::string& name)
   return fs::remove_tree(m_tmp.get(), name);
 }
 
-std::vector<EntryMeta> Store::list() const
+std::vector<EntryMeta> Store::read_manifests() const
 {
   std::vector<EntryMeta> out;
-  fs::DirStream d = fs::open_dir_stream(m_entries.get());
-  if (!d) {
-    return out;
-  }
-  std::vector<std::string> names;
-  while (struct dirent* e = ::readdir(d.get())) {
-    if (valid_key(e->d_name)) {
-      names.emplace_back(e->d_name);
+  for (const auto& name : scan().unknown) { // the index is empty yet: every name
+    if (!valid_key(name)) {
+      continue;
     }
-  }
-  for (const auto& name : names) {
-    if (auto m = lookup(name)) {
-      out.push_back(std::move(*m));
+    auto text = open_entry(name);
+    if (!text) {
+      continue;
     }
+    auto manifest = fs::read_small_file(text->get(), k_manifest);
+    if (!manifest) {
+      continue;
+    }
+    auto meta = meta_from_json(*manifest, name);
+    if (!meta) {
+      continue;
+    }
+    struct stat st {};
+    if (::fstatat(text->get(), k_manifest, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      meta->last_used = st.st_mtim.tv_sec;
+      meta->disk_bytes += static_cast<std::uint64_t>(st.st_blocks) * 512;
+    }
+    out.push_back(std::move(*meta));
   }
   return out;
 }
 
-std::vector<Store::Debris> Store::set_aside_debris(const std::set<std::string>& active_fills)
+std::vector<EntryMeta> Store::list() const
+{
+  std::lock_guard lock(m_indexed->mutex);
+  return m_indexed->index.all();
+}
+
+CacheTotals Store::totals() const
+{
+  std::lock_guard lock(m_indexed->mutex);
+  return m_indexed->index.totals();
+}
+
+Index::Room Store::make_room(Index::Incoming incoming, std::uint64_t incoming_bytes, const CacheLimits& limits,
+                             const std::function<bool(const std::string&)>& pinned) const
+{
+  std::lock_guard lock(m_indexed->mutex);
+  return m_indexed->index.make_room(incoming, incoming_bytes, limits, pinned);
+}
+
+Store::Scan Store::scan() const
+{
+  Scan out;
+  auto names_of = [](int dir_fd, std::vector<std::string>& names) {
+    if (fs::DirStream d = fs::open_dir_stream(dir_fd)) {
+      while (struct dirent* e = ::readdir(d.get())) {
+        std::string n = e->d_name;
+        if (n != "." && n != "..") {
+          names.push_back(std::move(n));
+        }
+      }
+    }
+  };
+  names_of(m_tmp.get(), out.tmp);
+  std::vector<std::string> on_disk;
+  names_of(m_entries.get(), on_disk);
+  std::sort(on_disk.begin(), on_disk.end());
+  std::vector<std::string> indexed; // after the listing: what is published meanwhile is not "gone"
+  {
+    std::lock_guard lock(m_indexed->mutex);
+    indexed = m_indexed->index.keys(); // sorted
+  }
+  std::set_difference(on_disk.begin(), on_disk.end(), indexed.begin(), indexed.end(), std::back_inserter(out.unknown));
+  std::set_difference(indexed.begin(), indexed.end(), on_disk.begin(), on_disk.end(), std::back_inserter(out.gone));
+  return out;
+}
+
+std::vector<Store::Debris> Store::set_aside_debris(const std::set<std::string>& active_fills, const Scan& scan)
 {
   std::vector<Debris> out;
-  if (fs::DirStream d = fs::open_dir_stream(m_tmp.get())) {
-    while (struct dirent* e = ::readdir(d.get())) {
-      std::string n = e->d_name;
-      if (n != "." && n != ".." && !active_fills.count(n)) {
-        out.push_back(Debris{"tmp/" + n, n});
-      }
+  struct stat st {};
+  for (const auto& n : scan.tmp) {
+    // Still there: a fill published or a removal finished since the scan is no debris.
+    if (!active_fills.count(n) && ::fstatat(m_tmp.get(), n.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      out.push_back(Debris{"tmp/" + n, n});
     }
   }
-  std::vector<std::string> names;
-  if (fs::DirStream d = fs::open_dir_stream(m_entries.get())) {
-    while (struct dirent* e = ::readdir(d.get())) {
-      std::string n = e->d_name;
-      if (n != "." && n != "..") {
-        names.push_back(n);
-      }
+  for (const auto& key : scan.gone) { // gone from the disk (not by us): gone from the index
+    if (::fstatat(m_entries.get(), key.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT) {
+      std::lock_guard lock(m_indexed->mutex);
+      m_indexed->index.erase(key);
     }
   }
-  for (const auto& n : names) {
+  for (const auto& n : scan.unknown) {
+    // Read once (a restart's index knows every sound entry): a sound one joins the index.
     if (valid_key(n)) {
       auto meta = lookup(n);
       if (meta || !broken_entry(meta.error())) {
@@ -354,7 +483,7 @@ std::vector<Store::Debris> Store::set_aside_debris(const std::set<std::string>& 
 std::vector<std::string> Store::sweep(const std::set<std::string>& active_fills)
 {
   std::vector<std::string> removed;
-  for (const auto& d : set_aside_debris(active_fills)) {
+  for (const auto& d : set_aside_debris(active_fills, scan())) {
     if (remove_from_tmp(d.tmp_name)) {
       removed.push_back(d.shown);
     }

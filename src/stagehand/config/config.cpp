@@ -310,6 +310,18 @@ Status parse_daemon(const Parser& p, const toml::node& node, DaemonConfig& c)
       {"state_dir", assign([&](auto& n) { return p.absolute_path(n, t, "state_dir"); }, c.state_dir)},
       {"cache_dir", assign([&](auto& n) { return p.absolute_path(n, t, "cache_dir"); }, c.cache_dir)},
       {"cache_max_bytes", assign([&](auto& n) { return p.size(n, t, "cache_max_bytes"); }, c.cache_max_bytes)},
+      {"cache_max_entries",
+       [&](const toml::node& n) -> Status {
+         auto v = p.get<std::int64_t>(n, t, "cache_max_entries");
+         if (!v) {
+           return v.error();
+         }
+         if (*v < 1) {
+           return p.error_at(n, t, "cache_max_entries", std::to_string(*v) + " is not a number of entries (1 or more)");
+         }
+         c.cache_max_entries = static_cast<std::uint64_t>(*v);
+         return ok_status();
+       }},
       {"gc_interval", assign([&](auto& n) { return p.duration(n, t, "gc_interval"); }, c.gc_interval)},
       {"user",
        [&](const toml::node& n) -> Status {

@@ -47,6 +47,7 @@ struct DaemonConfig
   std::string state_dir = "/var/lib/stagehand";
   std::string cache_dir = "/local/stagehand-cache";
   std::uint64_t cache_max_bytes = 500ULL << 30;
+  std::uint64_t cache_max_entries = 100000; // each is a manifest and a few inodes; the index holds them all
   std::chrono::seconds gc_interval{300};
   std::string user = "stagehand"; // unprivileged service user that writes the cache
   std::string metrics_file;       // Prometheus text file; empty: none

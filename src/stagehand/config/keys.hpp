@@ -39,6 +39,7 @@ inline constexpr std::array k_config_keys = {
   ConfigKey{"daemon", "state_dir"},
   ConfigKey{"daemon", "cache_dir"},
   ConfigKey{"daemon", "cache_max_bytes"},
+  ConfigKey{"daemon", "cache_max_entries"},
   ConfigKey{"daemon", "gc_interval"},
   ConfigKey{"daemon", "user"},
   ConfigKey{"daemon", "metrics_file"},

@@ -2,6 +2,7 @@
 #include "stagehand/ipc/child.hpp"
 
 #include "stagehand/proto/frame.hpp"
+#include "stagehand/util/process_wait.hpp"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -15,7 +16,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 namespace stagehand::ipc {
 
@@ -42,8 +46,83 @@ void close_from(int first)
 constexpr std::size_t k_max_message = 1U << 20;
 constexpr std::size_t k_max_fds = 8;
 
+// How a child that never ran body (or could not finish it) ends; wait() says each in words.
+constexpr int k_exit_out_of_memory = 124;
+constexpr int k_exit_suid_dumpable = 125;
+constexpr int k_exit_traced = 126;
+
+// The child's own small reads of /proc: no allocation, no stdio (it may be forked from threads).
+// At most `len` - 1 bytes of `fd`, from its start, NUL-terminated; false when nothing was read.
+bool read_small(int fd, char* buf, std::size_t len)
+{
+  ssize_t n;
+  do {
+    n = ::pread(fd, buf, len - 1, 0);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) {
+    return false;
+  }
+  buf[n] = '\0';
+  return true;
+}
+
+bool read_small(const char* path, char* buf, std::size_t len)
+{
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return false;
+  }
+  const bool ok = read_small(fd, buf, len);
+  ::close(fd);
+  return ok;
+}
+
+// The TracerPid of a /proc/PID/status text; -1 when it is not there.
+long tracer_of(const char* status)
+{
+  const char* at = std::strstr(status, "\nTracerPid:");
+  return at ? std::strtol(at + 11, nullptr, 10) : -1;
+}
+
+// fs.suid_dumpable=1 makes a process dumpable again at every uid change (commit_creds), so
+// between setresuid and PR_SET_DUMPABLE the job user could attach to the child. With 0 or 2 no
+// one but root can; unread (/proc/sys hidden), the tracer check after the drop must decide.
+enum class SuidDumpable { user, safe, unknown };
+SuidDumpable suid_dumpable(const ChildHooks& hooks)
+{
+  char buf[16];
+  if (!read_small(hooks.suid_dumpable.c_str(), buf, sizeof buf)) {
+    return SuidDumpable::unknown;
+  }
+  return buf[0] == '1' ? SuidDumpable::user : SuidDumpable::safe;
+}
+
+// RLIMIT_DATA at what the child inherits (statm's data: heap, private mappings, stack) plus
+// k_child_memory; left alone when statm cannot be read.
+void bound_memory()
+{
+  char buf[256];
+  if (!read_small("/proc/self/statm", buf, sizeof buf)) {
+    return;
+  }
+  char* p = buf;
+  unsigned long long data_pages = 0;
+  for (int field = 0; field < 6; ++field) { // size resident shared text lib data
+    data_pages = std::strtoull(p, &p, 10);
+  }
+  const auto page = static_cast<unsigned long long>(::sysconf(_SC_PAGESIZE));
+  struct rlimit data {};
+  if (::getrlimit(RLIMIT_DATA, &data) != 0) {
+    return;
+  }
+  // Never above a bound the admin set on the daemon.
+  const rlim_t limit = std::min<rlim_t>(data_pages * page + k_child_memory, data.rlim_cur);
+  data = {limit, limit};
+  ::setrlimit(RLIMIT_DATA, &data);
+}
+
 [[noreturn]] void child_main(const Credentials& creds, int sock, const std::vector<int>& keep, const ChildBody& body,
-                             pid_t parent)
+                             pid_t parent, const ChildHooks& hooks)
 {
   // Descriptors first: sock -> 3, keep -> 4.. (dup above that range first so nothing is
   // clobbered; not to a fixed high number, which a low RLIMIT_NOFILE, 256 say, would refuse).
@@ -76,6 +155,23 @@ constexpr std::size_t k_max_fds = 8;
   ::setpgid(0, 0);
   struct rlimit core {0, 0};
   ::setrlimit(RLIMIT_CORE, &core);
+  bound_memory();
+  // A failed allocation ends the child with a code the parent names, whatever body catches.
+  std::set_new_handler([] { ::_exit(k_exit_out_of_memory); });
+  const SuidDumpable dumpable = suid_dumpable(hooks);
+  if (dumpable == SuidDumpable::user) {
+    ::_exit(k_exit_suid_dumpable);
+  }
+  // Opened as root, read after the drop: whether someone attached while the uid changed. A
+  // tracer the parent has too (`strace -f` on the daemon, root's) is allowed.
+  char buf[4096];
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/status", static_cast<int>(parent));
+  const long parent_tracer = read_small(path, buf, sizeof buf) ? tracer_of(buf) : 0;
+  const int status_fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (hooks.before_drop) {
+    hooks.before_drop();
+  }
   if (creds.uid == 0 || ::setgroups(creds.groups.size(), creds.groups.data()) != 0 ||
       ::setresgid(creds.gid, creds.gid, creds.gid) != 0 || ::setresuid(creds.uid, creds.uid, creds.uid) != 0) {
     ::_exit(121);
@@ -87,6 +183,13 @@ constexpr std::size_t k_max_fds = 8;
   // Not dumpable whatever fs.suid_dumpable says: the job user must not ptrace or read the memory
   // of a child that the daemon trusts to report what it saw.
   ::prctl(PR_SET_DUMPABLE, 0);
+  const long tracer = status_fd >= 0 && read_small(status_fd, buf, sizeof buf) ? tracer_of(buf) : -1;
+  if (status_fd >= 0) {
+    ::close(status_fd);
+  }
+  if (tracer > 0 ? tracer != parent_tracer : tracer < 0 && dumpable != SuidDumpable::safe) {
+    ::_exit(k_exit_traced);
+  }
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) {
     ::_exit(122);
@@ -95,6 +198,8 @@ constexpr std::size_t k_max_fds = 8;
   int rc = 1;
   try {
     rc = body(3, kept);
+  } catch (const std::bad_alloc&) {
+    rc = k_exit_out_of_memory;
   } catch (...) {
     rc = 123;
   }
@@ -149,7 +254,17 @@ Result<Credentials> credentials_of_name(const std::string& name)
   return c;
 }
 
-Child::Child(Child&& other) noexcept : m_pid(std::exchange(other.m_pid, -1)), m_sock(std::move(other.m_sock)) {}
+ChildHooks& child_hooks()
+{
+  static ChildHooks hooks;
+  return hooks;
+}
+
+Child::Child(Child&& other) noexcept
+  : m_pid(std::exchange(other.m_pid, -1)), m_sock(std::move(other.m_sock)), m_who(std::move(other.m_who)),
+    m_ended(std::exchange(other.m_ended, std::nullopt))
+{
+}
 
 Child& Child::operator=(Child&& other) noexcept
 {
@@ -157,19 +272,50 @@ Child& Child::operator=(Child&& other) noexcept
     kill();
     m_pid = std::exchange(other.m_pid, -1);
     m_sock = std::move(other.m_sock);
+    m_who = std::move(other.m_who);
+    m_ended = std::exchange(other.m_ended, std::nullopt);
   }
   return *this;
 }
 
 Child::~Child() { kill(); }
 
+namespace {
+
+// A wait status in the terms of spawn_as's child (`who`): its exit code, or why it did not run body.
+Result<int> child_ending(int status, const std::string& who)
+{
+  if (WIFSIGNALED(status)) {
+    return Error::io(proc::describe_status(status), EINTR);
+  }
+  switch (WEXITSTATUS(status)) {
+  case k_exit_out_of_memory:
+    return Error::io(who + " ran out of memory (work done for users may take " + std::to_string(k_child_memory >> 30) +
+                       " GiB more than its parent; RLIMIT_DATA)",
+                     ENOMEM);
+  case k_exit_suid_dumpable:
+    return Error::refused("fs.suid_dumpable=1: refused to run user work (a user could attach to a process of "
+                          "theirs that root starts for them; set it to 0 or 2)",
+                          EPERM);
+  case k_exit_traced:
+    return Error::refused(who + ": a tracer attached while it changed to the user's uid: refused to run user work",
+                          EPERM);
+  default:
+    return WEXITSTATUS(status);
+  }
+}
+
+} // namespace
+
 void Child::kill()
 {
   if (m_pid > 0) {
-    ::kill(-m_pid, SIGKILL); // its process group: anything it forked (the unreaped child holds the id)
-    ::kill(m_pid, SIGKILL);
-    while (::waitpid(m_pid, nullptr, 0) < 0 && errno == EINTR) {
-    }
+    // Its process group first: anything it forked (the unreaped child holds the id). Through the
+    // same seam as kill_and_wait's own signal, so that a test's "survivor" survives this too.
+    const auto& hook = proc::wait_hooks().kill;
+    (void)(hook ? hook(-m_pid, SIGKILL) : ::kill(-m_pid, SIGKILL));
+    auto ended = proc::kill_and_wait(m_pid, m_who);
+    m_ended = ended ? child_ending(*ended, m_who) : Result<int>(ended.error());
     m_pid = -1;
   }
 }
@@ -188,26 +334,40 @@ bool Child::stopped() const
   return info.si_pid == m_pid && (info.si_code == CLD_STOPPED || info.si_code == CLD_TRAPPED);
 }
 
-Result<int> Child::wait()
+Result<int> Child::wait(std::chrono::milliseconds bound)
 {
   if (m_pid <= 0) {
-    return Error::internal("no child to wait for");
+    return m_ended ? *m_ended : Result<int>(Error::internal("no child to wait for"));
   }
-  int status = 0;
-  while (::waitpid(m_pid, &status, 0) < 0) {
-    if (errno != EINTR) {
-      m_pid = -1;
-      return Error::from_errno("waitpid");
+  auto ended = proc::wait_until(m_pid, proc::Clock::now() + bound);
+  if (!ended && ended.error().code == ETIMEDOUT) {
+    kill();
+    auto killed = *m_ended;
+    if (!killed || killed.error().code != ETIMEDOUT) { // it ended on SIGKILL: say why it was sent
+      const auto ms = bound.count();
+      m_ended = Error::io(m_who + " did not exit within " +
+                            (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms") +
+                            " of its last word: killed",
+                          ETIMEDOUT);
     }
+    return *m_ended;
   }
   m_pid = -1;
-  if (WIFSIGNALED(status)) {
-    const char* name = ::sigabbrev_np(WTERMSIG(status));
-    return Error::io(std::string("killed by signal ") + std::to_string(WTERMSIG(status)) + " (SIG" +
-                       (name ? name : "?") + ")",
-                     EINTR);
+  m_ended = ended ? child_ending(*ended, m_who) : Result<int>(ended.error());
+  return *m_ended;
+}
+
+Error Child::why_closed(const Error& seen)
+{
+  auto ended = wait(std::chrono::milliseconds(2000)); // it closed its end: it is exiting
+  if (!ended) {
+    return ended.error().code == ETIMEDOUT ? seen : ended.error();
   }
-  return WEXITSTATUS(status);
+  Error said = seen;
+  if (*ended != 0) {
+    said.message += " (" + m_who + " ended with exit status " + std::to_string(*ended) + ")";
+  }
+  return said;
 }
 
 Result<Child> spawn_as(const Credentials& creds, const std::vector<int>& keep, const ChildBody& body)
@@ -222,17 +382,17 @@ Result<Child> spawn_as(const Credentials& creds, const std::vector<int>& keep, c
   UniqueFd parent_end(sv[0]);
   UniqueFd child_end(sv[1]);
   const pid_t parent = ::getpid();
+  const ChildHooks& hooks = child_hooks(); // made before the fork
   pid_t pid = ::fork();
   if (pid < 0) {
     return Error::from_errno("fork");
   }
   if (pid == 0) {
     parent_end.release(); // closed by close_range in the child; never run its destructor
-    child_main(creds, child_end.get(), keep, body, parent);
+    child_main(creds, child_end.get(), keep, body, parent, hooks);
   }
   (void)::setpgid(pid, pid); // as the child does: a kill of the group can never come before it
-
-  return Child(pid, std::move(parent_end));
+  return Child(pid, std::move(parent_end), "a child of " + creds.what);
 }
 
 Status send_message(int sock, const std::string& text, const std::vector<int>& fds)

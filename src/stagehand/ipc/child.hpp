@@ -10,7 +10,9 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,34 +30,67 @@ struct Credentials
 Result<Credentials> credentials_of(uid_t uid, gid_t gid);
 Result<Credentials> credentials_of_name(const std::string& name);
 
+// How long a child that has closed its socket or sent its last word may take to exit.
+inline constexpr std::chrono::milliseconds k_exit_bound{10000};
+// How much more memory (RLIMIT_DATA: heap and private mappings) a child may take than it inherits
+// from its parent: generous for a copy or a cache fill, yet a 50-million-entry listing for a user
+// cannot take the node's memory in the daemon's cgroup.
+inline constexpr std::uint64_t k_child_memory = 4ULL << 30;
+
 class Child
 {
 public:
   Child() = default;
-  Child(pid_t pid, UniqueFd sock) : m_pid(pid), m_sock(std::move(sock)) {}
+  Child(pid_t pid, UniqueFd sock, std::string who = "a child")
+    : m_pid(pid), m_sock(std::move(sock)), m_who(std::move(who))
+  {
+  }
   Child(Child&& other) noexcept;
   Child& operator=(Child&& other) noexcept;
-  ~Child(); // kills and reaps a child still running
+  ~Child(); // kills and reaps a child still running (bounded, as kill())
 
   int sock() const { return m_sock.get(); }
   pid_t pid() const { return m_pid; }
-  // Waits for the child to exit; its exit code, or an error naming the signal that killed it.
-  Result<int> wait();
-  // Kills the child and its process group (whatever it forked), then reaps it.
+  // Waits for the child to exit, at most `bound` (then kills it): its exit code, or an error
+  // naming the signal that killed it, why it refused to run user work, that it ran out of memory,
+  // or that it could not be killed. After kill(), what the kill found.
+  Result<int> wait(std::chrono::milliseconds bound = k_exit_bound);
+  // SIGKILL to the child and its process group (whatever it forked), and a bounded wait
+  // (proc::k_kill_grace). A child blocked in the kernel on a filesystem that never answers
+  // outlives SIGKILL: it is handed to the reaper (see util/process_wait.hpp), and the next
+  // wait() says so.
   void kill();
   // Whether the child is stopped (SIGSTOP, a tracer): it would never answer.
   bool stopped() const;
+  // The child closed its socket without a word (`seen`): its own reason when it gave one by its
+  // ending (out of memory, refused, killed), else `seen`.
+  Error why_closed(const Error& seen);
 
 private:
   pid_t m_pid = -1;
   UniqueFd m_sock;
+  std::string m_who;
+  std::optional<Result<int>> m_ended; // set by kill(): what wait() then says
 };
+
+// Test seams, reset with child_hooks() = {}: `before_drop` runs in the child after its
+// descriptors are set up, before it drops to the user's credentials (a test holds it there to
+// attach a tracer); `suid_dumpable` is where the child reads fs.suid_dumpable (a test points it at
+// a file of its own rather than change the node's setting under other tests).
+struct ChildHooks
+{
+  std::function<void()> before_drop;
+  std::string suid_dumpable = "/proc/sys/fs/suid_dumpable";
+};
+ChildHooks& child_hooks();
 
 // Forks a child that drops to `creds` and runs `body(sock)`; the child keeps only `sock` (as fd 3)
 // and `keep` (renumbered to 4, 5, ... in order; body receives them in the same order), with stdin
-// on /dev/null, a core size of 0, the parent-death signal set to SIGKILL, and its own process
-// group (led by it, so Child::kill reaches what it forks). The child must not
-// log: it exits with body's return value.
+// on /dev/null, a core size of 0, at most k_child_memory more memory than it inherits, the
+// parent-death signal set to SIGKILL, and its own process group (led by it, so Child::kill
+// reaches what it forks). It refuses to run body when fs.suid_dumpable is 1 or a tracer attached
+// while it changed uid (only root could attach before; only the user in that window). The child
+// must not log: it exits with body's return value.
 using ChildBody = std::function<int(int sock, const std::vector<int>& kept)>;
 Result<Child> spawn_as(const Credentials& creds, const std::vector<int>& keep, const ChildBody& body);
 

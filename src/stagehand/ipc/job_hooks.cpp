@@ -3,6 +3,7 @@
 
 #include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/ipc/client.hpp"
+#include "stagehand/util/process_wait.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -61,11 +62,12 @@ std::string remove_bounded(const Config& config, const std::string& node, const 
   std::string said;
   const auto until = std::chrono::steady_clock::now() + budget + std::chrono::milliseconds(1000);
   char buf[512];
+  bool stopped = false;
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
     struct pollfd pfd {p[0], POLLIN, 0};
     if (left.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(left.count())) == 0) {
-      ::kill(pid, SIGKILL);
+      stopped = true;
       said = "removal of " + trash + " stopped at its time budget; the rest stays in the trash";
       break;
     }
@@ -79,7 +81,12 @@ std::string remove_bounded(const Config& config, const std::string& node, const 
     said.append(buf, static_cast<std::size_t>(n));
   }
   ::close(p[0]);
-  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  // Never an unbounded wait: a child blocked in a syscall outlives SIGKILL (it goes to the reaper).
+  const std::string who = "the removal of " + trash;
+  auto ended = stopped ? proc::kill_and_wait(pid, who)
+                       : proc::wait_or_kill(pid, who, std::chrono::steady_clock::now() + std::chrono::seconds(2));
+  if (!ended) {
+    said += (said.empty() ? "" : "; ") + ended.error().message;
   }
   return said;
 }
@@ -112,7 +119,7 @@ Result<std::string> job_end(const Config& config, const tmpdir::JobContext& job,
       // replace that, and its keep marker could expire before the record.
       auto base_fd = tmpdir::open_base(config, job.node);
       auto aside = base_fd ? tmpdir::renew_stage_out(base_fd->get(), job.owner.job_id, dir) : Result<std::string>(base_fd.error());
-      copied += keep_results(config, job, *out, aside ? *aside : dir, r.reason()) + "; ";
+      copied += keep_results(config, job, *out, aside ? *aside : dir, r.reason(), r.copier) + "; ";
       kept_aside = static_cast<bool>(aside);
     }
   }
@@ -137,7 +144,7 @@ Result<std::string> job_end(const Config& config, const tmpdir::JobContext& job,
     auto r = stage_out(config, job, *out, *ended->pending, config.stage.out_budget);
     std::string line = r.said + "; " + ended->summary + "; " + said;
     if (r.outcome != CopyOutcome::complete) {
-      return line + "; " + keep_results(config, job, *out, *ended->pending, r.reason()); // never deleted
+      return line + "; " + keep_results(config, job, *out, *ended->pending, r.reason(), r.copier); // never deleted
     }
     auto base_fd = tmpdir::open_base(config, job.node);
     auto trash = base_fd ? tmpdir::stage_out_to_trash(base_fd->get(), *ended->pending) : Result<std::string>(base_fd.error());

@@ -7,6 +7,7 @@
 #include "stagehand/stageout/copy.hpp"
 #include "stagehand/stageout/kept.hpp"
 #include "stagehand/stageout/spec.hpp"
+#include "stagehand/util/process_wait.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -173,12 +174,13 @@ StageOutResult stage_out(const Config& config, const tmpdir::JobContext& job, co
     said += (said.empty() ? "" : "; ") + std::string("the copying process ended badly") +
             (ended ? "" : " (" + ended.error().message + ")");
   }
+  const Copier copier = !ended && proc::left_behind(ended.error()) ? Copier::stuck : Copier::ended;
   return StageOutResult{"stage-out: " + (said.empty() ? std::string("nothing to copy on this node (not the job's first node)") : said),
-                        outcome};
+                        outcome, copier};
 }
 
 std::string keep_results(const Config& config, const tmpdir::JobContext& job, const StageOutJob& out,
-                         const std::string& dir_name, const std::string& reason)
+                         const std::string& dir_name, const std::string& reason, Copier copier)
 {
   auto base = tmpdir::base_path(config, job.node);
   auto base_fd = tmpdir::open_base(config, job.node);
@@ -213,6 +215,9 @@ std::string keep_results(const Config& config, const tmpdir::JobContext& job, co
     } else {
       st.st_uid = job.owner.uid;
     }
+  }
+  if (copier == Copier::stuck) {
+    return line + " (not written to the job's log: the copy was stuck on a filesystem that does not answer)";
   }
   if (specs && dir.valid() && creds && st.st_uid == job.owner.uid && st.st_uid != 0) {
     auto child = spawn_as(*creds, {dir.get()}, [&](int sock, const std::vector<int>& kept) {

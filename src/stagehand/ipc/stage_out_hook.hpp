@@ -19,11 +19,15 @@ struct StageOutJob
 };
 
 enum class CopyOutcome { complete, failed };
+// Whether the copying process ended, or outlived SIGKILL blocked on a filesystem that does not
+// answer (then nothing more is written there: the job's log line is skipped).
+enum class Copier { ended, stuck };
 
 struct StageOutResult
 {
   std::string said; // "stage-out: ..." for the log, one part per entry
   CopyOutcome outcome = CopyOutcome::failed;
+  Copier copier = Copier::ended;
   // What happened, without the "stage-out: " prefix (the reason in a record of kept results).
   std::string reason() const { return said.starts_with("stage-out: ") ? said.substr(11) : said; }
 };
@@ -38,8 +42,10 @@ StageOutResult stage_out(const Config& config, const tmpdir::JobContext& job, co
 // (stageout/kept.hpp) until keep_for is up. One line says where they are and why: returned (for the
 // daemon's or slurmd's log) and appended, as the job user, to the log of each of the node's entries
 // (DEST's, else the submit directory's).
+// With Copier::stuck the line goes to the caller's log only: DEST's filesystem did not answer, and
+// the epilog must return within its budget.
 std::string keep_results(const Config& config, const tmpdir::JobContext& job, const StageOutJob& out,
-                         const std::string& dir_name, const std::string& reason);
+                         const std::string& dir_name, const std::string& reason, Copier copier = Copier::ended);
 
 // `stagehand stage-out retry JOBID`: copies the results kept for `job_id` on this node again, as
 // their user, for at most `budget`; when complete, the directory goes (a --tmpdir=keep directory

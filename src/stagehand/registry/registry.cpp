@@ -11,9 +11,34 @@ namespace stagehand::registry {
 
 using nlohmann::json;
 
+void Registry::pin(const JobRecord& job)
+{
+  if (job.state == JobState::running) {
+    for (const auto& key : job.cache_keys) {
+      ++m_pinned[key];
+    }
+  }
+}
+
+void Registry::unpin(const JobRecord& job)
+{
+  if (job.state != JobState::running) {
+    return;
+  }
+  for (const auto& key : job.cache_keys) {
+    if (auto it = m_pinned.find(key); it != m_pinned.end() && --it->second == 0) {
+      m_pinned.erase(it);
+    }
+  }
+}
+
 void Registry::register_job(const JobRecord& record)
 {
+  if (auto it = m_jobs.find(record.job_id); it != m_jobs.end()) {
+    unpin(it->second);
+  }
   m_jobs[record.job_id] = record;
+  pin(record);
 }
 
 void Registry::end_job(std::uint32_t job_id, std::int64_t now, std::int64_t keep_until)
@@ -22,21 +47,55 @@ void Registry::end_job(std::uint32_t job_id, std::int64_t now, std::int64_t keep
   if (it == m_jobs.end()) {
     return;
   }
+  unpin(it->second);
   it->second.state = JobState::ended;
   it->second.ended_at = now;
   it->second.keep_until = keep_until;
   it->second.cache_keys.clear();
 }
 
-void Registry::forget(std::uint32_t job_id) { m_jobs.erase(job_id); }
+void Registry::forget(std::uint32_t job_id)
+{
+  if (auto it = m_jobs.find(job_id); it != m_jobs.end()) {
+    unpin(it->second);
+    m_jobs.erase(it);
+  }
+}
 
 void Registry::add_cache_key(std::uint32_t job_id, const std::string& key)
 {
   auto it = m_jobs.find(job_id);
-  if (it != m_jobs.end() && std::find(it->second.cache_keys.begin(), it->second.cache_keys.end(), key) ==
-                              it->second.cache_keys.end()) {
-    it->second.cache_keys.push_back(key);
+  if (it != m_jobs.end() && it->second.cache_keys.insert(key).second && it->second.state == JobState::running) {
+    ++m_pinned[key];
   }
+}
+
+bool Registry::charge(std::uint32_t job_id, std::uint64_t bytes, std::uint64_t limit)
+{
+  auto it = m_jobs.find(job_id);
+  if (it == m_jobs.end()) {
+    return bytes <= limit;
+  }
+  if (it->second.staged_bytes > limit || bytes > limit - it->second.staged_bytes) {
+    return false;
+  }
+  it->second.staged_bytes += bytes;
+  return true;
+}
+
+std::vector<std::uint32_t> Registry::ended_by_slurmctld(const std::set<std::uint32_t>& running_here,
+                                                        const std::set<std::uint32_t>& live_steps,
+                                                        std::int64_t asked_at) const
+{
+  std::vector<std::uint32_t> out;
+  for (const auto& [id, job] : m_jobs) {
+    // Registered at or after the question: slurmctld's answer may predate the job here.
+    if (job.state == JobState::running && job.registered_at < asked_at && !running_here.count(id) &&
+        !live_steps.count(id)) {
+      out.push_back(id);
+    }
+  }
+  return out;
 }
 
 const JobRecord* Registry::find(std::uint32_t job_id) const
@@ -45,16 +104,7 @@ const JobRecord* Registry::find(std::uint32_t job_id) const
   return it == m_jobs.end() ? nullptr : &it->second;
 }
 
-bool Registry::key_in_use(const std::string& key) const
-{
-  for (const auto& [id, job] : m_jobs) {
-    if (job.state == JobState::running &&
-        std::find(job.cache_keys.begin(), job.cache_keys.end(), key) != job.cache_keys.end()) {
-      return true;
-    }
-  }
-  return false;
-}
+bool Registry::key_in_use(const std::string& key) const { return m_pinned.count(key) > 0; }
 
 std::string Registry::to_json() const
 {
@@ -67,7 +117,8 @@ std::string Registry::to_json() const
                         {"registered_at", job.registered_at},
                         {"ended_at", job.ended_at},
                         {"keep_until", job.keep_until},
-                        {"cache_keys", job.cache_keys}});
+                        {"cache_keys", job.cache_keys},
+                        {"staged_bytes", job.staged_bytes}});
   }
   return json{{"version", 1}, {"jobs", jobs}}.dump(1) + "\n";
 }
@@ -89,8 +140,9 @@ Result<Registry> Registry::from_json(std::string_view text)
       rec.registered_at = item.value("registered_at", std::int64_t{0});
       rec.ended_at = item.value("ended_at", std::int64_t{0});
       rec.keep_until = item.value("keep_until", std::int64_t{0});
-      rec.cache_keys = item.value("cache_keys", std::vector<std::string>{});
-      r.m_jobs[rec.job_id] = std::move(rec);
+      rec.cache_keys = item.value("cache_keys", std::set<std::string>{});
+      rec.staged_bytes = item.value("staged_bytes", std::uint64_t{0});
+      r.register_job(rec);
     }
   } catch (const json::exception& e) {
     return Error::io(std::string("registry: ") + e.what(), EINVAL);

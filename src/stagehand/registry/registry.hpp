@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,8 +24,9 @@ struct JobRecord
   JobState state = JobState::running;
   std::int64_t registered_at = 0; // epoch seconds
   std::int64_t ended_at = 0;
-  std::int64_t keep_until = 0;         // --tmpdir=keep: the directory stays until then
-  std::vector<std::string> cache_keys; // entries materialised into the job's directory
+  std::int64_t keep_until = 0;      // --tmpdir=keep: the directory stays until then
+  std::set<std::string> cache_keys; // entries materialised into the job's directory
+  std::uint64_t staged_bytes = 0;   // what the daemon wrote into its directory, all requests together
 };
 
 class Registry
@@ -36,17 +38,31 @@ public:
   void end_job(std::uint32_t job_id, std::int64_t now, std::int64_t keep_until);
   void forget(std::uint32_t job_id);
   void add_cache_key(std::uint32_t job_id, const std::string& key);
+  // Counts `bytes` staged for the job, unless that takes it past `limit` ([stage] max_bytes is per
+  // job, whatever number of requests it sends): then nothing is counted and the answer is false.
+  bool charge(std::uint32_t job_id, std::uint64_t bytes, std::uint64_t limit);
+  // Running records slurmctld's word ends: jobs not in `running_here` (squeue's answer for this
+  // node, asked at `asked_at`) that have no slurmstepd here either and were registered before the
+  // question. Their end_job was missed (an epilog that could not reach the daemon); until they end,
+  // their cache entries stay pinned. No answer from slurmctld: call nothing, keep them all.
+  std::vector<std::uint32_t> ended_by_slurmctld(const std::set<std::uint32_t>& running_here,
+                                                const std::set<std::uint32_t>& live_steps,
+                                                std::int64_t asked_at) const;
 
   const JobRecord* find(std::uint32_t job_id) const;
   const std::map<std::uint32_t, JobRecord>& jobs() const { return m_jobs; }
-  // Whether a job still running here uses the cache entry.
+  // Whether a job still running here uses the cache entry (a lookup, however many jobs and keys).
   bool key_in_use(const std::string& key) const;
 
   std::string to_json() const;
   static Result<Registry> from_json(std::string_view text);
 
 private:
+  void pin(const JobRecord& job);
+  void unpin(const JobRecord& job);
+
   std::map<std::uint32_t, JobRecord> m_jobs;
+  std::map<std::string, std::uint32_t> m_pinned; // key -> running jobs that use it
 };
 
 inline constexpr const char* k_registry_file = "registry.json";

@@ -2,7 +2,6 @@
 #include "stagehand/tmpdir/job_dir.hpp"
 
 #include "stagehand/fs/atomic_file.hpp"
-#include "stagehand/fs/mounts.hpp"
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/util/fd.hpp"
@@ -189,27 +188,13 @@ Status hand_back(int dir_fd, const JobOwner& owner)
 
 namespace {
 
-// Taken away first, so that the user mounts nothing more on it; then whatever the user left
-// mounted on it or below it is detached here, in the node's own mount namespace (the epilog's:
-// a daemon under its unit has a namespace of its own, where a detach would hide nothing and free
-// nothing), and a directory that was itself a mount point is taken once it is uncovered. A mount
-// that cannot be detached is left to GC; a missing directory is not an error here: the rename
-// says what there is.
+// Taken away first; a mount point (EXDEV) or a missing directory is not an error here: the rename
+// says what there is (on_job_end detached what the user left mounted; GC deals with the rest).
 Status take_before_move(int base_fd, const std::string& name)
 {
   auto st = take_from_user(base_fd, name);
   if (!st && st.error().code != EXDEV && st.error().code != ENOENT) {
     return st;
-  }
-  if (!st && st.error().code == ENOENT) {
-    return ok_status();
-  }
-  auto detached = fs::detach_mounts_below(base_fd, name);
-  if (detached && !detached->empty() && !st) {
-    st = take_from_user(base_fd, name);
-    if (!st && st.error().code != EXDEV && st.error().code != ENOENT) {
-      return st;
-    }
   }
   return ok_status();
 }

@@ -1,6 +1,8 @@
 // Job-start, step-start and job-end actions on the scratch directory.
 #include "stagehand/tmpdir/lifecycle.hpp"
 
+#include "stagehand/fs/mounts.hpp"
+
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/fs/trusted_dir.hpp"
 
@@ -58,6 +60,34 @@ Result<std::string> on_job_start(const Config& config, const JobContext& job)
   return what + describe(*base, job);
 }
 
+namespace {
+
+// The job is over: its directory is taken from the user first (nothing more can be mounted on
+// it), then whatever the user left mounted on it or below it is detached, here in the node's own
+// mount namespace (the epilog's; a daemon under its unit has a namespace of its own, where a
+// detach frees nothing on the node). A directory that was itself a mount point is taken once
+// uncovered (by the move). Returns a sentence for the epilog's line ("" when nothing was mounted);
+// what cannot be detached is left to GC, which says so.
+std::string detach_left_mounts(const std::string& base, int base_fd, const std::string& name)
+{
+  (void)take_from_user(base_fd, name); // a mount point (EXDEV) or no directory: the move says
+  auto detached = fs::detach_mounts_below(base_fd, name);
+  if (!detached) {
+    return "could not detach what the user left mounted in " + base + "/" + name + " (" + detached.error().message +
+           "; GC retries); ";
+  }
+  if (detached->empty()) {
+    return "";
+  }
+  std::string line = "detached " + std::to_string(detached->size()) + " mount(s) the user left:";
+  for (const auto& point : *detached) {
+    line += " " + base + "/" + point;
+  }
+  return line + "; ";
+}
+
+} // namespace
+
 Result<JobEnd> on_job_end(const Config& config, const JobContext& job, Request request, EndMove move)
 {
   auto base = base_path(config, job.node);
@@ -84,6 +114,7 @@ Result<JobEnd> on_job_end(const Config& config, const JobContext& job, Request r
     return JobEnd{"kept " + describe(*base, job) + " for " + std::to_string(config.tmpdir.keep_for.count()) + "s",
                   std::nullopt, static_cast<std::int64_t>(until), std::nullopt};
   }
+  const std::string detached = detach_left_mounts(*base, base_fd->get(), job_dir_name(job.owner.job_id));
   if (move == EndMove::to_stage_out) {
     auto pending = move_to_stage_out(base_fd->get(), job.owner.job_id);
     if (!pending) {
@@ -92,7 +123,7 @@ Result<JobEnd> on_job_end(const Config& config, const JobContext& job, Request r
     if (!*pending) {
       return JobEnd{"no directory " + describe(*base, job), std::nullopt, 0, std::nullopt};
     }
-    return JobEnd{"moved " + describe(*base, job) + " aside for its stage-out", std::nullopt, 0, *pending};
+    return JobEnd{detached + "moved " + describe(*base, job) + " aside for its stage-out", std::nullopt, 0, *pending};
   }
   auto trash = move_to_trash(base_fd->get(), job.owner.job_id);
   if (!trash) {
@@ -101,7 +132,7 @@ Result<JobEnd> on_job_end(const Config& config, const JobContext& job, Request r
   if (!*trash) {
     return JobEnd{"no directory " + describe(*base, job), std::nullopt, 0, std::nullopt};
   }
-  return JobEnd{"moved " + describe(*base, job) + " to the trash", *trash, 0, std::nullopt};
+  return JobEnd{detached + "moved " + describe(*base, job) + " to the trash", *trash, 0, std::nullopt};
 }
 
 std::string remove_trash(const Config& config, const std::string& node, const std::string& trash,

@@ -2,12 +2,15 @@
 #include "stagehand/util/subprocess.hpp"
 
 #include "stagehand/util/fd.hpp"
+#include "stagehand/util/process_wait.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 namespace stagehand {
 
@@ -69,20 +72,23 @@ Result<ProcessOutput> run_program(const std::vector<std::string>& argv, std::chr
     }
     out.out.append(buf, static_cast<std::size_t>(n));
     if (out.out.size() > max_output) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
+      (void)proc::kill_and_wait(pid, argv[0]);
       return Error::limit(argv[0] + ": more output than expected");
     }
   }
   if (timed_out) {
-    ::kill(pid, SIGKILL);
+    auto killed = proc::kill_and_wait(pid, argv[0]);
+    return Error::io(argv[0] + ": no answer within " + std::to_string(deadline.count()) + " ms" +
+                       (killed ? std::string() : " (" + killed.error().message + ")"),
+                     ETIMEDOUT);
   }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  // Its output closed: it is exiting. Still within the deadline (plus a moment), never beyond.
+  auto ended =
+    proc::wait_or_kill(pid, argv[0], std::max(until, std::chrono::steady_clock::now() + std::chrono::seconds(1)));
+  if (!ended) {
+    return ended.error(); // "ARGV0 did not end in time: killed", or it was left behind
   }
-  if (timed_out) {
-    return Error::io(argv[0] + ": no answer within " + std::to_string(deadline.count()) + " ms", ETIMEDOUT);
-  }
+  const int status = *ended;
   out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return out;
 }

@@ -1,0 +1,206 @@
+#!/usr/bin/env bats
+# stagehandd run directly on a socket of its own (no Slurm; root plays the prolog): the node
+# cache's limits as a user meets them: many tiny sources, the number of entries, the cache's size
+# against entries running jobs use, and [stage] max_bytes per job. Run by ctest with
+# STAGEHAND_DAEMON_BIN set; needs root.
+
+bats_require_minimum_version 1.5.0
+
+setup() {
+  : "${STAGEHAND_DAEMON_BIN:?set by ctest}"
+  T=$(mktemp -d /dev/shm/stagehand-limits.XXXXXX)
+  chmod 0755 "$T"
+  mkdir -p "$T/scratch/n1/job_77" "$T/scratch/n1/job_78" "$T/src"
+  chown 4242:4242 "$T/scratch/n1/job_77" "$T/scratch/n1/job_78" "$T/src"
+  chmod 0700 "$T/scratch/n1/job_77" "$T/scratch/n1/job_78"
+  cat >"$T/stagehand.toml" <<TOML
+[tmpdir]
+base = "$T/scratch/%n"
+[daemon]
+socket = "$T/run/%n.sock"
+state_dir = "$T/state/%n"
+cache_dir = "$T/cache/%n"
+user = "nobody"
+gc_interval = "1s"
+TOML
+  chmod 0644 "$T/stagehand.toml"
+  # The protocol (docs/protocol.md) from Python: call(request) -> the result frame.
+  cat >"$T/client.py" <<'PY'
+import json, os, socket, struct, sys
+SOCK = os.environ['SOCK']
+def call(obj, timeout=120):
+    s = socket.socket(socket.AF_UNIX); s.settimeout(timeout); s.connect(SOCK)
+    b = json.dumps(obj).encode(); s.sendall(struct.pack('>I', len(b)) + b)
+    def exactly(n):
+        data = b''
+        while len(data) < n:
+            c = s.recv(n - len(data))
+            if not c: raise RuntimeError('the daemon closed the connection')
+            data += c
+        return data
+    while True:
+        m = json.loads(exactly(struct.unpack('>I', exactly(4))[0]))
+        if m.get('type') != 'progress':
+            s.close(); return m
+def source(src, name, dest=None):
+    return {'shown': name, 'path': os.path.join(src, name), 'dest': dest or 'd/' + name, 'kind': 'file', 'unpack': 'never'}
+def stage(job, sources, max_bytes=1 << 40):
+    return call({'v': 1, 'op': 'stage', 'job_id': job, 'max_bytes': max_bytes, 'sources': sources})
+def register(job):
+    r = call({'v': 1, 'op': 'register', 'job_id': job, 'uid': 4242, 'gid': 4242}); assert r.get('ok'), r
+def end(job):
+    r = call({'v': 1, 'op': 'end_job', 'job_id': job, 'trash': '', 'keep_until': 0}); assert r.get('ok'), r
+def cache():
+    return call({'v': 1, 'op': 'status'})['cache']
+PY
+  export SOCK="$T/run/n1.sock" PYTHONPATH="$T"
+}
+
+teardown() {
+  [ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
+  [ -z "${DAEMON:-}" ] || wait "$DAEMON" 2>/dev/null || true
+  rm -rf "$T"
+}
+
+start_daemon() {
+  "$STAGEHAND_DAEMON_BIN" --config "$T/stagehand.toml" --node n1 >"$T/daemon.log" 2>&1 &
+  DAEMON=$!
+  for _ in $(seq 1 100); do grep -q "listening on" "$T/daemon.log" && return 0; sleep 0.1; done
+  cat "$T/daemon.log"
+  false
+}
+
+# $1 files of $2 bytes each, f00000..., owned by the job user.
+make_sources() {
+  setpriv --reuid 4242 --regid 4242 --clear-groups /usr/bin/python3 -c '
+import os, sys
+for i in range(int(sys.argv[2])):
+    with open(os.path.join(sys.argv[1], "f%05d" % i), "w") as f:
+        f.write(chr(48 + i % 10) * int(sys.argv[3]))
+' "$T/src" "$1" "$2"
+  # A source changed in the last 2 s is never cached (the racy-source rule): wait until these are
+  # older than that.
+  local newest
+  for _ in $(seq 1 100); do
+    newest=$(find "$T/src" -printf '%C@\n%T@\n' | sort -n | tail -n1)
+    awk -v n="$newest" -v t="$(date +%s.%N)" 'BEGIN { exit !(t - n > 2.1) }' && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+@test "10,000 tiny distinct sources staged through the daemon: status answers within 100 ms throughout" {
+  make_sources 10000 1
+  start_daemon
+  # Stage requests of 250 sources each (what fits in a request frame), two at a time, while
+  # another client asks for status every 20 ms and times each answer.
+  cat >"$T/load.py" <<'PY'
+import sys, threading, time
+from client import call, source, stage, register
+src, limit_ms = sys.argv[1], float(sys.argv[2])
+register(77)
+N, PER = 10000, 250
+batches = [range(i, min(i + PER, N)) for i in range(0, N, PER)]
+failed = []
+def stager(mine):
+    for b in mine:
+        r = stage(77, [source(src, 'f%05d' % i) for i in b])
+        if not r.get('ok'): failed.append(r)
+done = threading.Event()
+worst, count, slow = 0.0, 0, []
+def poller():
+    global worst, count
+    while not done.is_set():
+        t0 = time.monotonic()
+        r = call({'v': 1, 'op': 'status'}, timeout=10)
+        ms = (time.monotonic() - t0) * 1000
+        assert r.get('ok'), r
+        count += 1; worst = max(worst, ms)
+        if ms > limit_ms: slow.append((round(ms, 1), r['cache']['entries']))
+        time.sleep(0.02)
+p = threading.Thread(target=poller); p.start()
+t0 = time.monotonic()
+workers = [threading.Thread(target=stager, args=(batches[k::2],)) for k in range(2)]
+for w in workers: w.start()
+for w in workers: w.join()
+staged = time.monotonic() - t0
+done.set(); p.join()
+entries = call({'v': 1, 'op': 'status'})['cache']['entries']
+print('staged %d sources in %.1f s; %d status calls, slowest %.1f ms; %d cache entries'
+      % (N, staged, count, worst, entries))
+print('failed requests:', failed[:2])
+print('status calls over %.0f ms (ms, entries then):' % limit_ms, slow[:10])
+sys.exit(1 if failed or slow or entries != N else 0)
+PY
+  run python3 "$T/load.py" "$T/src" 100
+  echo "$output"
+  echo "# $(echo "$output" | head -1)" >&3 # the measured numbers, also when it passes
+  [ "$status" -eq 0 ]
+  [ "$(find "$T/scratch/n1/job_77/d" -type f | wc -l)" -eq 10000 ]
+  [ "$(cat "$T/scratch/n1/job_77/d/f01234")" = 4 ]
+}
+
+@test "the cache holds at most cache_max_entries: least recently used entries no running job uses go" {
+  printf 'cache_max_entries = 3\n' >>"$T/stagehand.toml"
+  make_sources 6 1
+  start_daemon
+  run python3 -c '
+import sys
+from client import cache, end, register, source, stage
+register(77)
+r = stage(77, [source(sys.argv[1], "f%05d" % i) for i in range(3)]); assert r["ok"], r
+print("full:", cache()["entries"])
+end(77) # its entries are no longer pinned
+register(78)
+r = stage(78, [source(sys.argv[1], "f%05d" % i) for i in range(3, 6)]); assert r["ok"], r
+print("outcomes:", [s["cache"] for s in r["staged"]])
+print("after:", cache()["entries"])
+' "$T/src"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"full: 3"* ]]
+  [[ "$output" == *"outcomes: ['cache miss', 'cache miss', 'cache miss']"* ]]
+  [[ "$output" == *"after: 3"* ]]
+  grep -q "cache: evicted $T/src/f00000 " "$T/daemon.log"
+}
+
+@test "entries a running job pins never push the cache past cache_max_bytes: the excess stages without the cache, and says so" {
+  printf 'cache_max_bytes = "100K"\n' >>"$T/stagehand.toml"
+  make_sources 4 40000 # 44 KiB on disk each, with its manifest: two fit
+  start_daemon
+  run python3 -c '
+import sys
+from client import cache, register, source, stage
+register(77)
+r = stage(77, [source(sys.argv[1], "f%05d" % i) for i in range(4)]); assert r["ok"], r
+for s in r["staged"]: print(s["shown"], s["cache"], s["bytes"], s["note"])
+c = cache(); print("cache:", c["entries"], "entries", c["bytes"], "of", c["max_bytes"], "bytes")
+assert c["bytes"] <= c["max_bytes"]
+' "$T/src"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"f00001 cache miss 40000"* ]]
+  [[ "$output" == *"f00002 no cache 40000 not cached: the node cache is full of entries running jobs use"* ]]
+  [[ "$output" == *"f00003 no cache 40000 not cached: the node cache is full of entries running jobs use"* ]]
+  [ "$(cat "$T/scratch/n1/job_77/d/f00003" | wc -c)" -eq 40000 ] # the job has its data all the same
+}
+
+@test "[stage] max_bytes counts every request of a job, not each request alone" {
+  printf '[stage]\nmax_bytes = "100K"\n' >>"$T/stagehand.toml"
+  make_sources 3 40000
+  start_daemon
+  run python3 -c '
+import sys
+from client import register, source, stage
+register(77)
+for i in range(3): # three requests of one job: 120,000 bytes in all
+    r = stage(77, [source(sys.argv[1], "f%05d" % i)])
+    print(i, r["ok"], r.get("kind", ""), r.get("error", ""))
+' "$T/src"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"0 True"* ]]
+  [[ "$output" == *"1 True"* ]]
+  [[ "$output" == *"2 False limit --stage-data: f00002: "*"staged 80000 bytes on node n1 through the daemon already, and [stage] max_bytes (102400) counts all of a job's stagings"* ]]
+  [ ! -e "$T/scratch/n1/job_77/d/f00002" ] # nothing of the refused request is left
+}

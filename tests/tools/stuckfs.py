@@ -1,0 +1,93 @@
+#!/usr/bin/python3
+"""stuckfs.py: a FUSE filesystem that stops answering, the way a user's broken FUSE server does.
+A process whose request the server has taken and never answers sleeps in the kernel: SIGKILL
+does not end it until the server answers or goes away.
+
+  stuckfs.py MOUNT TRIGGER UID LOG    # runs in the foreground; kill it, then fusermount -u -z MOUNT
+
+- /data/ok.txt reads "ok"; every read of /data/stuck.bin hangs (files are direct_io: a read is
+  a request to this server, never served from the page cache).
+- /out is an empty directory UID may write (any mkdir or create there is refused with EIO).
+- Once the file TRIGGER exists, every request (but the mount point's own getattr) hangs.
+- Each hung request appends "hung OP PATH pid PID" to LOG.
+
+Needs root, /dev/fuse, libfuse2 and Debian's python3-fusepy (run with /usr/bin/python3).
+"""
+import errno
+import os
+import stat
+import sys
+import threading
+import time
+
+import fusepy
+
+NOW = time.time()
+
+
+class StuckFs(fusepy.Operations):
+    def __init__(self, trigger, uid, log):
+        self.trigger = trigger
+        self.uid = uid
+        self.log = log
+        self.never = threading.Event()
+        self.lock = threading.Lock()
+        self.dirs = {"/": [".", "..", "data", "out"], "/data": [".", "..", "ok.txt", "stuck.bin"], "/out": [".", ".."]}
+        self.files = {"/data/ok.txt": b"ok\n", "/data/stuck.bin": b"s" * 4096}
+
+    def hang(self, op, path):
+        _, _, pid = fusepy.fuse_get_context()
+        with self.lock, open(self.log, "a") as f:
+            f.write("hung %s %s pid %d\n" % (op, path, pid))
+        self.never.wait()
+        raise fusepy.FuseOSError(errno.EIO)
+
+    def __call__(self, op, path, *args):
+        if os.path.exists(self.trigger) and not (op == "getattr" and path == "/"):
+            self.hang(op, path)
+        return super().__call__(op, path, *args)
+
+    def getattr(self, path, fh=None):
+        base = {"st_uid": self.uid, "st_gid": 0, "st_atime": NOW, "st_mtime": NOW, "st_ctime": NOW}
+        if path in self.dirs:
+            mode = 0o777 if path == "/out" else 0o755
+            return dict(base, st_mode=stat.S_IFDIR | mode, st_nlink=2)
+        if path in self.files:
+            return dict(base, st_mode=stat.S_IFREG | 0o644, st_nlink=1, st_size=len(self.files[path]))
+        raise fusepy.FuseOSError(errno.ENOENT)
+
+    def readdir(self, path, fh):
+        if path not in self.dirs:
+            raise fusepy.FuseOSError(errno.ENOTDIR)
+        return self.dirs[path]
+
+    def open(self, path, flags):
+        if path not in self.files:
+            raise fusepy.FuseOSError(errno.ENOENT)
+        if flags & (os.O_WRONLY | os.O_RDWR):
+            raise fusepy.FuseOSError(errno.EROFS)
+        return 0
+
+    def read(self, path, size, offset, fh):
+        if path == "/data/stuck.bin":
+            self.hang("read", path)
+        return self.files[path][offset:offset + size]
+
+    def access(self, path, amode):
+        return 0
+
+    def statfs(self, path):
+        return {"f_bsize": 4096, "f_frsize": 4096, "f_blocks": 1 << 20, "f_bfree": 1 << 20, "f_bavail": 1 << 20,
+                "f_files": 1 << 20, "f_ffree": 1 << 20, "f_namemax": 255}
+
+    def mkdir(self, path, mode):
+        raise fusepy.FuseOSError(errno.EIO)
+
+    def create(self, path, mode, fi=None):
+        raise fusepy.FuseOSError(errno.EIO)
+
+
+if __name__ == "__main__":
+    mount, trigger, uid, log = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    fusepy.FUSE(StuckFs(trigger, uid, log), mount, foreground=True, allow_other=True, direct_io=True,
+                fsname="stuckfs")

@@ -1,0 +1,307 @@
+// Children of root that run user work: every wait on them bounded (a survivor of SIGKILL goes to
+// the reaper), their memory bounded, and no user attaching to them while they change uid.
+#include "stagehand/ipc/child.hpp"
+#include "stagehand/util/process_wait.hpp"
+#include "stagehand/util/subprocess.hpp"
+
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/ptrace.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace stagehand;
+using namespace stagehand::test;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const ipc::Credentials& attacker()
+{
+  static const ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "user attacker"};
+  return user;
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// A child blocked in the kernel on a FUSE server that never answers does not end on SIGKILL until
+// the call returns. Stand-in: "SIGKILL" becomes SIGSTOP, which a child does not end on either.
+// The pids it was sent to are killed for real when the test ends.
+class SurvivesSigkill
+{
+public:
+  SurvivesSigkill()
+  {
+    proc::wait_hooks().kill = [this](pid_t pid, int sig) {
+      if (sig == SIGKILL) {
+        std::lock_guard lock(m_mutex);
+        m_pids.push_back(pid);
+        sig = SIGSTOP;
+      }
+      return ::kill(pid, sig);
+    };
+  }
+  ~SurvivesSigkill()
+  {
+    proc::wait_hooks() = {};
+    for (pid_t pid : pids()) {
+      ::kill(pid, SIGKILL);
+    }
+  }
+  std::vector<pid_t> pids()
+  {
+    std::lock_guard lock(m_mutex);
+    return m_pids;
+  }
+
+private:
+  std::mutex m_mutex;
+  std::vector<pid_t> m_pids;
+};
+
+// Waits (at most 10 s) until the reaper holds `n` children.
+bool stuck_becomes(std::size_t n)
+{
+  for (int i = 0; i < 1000; ++i) {
+    if (proc::stuck_children() == n) {
+      return true;
+    }
+    ::usleep(10000);
+  }
+  return false;
+}
+
+Result<ipc::Child> pausing_child()
+{
+  return ipc::spawn_as(attacker(), {}, [](int sock, const std::vector<int>&) {
+    (void)ipc::send_message(sock, "up");
+    for (;;) {
+      ::pause();
+    }
+    return 0;
+  });
+}
+
+} // namespace
+
+TEST(ChildWait, WaitIsBoundedAndKillsAChildThatNeverExits)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  auto child = pausing_child();
+  ASSERT_TRUE(child);
+  ASSERT_TRUE(ipc::receive_message(child->sock(), 10s));
+  const auto t0 = Clock::now();
+  auto ended = child->wait(300ms);
+  EXPECT_LT(seconds_since(t0), 3.0);
+  ASSERT_FALSE(ended);
+  EXPECT_EQ(ended.error().code, ETIMEDOUT);
+  EXPECT_EQ(ended.error().message, "a child of user attacker did not exit within 300 ms of its last word: killed");
+  EXPECT_EQ(child->pid(), -1); // reaped
+}
+
+TEST(ChildWait, AChildThatOutlivesSigkillIsLeftToTheReaperAndKillReturnsWithinItsGrace)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  std::mutex mutex;
+  std::vector<std::string> lines;
+  proc::set_reaper_log([&](const std::string& line) {
+    std::lock_guard lock(mutex);
+    lines.push_back(line);
+  });
+  proc::enable_reaper_thread(); // as the daemon does
+  ASSERT_TRUE(stuck_becomes(0)); // what other tests left (killed since) is reaped now
+  const std::size_t before = 0;
+  pid_t pid = -1;
+  {
+    SurvivesSigkill immortal;
+    auto child = pausing_child();
+    ASSERT_TRUE(child);
+    ASSERT_TRUE(ipc::receive_message(child->sock(), 10s));
+    pid = child->pid();
+    const auto t0 = Clock::now();
+    child->kill(); // was: waitpid with no bound, forever
+    const double took = seconds_since(t0);
+    EXPECT_GE(took, 2.5);
+    EXPECT_LT(took, 5.0);
+    EXPECT_EQ(proc::stuck_children(), before + 1);
+    auto said = child->wait();
+    ASSERT_FALSE(said);
+    EXPECT_EQ(said.error().code, ETIMEDOUT);
+    EXPECT_EQ(said.error().message, "a child of user attacker (pid " + std::to_string(pid) +
+                                      ") did not end 3 s after SIGKILL: it is blocked in the kernel (a filesystem "
+                                      "that does not answer?); left behind");
+  } // the "FUSE server" goes: the child ends, and the reaper's thread reaps it
+  EXPECT_TRUE(stuck_becomes(before));
+  EXPECT_EQ(::kill(pid, 0), -1); // no zombie left
+  EXPECT_EQ(errno, ESRCH);
+  std::lock_guard lock(mutex);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back().rfind("a child of user attacker (pid " + std::to_string(pid) +
+                                 ") did not end after SIGKILL; reaped at ",
+                               0),
+            0U)
+    << lines.back();
+  proc::set_reaper_log(nullptr);
+}
+
+TEST(ChildWait, TheDestructorOfAStuckChildReturnsToo)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  SurvivesSigkill immortal;
+  const auto t0 = Clock::now();
+  pid_t pid = -1;
+  {
+    auto child = pausing_child();
+    ASSERT_TRUE(child);
+    pid = child->pid();
+    ASSERT_TRUE(ipc::receive_message(child->sock(), 10s));
+  }
+  EXPECT_LT(seconds_since(t0), 5.0);
+  // "Killed" once, as a process group (-pid) and as itself (pid), and waited for once.
+  const auto killed = immortal.pids();
+  EXPECT_EQ(std::count(killed.begin(), killed.end(), pid), 1) << killed.size();
+}
+
+TEST(ChildWait, RunProgramReturnsAtItsDeadlineEvenWhenTheProgramOutlivesSigkill)
+{
+  SurvivesSigkill immortal;
+  const auto t0 = Clock::now();
+  auto r = run_program({"sleep", "60"}, 200ms);
+  EXPECT_LT(seconds_since(t0), 5.0);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ETIMEDOUT);
+  EXPECT_NE(r.error().message.find("sleep: no answer within 200 ms (sleep (pid "), std::string::npos)
+    << r.error().message;
+  EXPECT_NE(r.error().message.find("did not end 3 s after SIGKILL"), std::string::npos) << r.error().message;
+}
+
+TEST(ChildWait, WaitUntilGivesTheStatusOrTimesOutWithoutReaping)
+{
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::usleep(300000);
+    ::_exit(3);
+  }
+  auto early = proc::wait_until(pid, Clock::now() + 50ms);
+  ASSERT_FALSE(early);
+  EXPECT_EQ(early.error().code, ETIMEDOUT);
+  auto ended = proc::wait_until(pid, Clock::now() + 10s);
+  ASSERT_TRUE(ended) << ended.error().message;
+  EXPECT_EQ(proc::describe_status(*ended), "exit status 3");
+}
+
+TEST(ChildHardening, FsSuidDumpableOneRefusesUserWork)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir d;
+  write_file(d / "suid_dumpable", "1\n");
+  ipc::child_hooks().suid_dumpable = d / "suid_dumpable";
+  auto child = ipc::spawn_as(attacker(), {}, [](int sock, const std::vector<int>&) {
+    (void)ipc::send_message(sock, "ran");
+    return 0;
+  });
+  ipc::child_hooks() = {};
+  ASSERT_TRUE(child);
+  auto msg = ipc::receive_message(child->sock(), 10s);
+  EXPECT_FALSE(msg); // body never ran
+  auto ended = child->wait();
+  ASSERT_FALSE(ended);
+  EXPECT_EQ(ended.error().kind, ErrorKind::refused);
+  EXPECT_EQ(ended.error().message.rfind("fs.suid_dumpable=1: refused to run user work", 0), 0U)
+    << ended.error().message;
+  // 0 and 2 run it.
+  for (const char* safe : {"0\n", "2\n"}) {
+    write_file(d / "suid_dumpable", safe);
+    ipc::child_hooks().suid_dumpable = d / "suid_dumpable";
+    auto ok = ipc::spawn_as(attacker(), {}, [](int sock, const std::vector<int>&) {
+      (void)ipc::send_message(sock, "ran");
+      return 0;
+    });
+    ipc::child_hooks() = {};
+    ASSERT_TRUE(ok);
+    auto ran = ipc::receive_message(ok->sock(), 10s);
+    ASSERT_TRUE(ran) << safe;
+    EXPECT_EQ(ran->text, "ran");
+    EXPECT_EQ(*ok->wait(), 0);
+  }
+}
+
+TEST(ChildHardening, ATracerAttachedWhileTheUidChangesIsRefused)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  // The child stops before its drop; a tracer attaches there (as the job user could between
+  // setresuid and PR_SET_DUMPABLE under fs.suid_dumpable=1) and stays attached across it.
+  int ready[2];
+  int go[2];
+  ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+  UniqueFd ready_r(ready[0]), ready_w(ready[1]), go_r(go[0]), go_w(go[1]);
+  ipc::child_hooks().before_drop = [] {
+    char c = 'r';
+    (void)!::write(4, &c, 1); // kept[0]: ready
+    (void)!::read(5, &c, 1);  // kept[1]: go
+  };
+  auto child = ipc::spawn_as(attacker(), {ready_w.get(), go_r.get()}, [](int sock, const std::vector<int>&) {
+    (void)ipc::send_message(sock, "ran");
+    return 0;
+  });
+  ipc::child_hooks() = {};
+  ASSERT_TRUE(child);
+  ready_w.reset();
+  go_r.reset();
+  char c = 0;
+  ASSERT_EQ(::read(ready_r.get(), &c, 1), 1);
+  ASSERT_EQ(::ptrace(PTRACE_SEIZE, child->pid(), nullptr, nullptr), 0) << std::strerror(errno);
+  ASSERT_EQ(::write(go_w.get(), "g", 1), 1);
+  auto msg = ipc::receive_message(child->sock(), 10s);
+  EXPECT_FALSE(msg); // body never ran
+  auto ended = child->wait();
+  ASSERT_FALSE(ended);
+  EXPECT_EQ(ended.error().message,
+            "a child of user attacker: a tracer attached while it changed to the user's uid: refused to run user work");
+}
+
+TEST(ChildHardening, UserWorkHasAMemoryBoundAndSaysWhenItRunsOut)
+{
+  STAGEHAND_REQUIRE_ROOT();
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "ASan reports a failed allocation itself instead of failing it";
+#endif
+  auto child = ipc::spawn_as(attacker(), {}, [](int sock, const std::vector<int>&) {
+    // Well within the bound: fine.
+    std::vector<char> some(256U << 20, 'x');
+    (void)ipc::send_message(sock, "256 MiB: " + std::to_string(some.size() >> 20));
+    // A listing of 50 million entries, say: more than the bound.
+    std::vector<std::string> huge;
+    huge.reserve((ipc::k_child_memory + (1ULL << 30)) / sizeof(std::string));
+    (void)ipc::send_message(sock, "unbounded");
+    return 0;
+  });
+  ASSERT_TRUE(child);
+  auto first = ipc::receive_message(child->sock(), 30s);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->text, "256 MiB: 256");
+  auto second = ipc::receive_message(child->sock(), 30s);
+  EXPECT_FALSE(second);
+  auto why = child->why_closed(second.error());
+  EXPECT_EQ(why.code, ENOMEM) << why.message;
+  EXPECT_EQ(why.message,
+            "a child of user attacker ran out of memory (work done for users may take 4 GiB more than its parent; "
+            "RLIMIT_DATA)");
+}
