@@ -5,6 +5,7 @@
 
 #include "stagehand/ipc/job_hooks.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
+#include "stagehand/util/escape.hpp"
 
 #include <cstdlib>
 
@@ -57,7 +58,7 @@ int run(spank_t sp, int ac, char** av, Phase phase)
 
   auto config = load(ac, av);
   if (!config) {
-    slurm_error("stagehand: %s: job %u: %s", what, job.owner.job_id, config.error().message.c_str());
+    slurm_error("stagehand: %s: job %u: %s", what, job.owner.job_id, escape_control(config.error().message).c_str());
     return 0;
   }
   auto done = phase == Phase::start
@@ -65,10 +66,10 @@ int run(spank_t sp, int ac, char** av, Phase phase)
                 : ipc::job_end(*config, job, tmpdir::effective_request(*config, tmpdir_option_of_job()),
                                ipc::k_epilog_removal_budget, stage_out_of_job());
   if (!done) {
-    slurm_error("stagehand: %s: job %u: %s", what, job.owner.job_id, done.error().message.c_str());
+    slurm_error("stagehand: %s: job %u: %s", what, job.owner.job_id, escape_control(done.error().message).c_str());
     return 0;
   }
-  slurm_info("stagehand: %s: job %u: %s", what, job.owner.job_id, done->c_str());
+  slurm_info("stagehand: %s: job %u: %s", what, job.owner.job_id, escape_control(*done).c_str());
   return 0;
 }
 

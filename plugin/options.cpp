@@ -3,6 +3,7 @@
 
 #include "stagehand/stage/spec.hpp"
 #include "stagehand/stageout/spec.hpp"
+#include "stagehand/util/escape.hpp"
 #include "stagehand/util/strings.hpp"
 
 #include <cstdlib>
@@ -32,21 +33,21 @@ int on_option(int val, const char* optarg, int remote)
     if (val == k_opt_tmpdir) {
       auto r = tmpdir::parse_option(optarg);
       if (!r) {
-        slurm_error("stagehand: %s", r.error().message.c_str());
+        slurm_error("stagehand: %s", escape_control(r.error().message).c_str());
         return -1;
       }
       options().tmpdir = *r;
     } else if (val == k_opt_ddp_env) {
       auto r = ddp::parse_mode(optarg);
       if (!r) {
-        slurm_error("stagehand: %s", r.error().message.c_str());
+        slurm_error("stagehand: %s", escape_control(r.error().message).c_str());
         return -1;
       }
       options().ddp_env = *r;
     } else if (val == k_opt_stage_data) {
       auto r = stage::parse_stage_option(optarg ? optarg : "");
       if (!r) {
-        slurm_error("stagehand: %s", r.error().message.c_str());
+        slurm_error("stagehand: %s", escape_control(r.error().message).c_str());
         return -1;
       }
       if (inherited(optarg, remote, "SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_stage_data")) {
@@ -63,7 +64,7 @@ int on_option(int val, const char* optarg, int remote)
     } else if (val == k_opt_stage_out) {
       auto r = stageout::parse_option(optarg ? optarg : "");
       if (!r) {
-        slurm_error("stagehand: %s", r.error().message.c_str());
+        slurm_error("stagehand: %s", escape_control(r.error().message).c_str());
         return -1;
       }
       if (inherited(optarg, remote, "SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_stage_out")) {

@@ -5,6 +5,7 @@
 
 #include "stagehand/ddp/step_layout.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
+#include "stagehand/util/escape.hpp"
 
 #include <unistd.h>
 
@@ -53,7 +54,7 @@ int stepd_init_post_opt(spank_t sp, int ac, char** av)
   auto args = parse_args(ac, av);
   auto config = args ? load_config(args->config_path, OwnerCheck::require_root_owned) : Result<Config>(args.error());
   if (!config) {
-    slurm_error("stagehand: %s", config.error().message.c_str());
+    slurm_error("stagehand: %s", escape_control(config.error().message).c_str());
     s.config_error = config.error().message;
     return 0; // only jobs that use stagehand fail, in task_init
   }
@@ -85,7 +86,7 @@ int export_tmpdir(spank_t sp, const Config& config, std::string& path, std::stri
   if (!dir) {
     slurm_error("stagehand: --tmpdir: no scratch directory on node %s: %s (the node's prolog did not make it; "
                 "see the slurmd log)",
-                node.c_str(), dir.error().message.c_str());
+                node.c_str(), escape_control(dir.error().message).c_str());
     return -1;
   }
   if (spank_setenv(sp, "SLURM_TMPDIR", dir->c_str(), 1) != ESPANK_SUCCESS ||

@@ -4,6 +4,7 @@
 
 #include "stagehand/ddp/hostlist.hpp"
 #include "stagehand/stageout/copy.hpp"
+#include "stagehand/util/escape.hpp"
 #include "stagehand/util/fd.hpp"
 
 #include <fcntl.h>
@@ -16,7 +17,7 @@ int mark_stage_out_node(spank_t sp, const std::string& tmpdir, const std::string
   auto nodes = task_env(sp, "SLURM_JOB_NODELIST");
   auto first = nodes ? ddp::first_host(*nodes) : Result<std::string>(Error::internal("no SLURM_JOB_NODELIST"));
   if (!first) {
-    slurm_error("stagehand: --stage-out: cannot tell the job's first node: %s", first.error().message.c_str());
+    slurm_error("stagehand: --stage-out: cannot tell the job's first node: %s", escape_control(first.error().message).c_str());
     return -1;
   }
   if (*first != node || tmpdir.empty()) {
@@ -25,7 +26,7 @@ int mark_stage_out_node(spank_t sp, const std::string& tmpdir, const std::string
   UniqueFd dir(::open(tmpdir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   auto marked = dir.valid() ? stageout::mark_first_node(dir.get()) : Status(Error::from_errno(tmpdir));
   if (!marked) {
-    slurm_error("stagehand: --stage-out: %s (node %s)", marked.error().message.c_str(), node.c_str());
+    slurm_error("stagehand: --stage-out: %s (node %s)", escape_control(marked.error().message).c_str(), node.c_str());
     return -1;
   }
   return 0;

@@ -3,6 +3,7 @@
 
 #include "stagehand/stage/spec.hpp"
 #include "stagehand/stageout/spec.hpp"
+#include "stagehand/util/escape.hpp"
 
 #include <cstdlib>
 
@@ -27,7 +28,7 @@ int stage_out_at_submit(spank_t sp)
   auto specs = stageout::parse_option(*options().stage_out);
   char cwd[4096];
   if (!specs || !::getcwd(cwd, sizeof cwd)) {
-    slurm_error("stagehand: %s", specs ? "--stage-out: cannot tell the current directory" : specs.error().message.c_str());
+    slurm_error("stagehand: %s", specs ? "--stage-out: cannot tell the current directory" : escape_control(specs.error().message).c_str());
     return -1;
   }
   const std::string dir = cwd;
@@ -37,7 +38,7 @@ int stage_out_at_submit(spank_t sp)
     return -1;
   }
   if (auto ok = stageout::check_at_submit(*specs, dir); !ok) {
-    slurm_error("stagehand: %s", ok.error().message.c_str());
+    slurm_error("stagehand: %s", escape_control(ok.error().message).c_str());
     return -1;
   }
   const std::string canonical = stageout::canonical_option(*specs, dir);
@@ -63,7 +64,7 @@ int submit_init_post_opt(spank_t sp, int ac, char** av)
   auto config = load(ac, av);
   if (!config) {
     slurm_error("stagehand: cannot use stagehand's options: %s (ask your cluster admin)",
-                config.error().message.c_str());
+                escape_control(config.error().message).c_str());
     return -1;
   }
   if (options().stage_out && stage_out_at_submit(sp) != 0) {
@@ -73,12 +74,12 @@ int submit_init_post_opt(spank_t sp, int ac, char** av)
     auto specs = stage::parse_stage_option(*options().stage_data);
     char cwd[4096];
     if (!specs || !::getcwd(cwd, sizeof cwd)) {
-      slurm_error("stagehand: %s", specs ? "--stage-data: cannot tell the current directory" : specs.error().message.c_str());
+      slurm_error("stagehand: %s", specs ? "--stage-data: cannot tell the current directory" : escape_control(specs.error().message).c_str());
       return -1;
     }
     auto sources = stage::check_sources(*specs, cwd, config->stage);
     if (!sources) {
-      slurm_error("stagehand: %s", sources.error().message.c_str());
+      slurm_error("stagehand: %s", escape_control(sources.error().message).c_str());
       return -1;
     }
     // Canonical absolute sources reach the steps through the job's environment.

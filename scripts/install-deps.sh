@@ -8,6 +8,9 @@ packages=(
   libspdlog-dev libtomlplusplus-dev libarchive-dev
   tar libarchive-tools zip unzip zstd xz-utils bzip2 gzip
   libgtest-dev googletest bats clang libclang-rt-14-dev
+  # the sanitizer phase: clang 19's ASan locks its allocator around fork (LLVM 18 and later), so
+  # stagehandd, which forks its user-side children from a multithreaded process, runs under it
+  clang-19 libclang-rt-19-dev
   python3 python3-torch libtorch-dev libgloo-dev
   procps util-linux passwd hostname
   nlohmann-json3-dev python3-fusepy fuse libfuse2

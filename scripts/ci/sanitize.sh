@@ -10,8 +10,8 @@
 #
 # 1. every unit test (the core, the plugin's parsers, the root code paths, the extractor);
 # 2. a representative subset of the cluster suite (SANITIZE_CLUSTER_FILES) with the sanitized
-#    stagehand CLI (the stage-run helper every --stage-data job runs, gc, status, cache; the
-#    daemon stays the ordinary build's, see below). The plugin itself stays the ordinary build's: it is loaded into
+#    stagehand CLI (the stage-run helper every --stage-data job runs, gc, status, cache) and the
+#    sanitized stagehandd (see below). The plugin itself stays the ordinary build's: it is loaded into
 #    Slurm's own uninstrumented processes (sbatch, srun, slurmd, slurmstepd), where an ASan-built
 #    library cannot load without preloading the runtime into Slurm and every job's tasks; its code
 #    is sanitized through the unit tests. The subset is the files that drive the helper and the
@@ -34,11 +34,15 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 if [ "$mode" != cluster ]; then
   slurm_root=$(sed -n 's/^SLURM_ROOT:PATH=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
-  cmake -S "$CI_ROOT" -B "$san" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTAGEHAND_SANITIZE=address,undefined \
+  # clang 19: its ASan takes its allocator's locks around fork() (LLVM 18 and later; GCC 12's and
+  # clang 14's do not), so a child forked from the daemon's threads never waits on a lock another
+  # thread held, and stagehandd runs sanitized too.
+  command -v clang++-19 >/dev/null || ci_die "clang++-19 is missing (scripts/install-deps.sh installs clang-19 libclang-rt-19-dev)"
+  CC=clang-19 CXX=clang++-19 cmake -S "$CI_ROOT" -B "$san" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTAGEHAND_SANITIZE=address,undefined \
     -DSTAGEHAND_BUILD_EXAMPLES=OFF -DSTAGEHAND_BUILD_MAN=OFF ${slurm_root:+-DSLURM_ROOT="$slurm_root"} >/dev/null
-  # Only what runs here: the unit tests (ctest also runs the CLI's and the replay tool's bats files)
-  # and the CLI; the plugin and stagehandd in the cluster run are the ordinary build's (below).
-  cmake --build "$san" -j"$(nproc)" --target stagehand_unit_tests stagehand stagehand-ddp-replay
+  # Only what runs here: the unit tests (ctest also runs the CLI's and the replay tool's bats files),
+  # the CLI and the daemon; the plugin in the cluster run is the ordinary build's (below).
+  cmake --build "$san" -j"$(nproc)" --target stagehand_unit_tests stagehand stagehandd stagehand-ddp-replay
 
   status=0
   (cd "$san" && ctest --output-on-failure -j"$(nproc)") 2>&1 | tee "$log" || status=$?
@@ -58,13 +62,12 @@ tree=$san/cluster-tree
 rm -rf "$tree" && mkdir -p "$tree/plugin" "$tree/helper"
 cp "$san/CMakeCache.txt" "$tree/"
 cp "$build/plugin/stagehand.so" "$tree/plugin/"
-# stagehandd stays the ordinary build's too: it forks its user-side children (ipc/child.cpp) from
-# a multithreaded process and they allocate before any exec; ASan's allocator (GCC 12, clang 14)
-# has no fork handler, so such a child can block forever on an allocator lock another thread held
-# (seen here: a staging job hung in fdopendir). glibc's malloc is fork-safe, so the ordinary
-# daemon does not hang; the daemon's code runs under the sanitizers in the unit tests.
+# stagehandd sanitized as well: it forks its user-side children (ipc/child.cpp) from a
+# multithreaded process and they allocate before any exec; clang 19's ASan locks its allocator
+# around fork, so no child waits on a lock another thread held (GCC 12's did not: a staging job
+# hung in fdopendir that way).
 cp "$san/helper/stagehand" "$tree/helper/"
-cp "$build/helper/stagehandd" "$tree/helper/"
+cp "$san/helper/stagehandd" "$tree/helper/"
 # The LibTorch example (stage.bats trains it on staged data) as the ordinary build made it.
 [ ! -d "$build/examples" ] || ln -s "$build/examples" "$tree/examples"
 # Reports of the processes started from here (stagehandd, the CLI run by the tests) land in

@@ -8,6 +8,7 @@
 #include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
 
+#include "node_fixture.hpp"
 #include "test_support.hpp"
 
 #include <fcntl.h>
@@ -26,71 +27,11 @@ using namespace stagehand::test;
 
 namespace {
 
-constexpr tmpdir::JobOwner k_job{555, k_attacker_uid, k_attacker_gid};
-
-// One node's base directory, with no daemon listening.
-struct Node
-{
-  TempDir dir;
-  Config config;
-  std::string base;
-  Node()
-  {
-    config.tmpdir.base = dir / "scratch/%n";
-    config.tmpdir.keep_for = std::chrono::seconds(1);
-    config.daemon.socket = dir / "no-daemon.sock";
-    base = dir / "scratch/n1";
-  }
-  static tmpdir::JobContext job(const tmpdir::JobOwner& owner = k_job) { return {owner, "n1"}; }
-  std::string job_dir(std::uint32_t id = k_job.job_id) const { return base + "/job_" + std::to_string(id); }
-  UniqueFd base_fd() const
-  {
-    auto fd = fs::open_trusted_dir(base, fs::CreateMissing::no);
-    return fd ? std::move(*fd) : UniqueFd();
-  }
-  // One GC pass as `stagehand gc` or the daemon runs it.
-  gc::Applied gc(const gc::Evidence& evidence, std::time_t now = std::time(nullptr)) const
-  {
-    UniqueFd fd = base_fd();
-    auto snap = gc::snapshot_base(fd.get(), now);
-    EXPECT_TRUE(snap);
-    return gc::apply(fd.get(), gc::make_plan(*snap, evidence), std::chrono::steady_clock::now() + std::chrono::minutes(5));
-  }
-  std::set<std::string> trash() const
-  {
-    std::set<std::string> out;
-    UniqueFd fd = base_fd();
-    auto snap = gc::snapshot_base(fd.get(), 0);
-    if (!snap) {
-      ADD_FAILURE() << snap.error().message;
-      return out;
-    }
-    for (const auto& e : snap->entries) {
-      if (e.name.starts_with(".trash.")) {
-        out.insert(e.name);
-      }
-    }
-    return out;
-  }
-};
-
 gc::Evidence slurmctld_says(std::set<std::uint32_t> running)
 {
   gc::Evidence e;
   e.running_here = std::move(running);
   return e;
-}
-
-// The mount points at or below `dir` (from /proc/self/mountinfo, which asks no filesystem anything).
-std::vector<std::string> mounts_below(const std::string& dir)
-{
-  std::vector<std::string> out;
-  for (const auto& m : fs::parse_mountinfo(read_file("/proc/self/mountinfo"))) {
-    if (m.point == dir || m.point.starts_with(dir + "/")) {
-      out.push_back(m.point);
-    }
-  }
-  return out;
 }
 
 void age(const std::string& path, std::time_t seconds)

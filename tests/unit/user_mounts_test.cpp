@@ -13,6 +13,7 @@
 #include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
 
+#include "node_fixture.hpp"
 #include "test_support.hpp"
 
 #include <fcntl.h>
@@ -31,39 +32,6 @@ using namespace stagehand;
 using namespace stagehand::test;
 
 namespace {
-
-constexpr tmpdir::JobOwner k_job{555, k_attacker_uid, k_attacker_gid};
-
-struct Node
-{
-  TempDir dir;
-  Config config;
-  std::string base;
-  Node()
-  {
-    config.tmpdir.base = dir / "scratch/%n";
-    config.tmpdir.keep_for = std::chrono::seconds(1);
-    config.daemon.socket = dir / "no-daemon.sock";
-    base = dir / "scratch/n1";
-  }
-  static tmpdir::JobContext job() { return {k_job, "n1"}; }
-  std::string job_dir() const { return base + "/job_555"; }
-  UniqueFd base_fd() const
-  {
-    auto fd = fs::open_trusted_dir(base, fs::CreateMissing::no);
-    return fd ? std::move(*fd) : UniqueFd();
-  }
-  gc::Applied gc(std::time_t now = std::time(nullptr)) const
-  {
-    gc::Evidence e;
-    e.running_here = std::set<std::uint32_t>{};
-    e.pending_stage_outs = std::set<std::string>{};
-    UniqueFd fd = base_fd();
-    auto snap = gc::snapshot_base(fd.get(), now);
-    EXPECT_TRUE(snap);
-    return gc::apply(fd.get(), gc::make_plan(*snap, e), std::chrono::steady_clock::now() + std::chrono::minutes(1));
-  }
-};
 
 struct stat stat_of(const std::string& path)
 {
@@ -89,18 +57,6 @@ bool mount_tmpfs(const std::string& path)
 {
   ::mkdir(path.c_str(), 0755);
   return ::mount("none", path.c_str(), "tmpfs", 0, "size=1m") == 0;
-}
-
-// The mount points at or below `dir` (from /proc/self/mountinfo, which asks no filesystem anything).
-std::vector<std::string> mounts_below(const std::string& dir)
-{
-  std::vector<std::string> out;
-  for (const auto& m : fs::parse_mountinfo(read_file("/proc/self/mountinfo"))) {
-    if (m.point == dir || m.point.starts_with(dir + "/")) {
-      out.push_back(m.point);
-    }
-  }
-  return out;
 }
 
 std::string canonical(const std::string& text, const std::string& submit_dir)
