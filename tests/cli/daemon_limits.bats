@@ -89,6 +89,7 @@ for i in range(int(sys.argv[2])):
   return 1
 }
 
+# bats test_tags=latency
 @test "10,000 tiny distinct sources staged through the daemon: status answers within 100 ms throughout" {
   make_sources 10000 1
   start_daemon
