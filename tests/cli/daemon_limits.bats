@@ -205,3 +205,40 @@ for i in range(3): # three requests of one job: 120,000 bytes in all
   [[ "$output" == *"2 False limit --stage-data: f00002: "*"staged 80000 bytes on node n1 through the daemon already, and [stage] max_bytes (102400) counts all of a job's stagings"* ]]
   [ ! -e "$T/scratch/n1/job_77/d/f00002" ] # nothing of the refused request is left
 }
+
+@test "a worker thread that cannot start (the cgroup's task limit) answers busy; the daemon goes on" {
+  # The pids controller (cgroup v1 here: /sys/fs/cgroup/pids; v2: the unified hierarchy's pids.max).
+  local cg
+  if [ -d /sys/fs/cgroup/pids ]; then
+    cg=/sys/fs/cgroup/pids/stagehand-limits.$$
+  elif grep -qw pids /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+    cg=/sys/fs/cgroup/stagehand-limits.$$
+  else
+    echo "no pids cgroup controller on this machine: cannot hold the daemon's task count" >&2
+    false
+  fi
+  start_daemon
+  mkdir "$cg"
+  echo "$DAEMON" >"$cg/cgroup.procs"
+  # No task more than it has: the next request's worker thread cannot start.
+  cat "$cg/pids.current" >"$cg/pids.max"
+  run python3 -c '
+from client import call
+r = call({"v": 1, "op": "status"}, timeout=20)
+print(r.get("ok"), r.get("kind"), r.get("error"))
+'
+  echo "$output"
+  echo max > "$cg/pids.max"
+  echo "$DAEMON" >"$(dirname "$cg")/cgroup.procs"
+  rmdir "$cg"
+  [ "$status" -eq 0 ]
+  [[ "$output" == "False limit the daemon is busy (it cannot start more work now)" ]]
+  kill -0 "$DAEMON" # still running
+  grep -q "cannot start a worker thread" "$T/daemon.log"
+  # And it serves again once it can.
+  run python3 -c '
+from client import call
+print(call({"v": 1, "op": "status"}, timeout=20).get("ok"))
+'
+  [ "$output" = True ]
+}
