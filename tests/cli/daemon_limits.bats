@@ -94,7 +94,10 @@ for i in range(int(sys.argv[2])):
   make_sources 10000 1
   start_daemon
   # Stage requests of 250 sources each (what fits in a request frame), two at a time, while
-  # another client asks for status every 20 ms and times each answer.
+  # another client asks for status every 20 ms and times each answer. 99 in 100 answers within
+  # 100 ms, and none stalls past 500 ms: on CI's two shared cores (two Slurm clusters and a build
+  # beside) one call in a thousand can lose its core for a moment; the stall this test is about
+  # grew with the entries (220 ms at 3,100 before the in-memory index, about 700 ms at 10,000).
   cat >"$T/load.py" <<'PY'
 import sys, threading, time
 from client import call, source, stage, register
@@ -108,7 +111,7 @@ def stager(mine):
         r = stage(77, [source(src, 'f%05d' % i) for i in b])
         if not r.get('ok'): failed.append(r)
 done = threading.Event()
-worst, count, slow = 0.0, 0, []
+worst, count, slow, times = 0.0, 0, [], []
 def poller():
     global worst, count
     while not done.is_set():
@@ -116,7 +119,7 @@ def poller():
         r = call({'v': 1, 'op': 'status'}, timeout=10)
         ms = (time.monotonic() - t0) * 1000
         assert r.get('ok'), r
-        count += 1; worst = max(worst, ms)
+        count += 1; worst = max(worst, ms); times.append(ms)
         if ms > limit_ms: slow.append((round(ms, 1), r['cache']['entries']))
         time.sleep(0.02)
 p = threading.Thread(target=poller); p.start()
@@ -127,11 +130,13 @@ for w in workers: w.join()
 staged = time.monotonic() - t0
 done.set(); p.join()
 entries = call({'v': 1, 'op': 'status'})['cache']['entries']
-print('staged %d sources in %.1f s; %d status calls, slowest %.1f ms; %d cache entries'
-      % (N, staged, count, worst, entries))
+times.sort()
+p99 = times[int(len(times) * 0.99)] if times else 0.0
+print('staged %d sources in %.1f s; %d status calls, 99th percentile %.1f ms, slowest %.1f ms; %d cache entries'
+      % (N, staged, count, p99, worst, entries))
 print('failed requests:', failed[:2])
 print('status calls over %.0f ms (ms, entries then):' % limit_ms, slow[:10])
-sys.exit(1 if failed or slow or entries != N else 0)
+sys.exit(1 if failed or not times or p99 > limit_ms or worst > 5 * limit_ms or entries != N else 0)
 PY
   run python3 "$T/load.py" "$T/src" 100
   echo "$output"
