@@ -23,9 +23,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
-#include <optional>
 #include <cstdio>
+#include <optional>
 
 namespace stagehand::cli {
 
@@ -58,7 +59,7 @@ std::string outermost_missing(int root_fd, const std::string& dest)
 enum class DaemonOutcome { staged, failed, unavailable };
 
 // Stages through the daemon. `unavailable` means: stage in-process instead (a line said why, and
-// `failure` holds it for the summary lines).
+// `failure` holds it for the summary lines when a daemon was there: busy, stuck, refused).
 DaemonOutcome stage_via_daemon(const stage::StageRequest& a, const std::vector<stage::CheckedSource>& sources,
                                int root_fd, std::string& failure)
 {
@@ -89,8 +90,12 @@ DaemonOutcome stage_via_daemon(const stage::StageRequest& a, const std::vector<s
     }
   });
   std::string why;
+  bool listening = true; // a daemon answered, or took the connection and then failed us
   if (!reply) {
     why = reply.error().message;
+    // No daemon on this node (none configured to run, or stopped): the line below says so; the
+    // summaries stay as without one.
+    listening = reply.error().code != ENOENT && reply.error().code != ECONNREFUSED;
   } else if (reply->error) {
     if (reply->error->kind == ErrorKind::corrupt) {
       // The archive's own bytes are bad: staging here would read the same bytes and fail the same way.
@@ -125,7 +130,9 @@ DaemonOutcome stage_via_daemon(const stage::StageRequest& a, const std::vector<s
   std::printf("stagehand: %s: the node daemon could not stage (%s); staging without the cache\n", a.node.c_str(),
               why.c_str());
   std::fflush(stdout);
-  failure = std::move(why);
+  if (listening) {
+    failure = std::move(why); // busy, stuck, refused: each summary says why too
+  }
   return DaemonOutcome::unavailable;
 }
 
