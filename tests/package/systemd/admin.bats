@@ -404,7 +404,7 @@ EOF
   miss=$(cat "$STATE/miss.job")
   hit=$(cat "$STATE/hit.job")
   # Two starts (enable --now, restart), each said.
-  [ "$(grep -c "listening on /run/stagehand/stagehandd.sock\$" <<<"$log")" -ge 2 ]
+  [ "$(grep -c "listening on /run/stagehand/stagehandd.sock (requests at once: [0-9]*, [0-9]* per user" <<<"$log")" -ge 2 ]
   grep -Eq "node $NODE: base /local/stagehand, cache /local/stagehand-cache " <<<"$log"
   # README: "For each staged source it logs where the time went".
   grep -Eq "job $miss: $WORKDIR/data/tree\.tar\.gz \(cache miss\): [0-9.]+ s: identified in [0-9.]+ s, filled in [0-9.]+ s, linked in [0-9.]+ s\$" <<<"$log"
