@@ -125,7 +125,7 @@ trap 'exit 129' HUP
 # machine, tests and setup, on a tmpfs; a file not listed counts 120 s), so that each Slurm release's suite
 # takes half the time on two clusters side by side.
 declare -A FILE_SECONDS=(
-  [broadcast.bats]=60 [daemon.bats]=100 [ddp.bats]=50 [ddp_steps.bats]=35 [export_none.bats]=5
+  [broadcast.bats]=60 [daemon.bats]=110 [ddp.bats]=50 [ddp_steps.bats]=35 [export_none.bats]=5
   [fault.bats]=35 [progress.bats]=80 [root_paths.bats]=65 [stage.bats]=30 [stage_engine.bats]=25
   [stage_grammar.bats]=12 [stage_out.bats]=150 [tmpdir.bats]=28 [prolog_scripts.bats]=65 [daemon_load.bats]=70
   [stuck_child.bats]=45 [tmpdir_mounts.bats]=20

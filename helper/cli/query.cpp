@@ -122,10 +122,11 @@ int cmd_status(const std::vector<std::string>& args)
   for (const auto& j : s->jobs) {
     std::printf("  %-10u %-12s %-8s %s\n", j.job_id, j.user.c_str(), j.state.c_str(), j.dir.c_str());
   }
-  std::printf("cache: %llu entries, %s of %s; %llu hits, %llu misses, %llu evictions\n",
+  std::printf("cache: %llu entries, %s of %s; %llu hits, %llu misses, %llu evictions, %llu misses not cached\n",
               static_cast<unsigned long long>(s->cache.entries), human_bytes(s->cache.bytes).c_str(),
               human_bytes(s->cache.max_bytes).c_str(), static_cast<unsigned long long>(s->cache.hits),
-              static_cast<unsigned long long>(s->cache.misses), static_cast<unsigned long long>(s->cache.evictions));
+              static_cast<unsigned long long>(s->cache.misses), static_cast<unsigned long long>(s->cache.evictions),
+              static_cast<unsigned long long>(s->cache.fills_dropped));
   std::printf("cleanup backlog: %llu directories in the trash\n", static_cast<unsigned long long>(s->trash_entries));
   for (const auto& p : s->stagings) {
     std::printf("%s\n", stage::progress_text(p).c_str()); // as the job's output shows it

@@ -40,22 +40,6 @@ void write_marker(int dir_fd, const std::string& name, const std::string& text)
   }
 }
 
-// The outermost component of `dest` that does not exist yet ("data/x.bin" when the job made
-// "data"): what staging may create, and so all that a failed attempt may remove.
-std::string outermost_missing(int root_fd, const std::string& dest)
-{
-  for (std::size_t j = dest.find('/');; j = dest.find('/', j + 1)) {
-    const std::string prefix = dest.substr(0, j);
-    struct stat st {};
-    if (::fstatat(root_fd, prefix.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-      return prefix;
-    }
-    if (j == std::string::npos) {
-      return "";
-    }
-  }
-}
-
 enum class DaemonOutcome { staged, failed, unavailable };
 
 // Stages through the daemon. `unavailable` means: stage in-process instead (a line said why, and
@@ -65,7 +49,7 @@ DaemonOutcome stage_via_daemon(const stage::StageRequest& a, const std::vector<s
 {
   std::vector<std::string> missing_before;
   for (const auto& s : sources) {
-    if (auto m = outermost_missing(root_fd, s.dest); !m.empty()) {
+    if (auto m = stage::outermost_missing(root_fd, s.dest); !m.empty()) {
       missing_before.push_back(std::move(m));
     }
   }

@@ -314,6 +314,10 @@ void Daemon::stop()
     }
     m_stopping = true;
     m_gc_cv.notify_all();
+    m_fill_cv.notify_all();
+  }
+  if (m_fill_thread.joinable()) {
+    m_fill_thread.join();
   }
   if (m_gc_thread.joinable()) {
     m_gc_thread.join();

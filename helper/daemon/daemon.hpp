@@ -6,6 +6,7 @@
 #include "peer.hpp"
 #include "stage_out.hpp"
 
+#include "stagehand/cache/fill.hpp"
 #include "stagehand/cache/store.hpp"
 #include "stagehand/config/config.hpp"
 #include "stagehand/gc/collect.hpp"
@@ -17,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -45,16 +47,33 @@ struct Counters
   std::uint64_t gc_runs = 0;
   std::map<std::string, std::uint64_t> gc_removed; // by reason
   std::uint64_t trash_entries = 0;                 // at the last look
+  std::uint64_t fills_dropped = 0; // misses delivered but not cached: the spool could not keep up, a fill failed
 };
 
-// One fill in progress; requests for the same key wait for it (single flight).
+// One fill in progress; requests for the same key wait for it (single flight): for the entry, or
+// (once the source has been read whole) for the spool to deliver from.
 struct FillWait
 {
   bool done = false;
   bool published = false;
+  std::shared_ptr<UniqueFd> spool_dir; // set once the spool holds the whole source: the fill's directory
   std::condition_variable cv;
   std::uint64_t progress = 0;                        // the fill's bytes: read (a file), written (a directory)
   std::chrono::steady_clock::time_point progressed;  // when it last moved (or a directory's entries did)
+};
+
+// A miss's spool waiting to become a cache entry (spool_fill.cpp).
+struct SpoolFill
+{
+  std::shared_ptr<cache::Store> store;
+  cache::Fill fill; // its directory holds the spool
+  std::string key;
+  std::string source; // the canonical path, for the log
+  bool tree = false;  // a directory's tar stream, else a file's bytes
+  cache::UnpackMode unpack = cache::UnpackMode::if_archive;
+  std::uint64_t room = 0;
+  std::shared_ptr<FillWait> wait;
+  std::uint32_t job_id = 0;
 };
 
 class Daemon
@@ -69,6 +88,7 @@ public:
   // Re-reads the configuration (SIGHUP). The socket path cannot change without a restart.
   Status reload();
   void start_gc_thread();
+  void start_fill_thread();
   void stop();
   // Persists the registry now (at shutdown, when workers may still run).
   void save_state();
@@ -132,6 +152,12 @@ private:
   // Removes `names` (set aside as above), then forgets them; called without m_mutex. Returns, for
   // each name in order, nothing when it is gone or why not (logged too; GC's sweep retries it).
   std::vector<std::optional<std::string>> remove_now(const std::vector<TmpName>& names);
+  // The fill thread: spools become entries, one at a time, after their jobs have their data.
+  void queue_spool_fill_locked(SpoolFill task);
+  void end_spool_fill_locked(SpoolFill& task, bool published);
+  void fill_loop();
+  Result<cache::FillResult> fill_from_spool(const SpoolFill& task, const ipc::Credentials& service);
+  bool publish_spool_fill(SpoolFill& task, const cache::FillResult& fr);
   void write_metrics();
   void gc_loop();
   void kick_gc();
@@ -163,6 +189,10 @@ private:
   std::uint64_t m_next_staging = 0;
   gc::ReportOnce m_gc_reported; // failures GC has logged already
   std::shared_ptr<StageOutQueue> m_stage_out; // --stage-out copies after the jobs (own lock)
+
+  std::deque<SpoolFill> m_spool_fills; // for the fill thread
+  std::condition_variable m_fill_cv;
+  std::thread m_fill_thread;
 
   std::thread m_gc_thread;
   std::condition_variable m_gc_cv;

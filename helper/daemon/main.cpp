@@ -109,6 +109,7 @@ int main(int argc, char** argv)
     spdlog::error("{}", listen.error().message);
     return 1;
   }
+  d.start_fill_thread();
   d.start_gc_thread(); // the first collection runs now: trash left while we were down goes first
   ::getrlimit(RLIMIT_NOFILE, &files);
   const auto limits = daemon::limits_within(files.rlim_cur);

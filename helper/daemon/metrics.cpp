@@ -24,8 +24,11 @@ std::string render_metrics(const MetricsSnapshot& m)
   metric("stagehand_cache_max_bytes", "gauge", "[daemon] cache_max_bytes.", node, double(m.cache_max_bytes));
   metric("stagehand_cache_entries", "gauge", "Entries in the node cache.", node, double(m.cache_entries));
   metric("stagehand_cache_hits_total", "counter", "Stagings served from the cache.", node, double(c.hits));
-  metric("stagehand_cache_misses_total", "counter", "Stagings that filled the cache.", node, double(c.misses));
+  metric("stagehand_cache_misses_total", "counter", "Stagings that read their source (and filled the cache from that read).", node, double(c.misses));
   metric("stagehand_cache_evictions_total", "counter", "Cache entries evicted.", node, double(c.evictions));
+  metric("stagehand_cache_fills_dropped_total", "counter",
+         "Misses delivered to their job but not cached: the cache could not keep up, or its fill failed.", node,
+         double(c.fills_dropped));
   metric("stagehand_staged_bytes_total", "counter", "Bytes staged into job directories.", node,
          double(c.staged_bytes));
   metric("stagehand_staged_seconds_total", "counter", "Seconds spent staging.", node, c.staged_seconds);

@@ -105,6 +105,7 @@ void Daemon::on_status(const Peer& peer, Responder& out)
   reply.cache.hits = m_counters.hits;
   reply.cache.misses = m_counters.misses;
   reply.cache.evictions = m_counters.evictions;
+  reply.cache.fills_dropped = m_counters.fills_dropped;
   for (const auto& [id, staging] : m_stagings) {
     if (peer.root() || staging.uid == peer.uid) { // a user sees only their own
       reply.stagings.push_back(staging.progress);

@@ -9,7 +9,9 @@
 #include "stagehand/cache/key.hpp"
 #include "stagehand/ipc/child.hpp"
 #include "stagehand/proto/messages.hpp"
+#include "stagehand/stage/run.hpp"
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -27,8 +29,9 @@ inline constexpr auto k_keepalive = std::chrono::seconds(5);
 inline constexpr auto k_stalled_fill = std::chrono::seconds(600); // a leader fill silent this long is given up on
 
 // For each source, the job user's side opens and identifies it; a hit is linked into the job's
-// directory; a miss is filled once (single flight) by the service user's side, then published and
-// linked. Any failure removes what this request made.
+// directory; a miss is read once by the service user's side, delivered to the job as the job user
+// and spooled for the cache, which is filled after the reply (single flight: jobs asking
+// meanwhile deliver from the spool). Any failure removes what this request made.
 class StageRun
 {
 public:
@@ -55,19 +58,36 @@ private:
   // failure the child is killed (the job user may have stopped it: it runs with their uid).
   Result<ipc::Message> await(ipc::Child& child, const std::function<proto::Progress()>& status);
   Result<proto::StagedSource> stage_one(const proto::SourceSpec& src);
-  // What a fill made: when it must not be published (the source changed during or just before
-  // it, or it is larger than the cache), the fill to use for this job only and why.
-  struct Filled
+  // One source's delivery into the job's directory, as the job user (stage_miss.cpp).
+  struct Delivery
   {
-    cache::FillResult result;
-    std::optional<cache::Fill> uncached;
-    std::string why_uncached; // for the job's summary line
+    const proto::SourceSpec* src = nullptr;
+    stage::StreamContent content = stage::StreamContent::plain_file;
+    struct stat file_stat {}; // a plain file's mode and times
+    cache::UnpackMode unpack = cache::UnpackMode::if_archive;
+    std::uint64_t room = 0;
+    bool seek_first = false; // a zip: read whole before it is unpacked (its index is at its end)
   };
-  // Fills the cache for `ident.key`; `started` was read before the source was identified (the
-  // racy-source rule, cache::changed_near).
-  Result<Filled> fill(const proto::SourceSpec& src, int src_fd, const cache::SourceIdentity& ident,
-                      const struct timespec& started, const ipc::Credentials& service, std::uint64_t room,
-                      const std::function<double()>& seconds);
+  struct MissContext
+  {
+    cache::SourceIdentity identity;
+    struct timespec started {}; // read before the source was identified (cache::changed_near)
+    ipc::Credentials service;
+    std::function<double()> seconds;
+  };
+  // What a miss delivered, and the spool to fill the cache from (none, and why, when it must not
+  // be cached: the source changed during or just before the read, the spool could not keep up).
+  struct Missed
+  {
+    stage::Delivered delivered;
+    std::optional<cache::Fill> spool;
+    std::string why_uncached;
+  };
+  Result<ipc::Child> spawn_delivery(int in_fd, const Delivery& d);
+  Result<stage::Delivered> delivered_by(const ipc::Message& m) const;
+  // From a spool another job's miss wrote (a local file: no read of the source).
+  Result<stage::Delivered> deliver_from(int in_fd, const Delivery& d, const std::function<double()>& seconds);
+  Result<Missed> miss(const Delivery& d, int src_fd, const MissContext& c);
   void rollback();
 
   Daemon& m_d;

@@ -33,6 +33,7 @@ teardown_file() {
   fusermount -u "$STAGEHAND_CLUSTER_DIR/work/shared" 2>/dev/null || umount -l "$STAGEHAND_CLUSTER_DIR/work/shared" || true
 }
 
+cache_has() { "$STAGEHAND_BUILD_DIR/helper/stagehand" cache ls --json --config "$STAGEHAND_TEST_CONFIG" --node node1 2>/dev/null | grep -q "$1"; }
 bytes_read() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$WORK/shared/.sharedfs-stats"; }
 
 # A fresh copy of a source under the shared mount (new inode: a guaranteed miss).
@@ -60,11 +61,43 @@ assert_empty_dir() {
   warm=$(( $(bytes_read) - before ))
   echo "shared storage read: cold $cold bytes, warm $warm bytes"
   [ "$cold" -ge 268435456 ]
+  [ "$cold" -le $(( $(stat -c %s "$WORK/cache-src/big.tar") * 105 / 100 )) ] # read once: the job's copy and the cache's
   [ "$warm" -lt 2684354 ] # under 1% of the archive
   [ "$(echo "$LAST_OUTPUT" | grep part)" = "$first" ]
   # The other node has its own cache: a miss there.
   submit -N1 -w node2 --stage-data=shared/big.tar:big --wrap true
   echo "$LAST_OUTPUT" | grep -q '(cache miss)$'
+}
+
+@test "a miss through the daemon gives the job its own files, as without it: the user's, the archive's modes, changeable in place; the cache stays as it was" {
+  as_user "mkdir -p own-src/d/sub && printf weights >own-src/d/ckpt.pt && printf '#!/bin/sh\n' >own-src/d/run.sh && printf s >own-src/d/sub/secret"
+  as_user "chmod 0640 own-src/d/ckpt.pt && chmod 0755 own-src/d/run.sh && chmod 0600 own-src/d/sub/secret && chmod 0750 own-src/d/sub"
+  as_user "tar -C own-src -cf cache-src/own.tar d"
+  settle "$WORK/cache-src/own.tar"
+  cat >"$WORK/own-job.sh" <<'SCRIPT'
+cd "$SLURM_TMPDIR/o/d" || exit 1
+stat -c 'mode %U %a %n' ckpt.pt run.sh sub sub/secret
+python3 -c 'open("ckpt.pt", "w").write("step 2")' && echo rewrote
+echo more >>run.sh && echo appended
+chmod 0600 run.sh && echo chmodded
+rm sub/secret && echo removed
+touch added && echo added
+SCRIPT
+  chmod 0644 "$WORK/own-job.sh"
+  submit -N1 -w node1 --stage-data=shared/own.tar:o --wrap "'bash $WORK/own-job.sh'"
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q 'unpacked .*shared/own.tar -> .*/o: 3 files, .*(cache miss)$'
+  for want in "$STAGEHAND_TEST_USER 640 ckpt.pt" "$STAGEHAND_TEST_USER 755 run.sh" "$STAGEHAND_TEST_USER 750 sub" \
+    "$STAGEHAND_TEST_USER 600 sub/secret"; do
+    echo "$LAST_OUTPUT" | grep -qx "mode $want"
+  done
+  for did in rewrote appended chmodded removed added; do echo "$LAST_OUTPUT" | grep -qx "$did"; done
+  # The cache was filled from the same read, not from what the job then changed.
+  for _ in $(seq 1 100); do cache_has own.tar && break; sleep 0.1; done
+  submit -N1 -w node1 --stage-data=shared/own.tar:o --wrap "'cat \$SLURM_TMPDIR/o/d/ckpt.pt; echo; ls \$SLURM_TMPDIR/o/d/sub'"
+  echo "$LAST_OUTPUT" | grep -q '(cache hit)$'
+  echo "$LAST_OUTPUT" | grep -qx weights
+  echo "$LAST_OUTPUT" | grep -qx secret
 }
 
 @test "status --json and cache ls: only JSON on stdout, counters, and every byte the cache holds" {
@@ -168,18 +201,26 @@ print(sum(x['bytes'] for x in e))" "$output")
   echo "$LAST_OUTPUT" | grep -q 'shared/racy.bin -> .*(cache hit)$'
 }
 
-@test "4 concurrent jobs on one node staging one fresh source: 1 miss, 3 hits, identical data" {
+@test "4 concurrent jobs on one node staging one fresh source: read once from shared storage, identical data; the next a hit" {
   as_user "head -c 64M /dev/urandom >cache-src/conc.bin && tar -C cache-src -cf cache-src/conc.tar conc.bin"
   settle "$WORK/cache-src/conc.tar"
+  before=$(bytes_read)
   ids=()
   for i in 1 2 3 4; do
     ids+=("$(as_user "sbatch --parsable -N1 -n1 -w node1 --stage-data=shared/conc.tar:c -o out.%j --wrap 'sha256sum \$SLURM_TMPDIR/c/conc.bin'")")
   done
   for id in "${ids[@]}"; do wait_job_done "$id"; done
-  all=$(for id in "${ids[@]}"; do cat "$WORK/out.$id"; done); echo "$all"
-  [ "$(echo "$all" | grep -c '(cache miss)$')" -eq 1 ]
-  [ "$(echo "$all" | grep -c '(cache hit)$')" -eq 3 ]
+  read=$(( $(bytes_read) - before ))
+  all=$(for id in "${ids[@]}"; do cat "$WORK/out.$id"; done); echo "$all"; echo "read from shared storage: $read"
+  size=$(stat -c %s "$WORK/cache-src/conc.tar")
+  [ "$read" -le $(( size * 105 / 100 )) ] # one read, whoever came when
+  # One job read it; any other came while it did (from that read) or after the fill (a hit).
+  [ "$(echo "$all" | grep '(cache miss)$' | grep -vc 'delivered from another job.s read')" -eq 1 ]
+  [ "$(echo "$all" | grep -cE 'delivered from another job.s read \(cache miss\)$|\(cache hit\)$')" -eq 3 ]
   [ "$(echo "$all" | grep -c "$(sha256sum "$WORK/cache-src/conc.bin" | cut -c1-64)")" -eq 4 ]
+  for _ in $(seq 1 100); do cache_has conc.tar && break; sleep 0.1; done
+  submit -N1 -w node1 --stage-data=shared/conc.tar:c --wrap true
+  echo "$LAST_OUTPUT" | grep -q 'shared/conc.tar -> .*(cache hit)$'
 }
 
 @test "kill -9 of the daemon mid-fill: the job still completes; nothing partial is served or left" {
@@ -188,6 +229,7 @@ print(sum(x['bytes'] for x in e))" "$output")
   setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" --mbps 40 >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
   for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
   as_user "head -c 96M /dev/urandom >cache-src/crash.bin && tar -C cache-src -cf cache-src/crash.tar crash.bin"
+  settle "$WORK/cache-src/crash.tar" # cacheable: the daemon reads it into a fill
   id=$(as_user "sbatch --parsable -N1 -w node1 --stage-data=shared/crash.tar:c -o out.%j --wrap 'sha256sum \$SLURM_TMPDIR/c/crash.bin'")
   for _ in $(seq 1 100); do ls "$STAGEHAND_CLUSTER_DIR"/cache/node1/tmp/fill.* >/dev/null 2>&1 && break; sleep 0.1; done
   ls -d "$STAGEHAND_CLUSTER_DIR"/cache/node1/tmp/fill.* # a fill is under way

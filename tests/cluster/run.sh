@@ -3,6 +3,8 @@
 # always stops the cluster. Fails when any test fails or is skipped.
 # Usage: run.sh BUILD_DIR [FILE.bats ...]   (default: every .bats file here)
 # (STAGEHAND_SLURM_PREFIX: the Slurm to run, the one BUILD_DIR was configured against; see cluster.sh)
+# (STAGEHAND_BATS_FILTER: only the tests whose names match this regex, as bats --filter; for working
+# on one test, never in CI)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:?usage: run.sh BUILD_DIR [FILE.bats ...]}" && pwd)
@@ -36,7 +38,7 @@ export STAGEHAND_BUILD_DIR=$build
 export STAGEHAND_SOURCE_DIR=$(cd "$here/../.." && pwd)
 log=$(mktemp)
 status=0
-bats --tap --timing "${files[@]}" | tee "$log" || status=$?
+bats --tap --timing ${STAGEHAND_BATS_FILTER:+--filter "$STAGEHAND_BATS_FILTER"} "${files[@]}" | tee "$log" || status=$?
 passed=$(grep -c '^ok ' "$log" || true)
 failed=$(grep -c '^not ok ' "$log" || true)
 skipped=$(grep -c '^ok .* # skip' "$log" || true)

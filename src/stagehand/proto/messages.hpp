@@ -139,6 +139,7 @@ struct CacheStats
   std::uint64_t hits = 0;
   std::uint64_t misses = 0;
   std::uint64_t evictions = 0;
+  std::uint64_t fills_dropped = 0; // misses delivered but not cached (the cache could not keep up, its fill failed)
 };
 
 struct StatusReply

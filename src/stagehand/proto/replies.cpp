@@ -86,7 +86,8 @@ std::string serialize_result(const Reply& r)
                           }
                           j["cache"] = json{{"entries", x.cache.entries},     {"bytes", x.cache.bytes},
                                             {"max_bytes", x.cache.max_bytes}, {"hits", x.cache.hits},
-                                            {"misses", x.cache.misses},       {"evictions", x.cache.evictions}};
+                                            {"misses", x.cache.misses},       {"evictions", x.cache.evictions},
+                                            {"fills_dropped", x.cache.fills_dropped}};
                           j["trash"] = json{{"entries", x.trash_entries}};
                           j["stagings"] = json::array();
                           for (const auto& p : x.stagings) {
@@ -211,7 +212,11 @@ Result<StatusReply> parse_status_reply(std::string_view payload)
   SH_TRY(hits, cf.u64("hits"));
   SH_TRY(misses, cf.u64("misses"));
   SH_TRY(evictions, cf.u64("evictions"));
-  r.cache = CacheStats{*entries, *bytes, *max, *hits, *misses, *evictions};
+  r.cache = CacheStats{*entries, *bytes, *max, *hits, *misses, *evictions, 0};
+  if (cache->contains("fills_dropped")) { // a daemon before issue 25 does not say
+    SH_TRY(dropped, cf.u64("fills_dropped"));
+    r.cache.fills_dropped = *dropped;
+  }
   if (auto trash = j->find("trash"); trash != j->end() && trash->is_object()) {
     SH_TRY(t, Fields(*trash).u64("entries"));
     r.trash_entries = *t;

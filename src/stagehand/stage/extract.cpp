@@ -23,7 +23,9 @@ struct ArchiveCloser
 using ArchivePtr = std::unique_ptr<struct archive, ArchiveCloser>;
 
 // Only the formats and filters stagehand promises; everything else is "not an archive".
-Result<ArchivePtr> open_reader(int fd)
+// `block`: bytes per read of the archive (a probe needs only the first header: a small read
+// keeps it from pulling a megabyte off shared storage per look).
+Result<ArchivePtr> open_reader(int fd, std::size_t block = 1 << 20)
 {
   // A pipe (a directory streamed by the user side of the cache) cannot and need not be rewound.
   if (::lseek(fd, 0, SEEK_SET) != 0 && errno != ESPIPE) {
@@ -40,7 +42,7 @@ Result<ArchivePtr> open_reader(int fd)
   archive_read_support_filter_bzip2(a.get());
   archive_read_support_filter_xz(a.get());
   archive_read_support_filter_zstd(a.get());
-  if (archive_read_open_fd(a.get(), fd, 1 << 20) != ARCHIVE_OK) {
+  if (archive_read_open_fd(a.get(), fd, block) != ARCHIVE_OK) {
     return Error::corrupt(archive_error_string(a.get()) ? archive_error_string(a.get()) : "cannot read");
   }
   return a;
@@ -85,7 +87,7 @@ Result<ExtractStats> extract_entries(struct archive* a, int dest_fd, const Extra
 
 Result<ArchiveKind> probe_archive(int fd)
 {
-  auto a = open_reader(fd);
+  auto a = open_reader(fd, 64 << 10);
   ArchiveKind kind = ArchiveKind::not_an_archive;
   if (a) {
     struct archive_entry* e = nullptr;

@@ -93,6 +93,71 @@ Result<UniqueFd> open_parent(int root_fd, const std::string& dest, std::string& 
   }
 }
 
+// DEST as a new directory below `parent` (0700 while it fills, 0755 after), remembered in `made`.
+Result<UniqueFd> make_dest_dir(int parent, const std::string& name, const std::string& dest, Made& made)
+{
+  if (::mkdirat(parent, name.c_str(), 0700) != 0) {
+    return errno == EEXIST ? exists_already(dest) : Error::from_errno("cannot create $SLURM_TMPDIR/" + dest);
+  }
+  UniqueFd fd(::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) {
+    return Error::from_errno("$SLURM_TMPDIR/" + dest);
+  }
+  remember(made, parent, name, fd.get());
+  return fd;
+}
+
+Result<Delivered> deliver_into(int in_fd, StreamContent content, const struct stat& file_stat, const DeliverTo& to,
+                               const std::string& shown, Made& made)
+{
+  const int tmpdir_fd = to.tmpdir_fd;
+  const std::string& dest = to.dest;
+  const std::uint64_t room = to.room;
+  WorkCounters* const counters = to.counters;
+  std::string name;
+  auto parent = open_parent(tmpdir_fd, dest, name, made);
+  if (!parent) {
+    return parent.error();
+  }
+  Delivered out;
+  if (content == StreamContent::plain_file) {
+    UniqueFd file(::openat(parent->get(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!file.valid()) {
+      return errno == EEXIST ? exists_already(dest) : Error::from_errno("cannot create $SLURM_TMPDIR/" + dest);
+    }
+    remember(made, parent->get(), name, file.get());
+    CopyStats stats;
+    stats.counters = counters;
+    if (auto st = copy_into(in_fd, file.get(), room, stats, shown); !st) {
+      return st.error();
+    }
+    // What a copy of the file itself gets (copy_into took the stream's).
+    const struct timespec times[2] = {file_stat.st_atim, file_stat.st_mtim};
+    if (::fchmod(file.get(), file_stat.st_mode & 0777) != 0 || ::futimens(file.get(), times) != 0) {
+      return Error::from_errno("cannot set the mode of $SLURM_TMPDIR/" + dest);
+    }
+    out.files = 1;
+    out.bytes = stats.bytes;
+    return out;
+  }
+  auto dir = make_dest_dir(parent->get(), name, dest, made);
+  if (!dir) {
+    return dir.error();
+  }
+  ExtractLimits el;
+  el.max_bytes = room;
+  el.counters = counters;
+  auto stats = extract_archive(in_fd, dir->get(), el, shown);
+  if (!stats) {
+    return stats.error();
+  }
+  out.files = stats->files + stats->hardlinks;
+  out.bytes = stats->bytes;
+  out.how = content == StreamContent::archive ? "unpacked" : "copied";
+  ::fchmod(dir->get(), 0755);
+  return out;
+}
+
 struct Staged
 {
   const char* how = "copied";
@@ -147,14 +212,11 @@ Result<Staged> stage_one(const CheckedSource& src, int tmpdir_fd, const StageLim
     out.bytes = stats.bytes;
     return out;
   }
-  if (::mkdirat(parent->get(), name.c_str(), 0700) != 0) {
-    return errno == EEXIST ? exists_already(src.dest) : Error::from_errno("cannot create $SLURM_TMPDIR/" + src.dest);
+  auto made_dir = make_dest_dir(parent->get(), name, src.dest, made);
+  if (!made_dir) {
+    return made_dir.error();
   }
-  UniqueFd dest(::openat(parent->get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!dest.valid()) {
-    return Error::from_errno("$SLURM_TMPDIR/" + src.dest);
-  }
-  remember(made, parent->get(), name, dest.get());
+  UniqueFd dest = std::move(*made_dir);
   if (src.is_dir) {
     CopyStats stats;
     stats.counters = &tree_done;
@@ -202,6 +264,44 @@ Result<std::vector<std::string>> stage_sources(const std::vector<CheckedSource>&
 }
 
 } // namespace
+
+Result<Delivered> deliver(int in_fd, StreamContent content, const struct stat& file_stat, const DeliverTo& to,
+                          const std::string& shown)
+{
+  Made made;
+  auto undo_on_error = [&](const Error& e) {
+    try {
+      undo(made);
+    } catch (...) {
+    }
+    return e;
+  };
+  try {
+    auto r = deliver_into(in_fd, content, file_stat, to, shown, made);
+    if (!r) {
+      return undo_on_error(r.error());
+    }
+    return r;
+  } catch (const std::bad_alloc&) {
+    return undo_on_error(Error{ErrorKind::limit, ENOMEM, "out of memory on this node"});
+  } catch (const std::exception& e) {
+    return undo_on_error(Error::internal(std::string("internal error: ") + e.what()));
+  }
+}
+
+std::string outermost_missing(int root_fd, const std::string& dest)
+{
+  for (std::size_t j = dest.find('/');; j = dest.find('/', j + 1)) {
+    const std::string prefix = dest.substr(0, j);
+    struct stat st {};
+    if (::fstatat(root_fd, prefix.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      return prefix;
+    }
+    if (j == std::string::npos) {
+      return "";
+    }
+  }
+}
 
 std::string summary_line(const std::string& how, const std::string& shown, const std::string& tmpdir_path,
                          const std::string& dest, std::uint64_t files, std::uint64_t bytes, double seconds,

@@ -1,0 +1,178 @@
+// stagehandd's fill thread: a cache miss's spool (stage_miss.cpp) becomes a cache entry here,
+// after the job that read it has its data. One fill at a time, as the service user; the entry is
+// measured, sealed and published as any fill. A fill that cannot be made (the daemon stopping,
+// too many waiting, an error) is dropped: the next job's miss reads the source again.
+#include "child_reply.hpp"
+#include "daemon.hpp"
+
+#include "stagehand/cache/fill.hpp"
+#include "stagehand/cache/spool.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace stagehand::daemon {
+
+namespace {
+
+constexpr std::size_t k_max_waiting_fills = 8;
+constexpr auto k_fill_poll = std::chrono::milliseconds(1000);
+
+} // namespace
+
+void Daemon::queue_spool_fill_locked(SpoolFill task)
+{
+  if (m_spool_fills.size() >= k_max_waiting_fills || m_stopping) {
+    spdlog::info("job {}: {}: not cached ({})", task.job_id, task.source,
+                 m_stopping ? "the daemon is stopping" : "too many cache fills wait already");
+    ++m_counters.fills_dropped;
+    end_spool_fill_locked(task, false);
+    return;
+  }
+  m_spool_fills.push_back(std::move(task));
+  m_fill_cv.notify_all();
+}
+
+void Daemon::end_spool_fill_locked(SpoolFill& task, bool published)
+{
+  if (task.fill.dir.valid() || !task.fill.name.empty()) {
+    remove_later_locked(task.store, task.fill); // by the GC thread
+  }
+  task.wait->done = true;
+  task.wait->published = published;
+  task.wait->cv.notify_all();
+  if (auto it = m_fills.find(task.key); it != m_fills.end() && it->second == task.wait) {
+    m_fills.erase(it);
+  }
+}
+
+void Daemon::start_fill_thread()
+{
+  m_fill_thread = std::thread([this] { fill_loop(); });
+}
+
+void Daemon::fill_loop()
+{
+  std::unique_lock lock(m_mutex);
+  for (;;) {
+    m_fill_cv.wait(lock, [&] { return m_stopping || !m_spool_fills.empty(); });
+    if (m_stopping) {
+      for (auto& task : m_spool_fills) {
+        end_spool_fill_locked(task, false);
+      }
+      m_spool_fills.clear();
+      return;
+    }
+    SpoolFill task = std::move(m_spool_fills.front());
+    m_spool_fills.pop_front();
+    const std::optional<ipc::Credentials> service = m_service;
+    lock.unlock();
+    Result<cache::FillResult> filled = Error::io("the node cache is off", ENOENT);
+    if (service) {
+      filled = fill_from_spool(task, *service);
+    }
+    bool published = false;
+    if (filled) {
+      published = publish_spool_fill(task, *filled);
+    } else {
+      spdlog::warn("job {}: {}: not cached ({})", task.job_id, task.source, filled.error().message);
+    }
+    lock.lock();
+    if (!filled) {
+      ++m_counters.fills_dropped;
+    }
+    end_spool_fill_locked(task, published);
+  }
+}
+
+Result<cache::FillResult> Daemon::fill_from_spool(const SpoolFill& task, const ipc::Credentials& service)
+{
+  UniqueFd spool(::openat(task.fill.dir.get(), cache::k_spool_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!spool.valid()) {
+    return Error::from_errno("the spool");
+  }
+  auto child = ipc::spawn_as(service, {spool.get(), task.fill.dir.get()}, [&](int sock, const std::vector<int>& kept) {
+    auto r = task.tree ? cache::fill_from_stream(kept[0], kept[1], task.room, task.source)
+                       : cache::fill_from_file(kept[0], kept[1], task.unpack, task.room, task.source);
+    ::unlinkat(kept[1], cache::k_spool_name, 0); // the fill's room back before it is measured
+    if (!r) {
+      (void)ipc::send_message(sock, child_error(r.error()));
+      return 1;
+    }
+    (void)ipc::send_message(sock, nlohmann::json{{"ok", true}, {"how", r->how}, {"files", r->files}, {"bytes", r->bytes}}.dump());
+    return 0;
+  });
+  if (!child) {
+    return child.error();
+  }
+  spool.reset();
+  for (;;) {
+    auto m = ipc::receive_message(child->sock(), k_fill_poll);
+    if (m) {
+      (void)child->wait();
+      auto reply = child_reply(*m);
+      if (!reply) {
+        return reply.error();
+      }
+      return cache::FillResult{(*reply)["how"].get<std::string>(), (*reply)["files"].get<std::uint64_t>(),
+                               (*reply)["bytes"].get<std::uint64_t>()};
+    }
+    std::lock_guard lock(m_mutex);
+    if (m.error().code != ETIMEDOUT || m_stopping) {
+      child->kill();
+      return m_stopping ? Error::io("the daemon is stopping", EINTR) : child->why_closed(m.error());
+    }
+  }
+}
+
+bool Daemon::publish_spool_fill(SpoolFill& task, const cache::FillResult& fr)
+{
+  const auto t0 = std::chrono::steady_clock::now();
+  // Until it is published the fill is ours alone: measured without the daemon's lock.
+  const std::uint64_t fill_bytes = cache::disk_usage(task.fill.dir.get(), cache::k_data_name);
+  std::unique_lock lock(m_mutex);
+  if (fill_bytes > m_config.daemon.cache_max_bytes) {
+    spdlog::info("job {}: {}: not cached (larger than the node cache)", task.job_id, task.source);
+    return false;
+  }
+  lock.unlock();
+  cache::EntryMeta meta;
+  meta.key = task.key;
+  meta.source = task.source;
+  meta.shape = task.tree ? "dir" : "file";
+  meta.how = fr.how;
+  meta.files = fr.files;
+  meta.bytes = fr.bytes;
+  meta.disk_bytes = fill_bytes;
+  auto sealed = task.store->seal(task.fill, meta);
+  if (!sealed) {
+    spdlog::warn("job {}: {}: not cached ({})", task.job_id, task.source, sealed.error().message);
+    return false;
+  }
+  lock.lock();
+  // Not when a reload moved the cache meanwhile: this entry goes to the old one.
+  if (task.store == m_store && !make_room_locked(task.store, sealed->disk_bytes)) {
+    spdlog::info("job {}: {}: not cached (the node cache is full of entries running jobs use)", task.job_id,
+                 task.source);
+    return false;
+  }
+  m_fill_dirs.erase(task.fill.name); // published, the name is gone from tmp/
+  auto published = task.store->publish_sealed(task.fill, *sealed);
+  if (!published) {
+    m_fill_dirs.insert(task.fill.name);
+    if (published.error().code != EEXIST && published.error().code != ENOTEMPTY) {
+      spdlog::warn("job {}: {}: not cached ({})", task.job_id, task.source, published.error().message);
+    }
+    return false; // EEXIST: another fill of the same key won; this one goes
+  }
+  task.fill.name.clear();
+  task.fill.dir.reset();
+  spdlog::info("job {}: cached {} ({} files, {} bytes on disk; filled from the spool, published in {:.2f} s)",
+               task.job_id, task.source, fr.files, published->disk_bytes,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return true;
+}
+
+} // namespace stagehand::daemon

@@ -1,0 +1,197 @@
+// The one read of a cache miss: the job's pipe and the spool each get every byte of the source,
+// and the spool gives way (never the job) when it cannot take them.
+#include "stagehand/cache/spool.hpp"
+#include "stagehand/util/fd.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <future>
+#include <random>
+#include <string>
+
+using namespace stagehand;
+
+namespace {
+
+std::string random_bytes(std::size_t n)
+{
+  std::mt19937 rng(42);
+  std::string s(n, '\0');
+  for (auto& c : s) {
+    c = static_cast<char>(rng());
+  }
+  return s;
+}
+
+std::string read_to_end(int fd, std::size_t stop_after = std::string::npos)
+{
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    const std::size_t want = std::min(sizeof buf, stop_after - out.size());
+    if (want == 0) {
+      return out;
+    }
+    const ssize_t n = ::read(fd, buf, want);
+    if (n <= 0) {
+      return out;
+    }
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+UniqueFd memory_file(const std::string& content)
+{
+  UniqueFd fd(::memfd_create("source", MFD_CLOEXEC));
+  EXPECT_EQ(::write(fd.get(), content.data(), content.size()), static_cast<ssize_t>(content.size()));
+  ::lseek(fd.get(), 0, SEEK_SET);
+  return fd;
+}
+
+struct Run
+{
+  Result<cache::TeeResult> result = Error::internal("not run");
+  std::string delivered;
+  std::string spooled;
+};
+
+// Tees `in` (a file, or a pipe fed with `content` when `as_pipe`) with a reader on the delivery
+// that stops after `read_only` bytes (closing its end early, as an extractor that saw the
+// archive's end does).
+Run tee(const std::string& content, bool as_pipe, cache::SpoolPolicy policy, bool spool,
+        std::size_t read_only = std::string::npos)
+{
+  Run run;
+  UniqueFd spool_fd(spool ? ::memfd_create("spool", MFD_CLOEXEC) : -1);
+  int d[2];
+  EXPECT_EQ(::pipe2(d, O_CLOEXEC), 0);
+  UniqueFd deliver_rd(d[0]);
+  UniqueFd deliver_wr(d[1]);
+  auto reader = std::async(std::launch::async, [&] {
+    std::string got = read_to_end(deliver_rd.get(), read_only);
+    deliver_rd.reset();
+    return got;
+  });
+  UniqueFd source;
+  std::future<void> feeder;
+  if (as_pipe) {
+    int p[2];
+    EXPECT_EQ(::pipe2(p, O_CLOEXEC), 0);
+    source = UniqueFd(p[0]);
+    feeder = std::async(std::launch::async, [wr = p[1], &content] {
+      std::size_t at = 0;
+      while (at < content.size()) {
+        const ssize_t n = ::write(wr, content.data() + at, std::min<std::size_t>(100000, content.size() - at));
+        if (n <= 0) {
+          break;
+        }
+        at += static_cast<std::size_t>(n);
+      }
+      ::close(wr);
+    });
+  } else {
+    source = memory_file(content);
+  }
+  stage::WorkCounters counters;
+  run.result = cache::tee_source(source.get(), deliver_wr.get(), spool_fd.get(), policy, &counters);
+  deliver_wr.reset();
+  run.delivered = reader.get();
+  if (feeder.valid()) {
+    source.reset();
+    feeder.get();
+  }
+  if (run.result) {
+    EXPECT_EQ(counters.bytes.load(), run.result->bytes);
+  }
+  if (spool) {
+    ::lseek(spool_fd.get(), 0, SEEK_SET);
+    run.spooled = read_to_end(spool_fd.get());
+  }
+  return run;
+}
+
+cache::SpoolPolicy roomy()
+{
+  cache::SpoolPolicy p;
+  p.max_bytes = 1ULL << 40;
+  p.max_stall = std::chrono::milliseconds(60000); // a loaded test machine must not drop it
+  return p;
+}
+
+} // namespace
+
+TEST(Spool, AFileReachesTheJobAndTheSpoolWhole)
+{
+  const std::string content = random_bytes(5 * 1024 * 1024 + 123);
+  auto run = tee(content, false, roomy(), true);
+  ASSERT_TRUE(run.result) << run.result.error().message;
+  EXPECT_EQ(run.result->bytes, content.size());
+  EXPECT_TRUE(run.result->delivered);
+  EXPECT_EQ(run.result->spool_dropped, "");
+  EXPECT_TRUE(run.delivered == content);
+  EXPECT_TRUE(run.spooled == content);
+}
+
+TEST(Spool, APipeReachesTheJobAndTheSpoolWhole)
+{
+  const std::string content = random_bytes(3 * 1024 * 1024 + 7);
+  auto run = tee(content, true, roomy(), true);
+  ASSERT_TRUE(run.result) << run.result.error().message;
+  EXPECT_EQ(run.result->bytes, content.size());
+  EXPECT_TRUE(run.delivered == content);
+  EXPECT_TRUE(run.spooled == content);
+}
+
+TEST(Spool, ADeliveryThatStopsEarlyStillLeavesTheWholeSpool)
+{
+  // An extractor stops reading at the archive's end marker; the padding after it still belongs
+  // in the spool the cache is filled from.
+  const std::string content = random_bytes(4 * 1024 * 1024);
+  for (bool as_pipe : {false, true}) {
+    auto run = tee(content, as_pipe, roomy(), true, 1000);
+    ASSERT_TRUE(run.result) << run.result.error().message;
+    EXPECT_FALSE(run.result->delivered);
+    EXPECT_EQ(run.delivered, content.substr(0, 1000));
+    EXPECT_EQ(run.result->spool_dropped, "");
+    EXPECT_TRUE(run.spooled == content) << (as_pipe ? "pipe" : "file") << ": " << run.spooled.size();
+  }
+}
+
+TEST(Spool, MoreThanTheCacheHoldsIsDeliveredButNotSpooled)
+{
+  const std::string content = random_bytes(3 * 1024 * 1024);
+  auto policy = roomy();
+  policy.max_bytes = 1024 * 1024;
+  for (bool as_pipe : {false, true}) {
+    auto run = tee(content, as_pipe, policy, true);
+    ASSERT_TRUE(run.result) << run.result.error().message;
+    EXPECT_TRUE(run.delivered == content);
+    EXPECT_EQ(run.result->spool_dropped, "larger than the node cache");
+    EXPECT_EQ(run.spooled, ""); // its room is given back at once
+  }
+}
+
+TEST(Spool, ASpoolThatStallsIsDroppedAndTheJobGetsEveryByte)
+{
+  const std::string content = random_bytes(2 * 1024 * 1024);
+  auto policy = roomy();
+  policy.max_stall = std::chrono::milliseconds(-1); // every spool write "stalls"
+  auto run = tee(content, false, policy, true);
+  ASSERT_TRUE(run.result) << run.result.error().message;
+  EXPECT_TRUE(run.delivered == content);
+  EXPECT_EQ(run.result->spool_dropped, "the node cache's disk could not keep up");
+}
+
+TEST(Spool, WithoutASpoolOnlyTheJobReads)
+{
+  const std::string content = random_bytes(1024 * 1024 + 5);
+  auto run = tee(content, false, roomy(), false);
+  ASSERT_TRUE(run.result) << run.result.error().message;
+  EXPECT_TRUE(run.delivered == content);
+  EXPECT_EQ(run.result->bytes, content.size());
+}
