@@ -70,6 +70,8 @@ struct SpoolFill
   std::string key;
   std::string source; // the canonical path, for the log
   bool tree = false;  // a directory's tar stream, else a file's bytes
+  bool plain = false; // a file's bytes that are not unpacked: the spool is the entry's file
+  mode_t mode = 0;    // that file's mode
   cache::UnpackMode unpack = cache::UnpackMode::if_archive;
   std::uint64_t room = 0;
   std::shared_ptr<FillWait> wait;
@@ -157,7 +159,8 @@ private:
   void end_spool_fill_locked(SpoolFill& task, bool published);
   void fill_loop();
   Result<cache::FillResult> fill_from_spool(const SpoolFill& task, const ipc::Credentials& service);
-  bool publish_spool_fill(SpoolFill& task, const cache::FillResult& fr);
+  enum class Publish { published, lost_race, not_cached };
+  Publish publish_spool_fill(SpoolFill& task, const cache::FillResult& fr);
   void write_metrics();
   void gc_loop();
   void kick_gc();

@@ -73,22 +73,25 @@ void Daemon::fill_loop()
     if (service) {
       filled = fill_from_spool(task, *service);
     }
-    bool published = false;
+    Publish outcome = Publish::not_cached;
     if (filled) {
-      published = publish_spool_fill(task, *filled);
+      outcome = publish_spool_fill(task, *filled);
     } else {
       spdlog::warn("job {}: {}: not cached ({})", task.job_id, task.source, filled.error().message);
     }
     lock.lock();
-    if (!filled) {
+    if (outcome == Publish::not_cached) {
       ++m_counters.fills_dropped;
     }
-    end_spool_fill_locked(task, published);
+    end_spool_fill_locked(task, outcome == Publish::published);
   }
 }
 
 Result<cache::FillResult> Daemon::fill_from_spool(const SpoolFill& task, const ipc::Credentials& service)
 {
+  if (task.plain) {
+    return cache::fill_from_plain_spool(task.fill.dir.get(), cache::k_spool_name, task.mode);
+  }
   UniqueFd spool(::openat(task.fill.dir.get(), cache::k_spool_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (!spool.valid()) {
     return Error::from_errno("the spool");
@@ -127,7 +130,7 @@ Result<cache::FillResult> Daemon::fill_from_spool(const SpoolFill& task, const i
   }
 }
 
-bool Daemon::publish_spool_fill(SpoolFill& task, const cache::FillResult& fr)
+Daemon::Publish Daemon::publish_spool_fill(SpoolFill& task, const cache::FillResult& fr)
 {
   const auto t0 = std::chrono::steady_clock::now();
   // Until it is published the fill is ours alone: measured without the daemon's lock.
@@ -135,7 +138,7 @@ bool Daemon::publish_spool_fill(SpoolFill& task, const cache::FillResult& fr)
   std::unique_lock lock(m_mutex);
   if (fill_bytes > m_config.daemon.cache_max_bytes) {
     spdlog::info("job {}: {}: not cached (larger than the node cache)", task.job_id, task.source);
-    return false;
+    return Publish::not_cached;
   }
   lock.unlock();
   cache::EntryMeta meta;
@@ -149,14 +152,14 @@ bool Daemon::publish_spool_fill(SpoolFill& task, const cache::FillResult& fr)
   auto sealed = task.store->seal(task.fill, meta);
   if (!sealed) {
     spdlog::warn("job {}: {}: not cached ({})", task.job_id, task.source, sealed.error().message);
-    return false;
+    return Publish::not_cached;
   }
   lock.lock();
   // Not when a reload moved the cache meanwhile: this entry goes to the old one.
   if (task.store == m_store && !make_room_locked(task.store, sealed->disk_bytes)) {
     spdlog::info("job {}: {}: not cached (the node cache is full of entries running jobs use)", task.job_id,
                  task.source);
-    return false;
+    return Publish::not_cached;
   }
   m_fill_dirs.erase(task.fill.name); // published, the name is gone from tmp/
   auto published = task.store->publish_sealed(task.fill, *sealed);
@@ -165,14 +168,16 @@ bool Daemon::publish_spool_fill(SpoolFill& task, const cache::FillResult& fr)
     if (published.error().code != EEXIST && published.error().code != ENOTEMPTY) {
       spdlog::warn("job {}: {}: not cached ({})", task.job_id, task.source, published.error().message);
     }
-    return false; // EEXIST: another fill of the same key won; this one goes
+    return published.error().code == EEXIST || published.error().code == ENOTEMPTY
+             ? Publish::lost_race // another fill of the same key won; this one goes
+             : Publish::not_cached;
   }
   task.fill.name.clear();
   task.fill.dir.reset();
   spdlog::info("job {}: cached {} ({} files, {} bytes on disk; filled from the spool, published in {:.2f} s)",
                task.job_id, task.source, fr.files, published->disk_bytes,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return true;
+  return Publish::published;
 }
 
 } // namespace stagehand::daemon

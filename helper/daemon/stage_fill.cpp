@@ -221,6 +221,8 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
       task.key = key;
       task.source = src.path;
       task.tree = src.kind == proto::SourceKind::dir;
+      task.plain = delivery.content == stage::StreamContent::plain_file;
+      task.mode = delivery.file_stat.st_mode;
       task.unpack = unpack_of(src);
       task.room = room;
       task.wait = wait;

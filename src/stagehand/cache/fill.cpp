@@ -96,6 +96,22 @@ Result<FillResult> fill_from_file(int src_fd, int fill_dir_fd, UnpackMode unpack
   return result;
 }
 
+Result<FillResult> fill_from_plain_spool(int fill_dir_fd, const char* spool_name, mode_t mode)
+{
+  // Opened without following (the one open of what the service side left), then renamed: the
+  // descriptor and the name are the same file, which only the service side could have replaced.
+  UniqueFd spool(::openat(fill_dir_fd, spool_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st {};
+  if (!spool.valid() || ::fstat(spool.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return Error::io("the spool is not a plain file", EINVAL);
+  }
+  if (::fchmod(spool.get(), (mode & 0111) != 0 ? 0555 : 0444) != 0 ||
+      ::renameat(fill_dir_fd, spool_name, fill_dir_fd, k_data_name) != 0) {
+    return Error::from_errno("cache fill");
+  }
+  return FillResult{"copied", 1, static_cast<std::uint64_t>(st.st_size)};
+}
+
 Result<FillResult> fill_from_stream(int stream_fd, int fill_dir_fd, std::uint64_t max_bytes, const std::string& shown,
                                     stage::WorkCounters* counters)
 {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <ctime>
+#include <sys/types.h>
 #include <string>
 
 namespace stagehand::cache {
@@ -40,6 +41,11 @@ std::string publish_refusal(const PublishCheck& c);
 // allows), else copied, into `fill_dir_fd`/data. `max_bytes` bounds the bytes written.
 Result<FillResult> fill_from_file(int src_fd, int fill_dir_fd, UnpackMode unpack, std::uint64_t max_bytes,
                                   const std::string& shown);
+
+// A spool that already is a plain copy of a file source (no archive to unpack): it becomes the
+// fill's data as it is, read-only (0444, 0555 when `mode` had an execute bit). Nothing is forked:
+// the spool's bytes are the file's.
+Result<FillResult> fill_from_plain_spool(int fill_dir_fd, const char* spool_name, mode_t mode);
 
 // A directory source arriving as a tar stream (from the user side) on `stream_fd`; `counters`,
 // when given, follow the unpacking.
