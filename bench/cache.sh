@@ -40,6 +40,7 @@ runuser -u "$STAGEHAND_TEST_USER" -- env SLURM_CONF="$SLURM_CONF" PATH="$PATH" b
   # 2 s of its staging is not cached, the daemon's racy-source rule).
   sleep 3
   srun --stage-data=many.tar:warm0,shards:warmshards0 true >/dev/null
+  sleep 5 # (the entry of a miss is made after its job has the data: let it land)
   for i in \$(seq 1 $rounds); do
     cp many.tar cold\$i.tar; cp -r shards coldshards\$i
     t base --tmpdir

@@ -65,6 +65,7 @@ phase() {
     rm -f cold0.tar
     # With the daemon: many.tar staged once first, so every warm step below is a cache hit.
     [ $1 != daemon ] || srun -N$nodes -n$nodes --stage-data=many.tar:w0 true >/dev/null
+    [ $1 != daemon ] || sleep 5 # (the entry of a miss is made after its job has the data: let it land)
     srun -N$nodes -n$nodes --tmpdir bash -c \"rm -rf \\\$SLURM_TMPDIR/*\"
     for i in \$(seq 1 $rounds); do
       cp many.tar cold\$i.tar

@@ -11,22 +11,31 @@
 #include <spdlog/spdlog.h>
 
 #include <fcntl.h>
+#include <cerrno>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 namespace stagehand::daemon {
 
 namespace {
 
-constexpr std::size_t k_max_waiting_fills = 8;
+constexpr std::size_t k_max_waiting_fills = 64; // spools on the cache's disk, each at most its size
 constexpr auto k_fill_poll = std::chrono::milliseconds(1000);
 
 } // namespace
 
 void Daemon::queue_spool_fill_locked(SpoolFill task)
 {
-  if (m_spool_fills.size() >= k_max_waiting_fills || m_stopping) {
+  std::uint64_t waiting_bytes = task.spool_bytes;
+  for (const auto& t : m_spool_fills) {
+    waiting_bytes += t.spool_bytes;
+  }
+  if (m_spool_fills.size() >= k_max_waiting_fills || waiting_bytes > m_config.daemon.cache_max_bytes || m_stopping) {
     spdlog::info("job {}: {}: not cached ({})", task.job_id, task.source,
-                 m_stopping ? "the daemon is stopping" : "too many cache fills wait already");
+                 m_stopping ? "the daemon is stopping"
+                 : m_spool_fills.size() >= k_max_waiting_fills
+                   ? "too many cache fills wait already"
+                   : "the spools waiting to be filled would hold more than cache_max_bytes");
     ++m_counters.fills_dropped;
     end_spool_fill_locked(task, false);
     return;
@@ -97,6 +106,11 @@ Result<cache::FillResult> Daemon::fill_from_spool(const SpoolFill& task, const i
     return Error::from_errno("the spool");
   }
   auto child = ipc::spawn_as(service, {spool.get(), task.fill.dir.get()}, [&](int sock, const std::vector<int>& kept) {
+    // Off every job's path: behind the jobs for CPU and disk (nice 10, the lowest best-effort I/O
+    // priority), yet never starved on a busy node (best effort).
+    errno = 0;
+    if (::nice(10) == -1 && errno != 0) { /* stays at the daemon's priority */ }
+    (void)::syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0, (2 << 13) | 7 /* IOPRIO_CLASS_BE, level 7 */);
     auto r = task.tree ? cache::fill_from_stream(kept[0], kept[1], task.room, task.source)
                        : cache::fill_from_file(kept[0], kept[1], task.unpack, task.room, task.source);
     ::unlinkat(kept[1], cache::k_spool_name, 0); // the fill's room back before it is measured

@@ -223,6 +223,7 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
       task.tree = src.kind == proto::SourceKind::dir;
       task.plain = delivery.content == stage::StreamContent::plain_file;
       task.mode = delivery.file_stat.st_mode;
+      task.spool_bytes = missed->spool_bytes;
       task.unpack = unpack_of(src);
       task.room = room;
       task.wait = wait;

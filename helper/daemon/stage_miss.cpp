@@ -225,17 +225,26 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
     }
   };
   // The job's side first: its answer is the job's answer (a corrupt archive, out of room).
+  // A delivery that ends early because the read failed (a truncated stream to it) says what the
+  // read said: the reader's error is sent before its end closes the pipe.
+  auto reader_failure = [&](Error seen) -> Error {
+    if (auto m = ipc::receive_message(tee->sock(), std::chrono::milliseconds(100)); m) {
+      if (auto r = child_reply(*m); !r) {
+        return r.error();
+      }
+    }
+    return seen;
+  };
   Result<stage::Delivered> delivered = Error::internal("not delivered");
   if (delivery) {
     auto delivered_msg = await(*delivery, status);
-    if (!delivered_msg) {
-      kill_all();
-      return fail(delivered_msg.error());
+    if (delivered_msg) {
+      delivered = delivered_by(*delivered_msg);
     }
-    delivered = delivered_by(*delivered_msg);
-    if (!delivered) {
+    if (!delivered_msg || !delivered) {
+      Error e = reader_failure(delivered_msg ? delivered.error() : delivered_msg.error());
       kill_all();
-      return fail(delivered.error());
+      return fail(e);
     }
   }
   auto tee_msg = await(*tee, status);
@@ -293,6 +302,7 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
   }
   if (out.why_uncached.empty() && fill) {
     out.spool = std::move(fill);
+    out.spool_bytes = (*teed)["bytes"].get<std::uint64_t>();
   } else {
     drop_fill();
   }

@@ -81,6 +81,7 @@ private:
   {
     stage::Delivered delivered;
     std::optional<cache::Fill> spool;
+    std::uint64_t spool_bytes = 0;
     std::string why_uncached;
   };
   Result<ipc::Child> spawn_delivery(int in_fd, const Delivery& d);

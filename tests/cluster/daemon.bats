@@ -33,7 +33,17 @@ teardown_file() {
   fusermount -u "$STAGEHAND_CLUSTER_DIR/work/shared" 2>/dev/null || umount -l "$STAGEHAND_CLUSTER_DIR/work/shared" || true
 }
 
-cache_has() { "$STAGEHAND_BUILD_DIR/helper/stagehand" cache ls --json --config "$STAGEHAND_TEST_CONFIG" --node node1 2>/dev/null | grep -q "$1"; }
+# cached NODE NAME: waits until the cache of NODE holds a source whose path ends in NAME (a miss's
+# entry is made by the daemon's fill thread after the job has its data); fails after 60 s.
+cached() {
+  for _ in $(seq 1 300); do
+    "$STAGEHAND_BUILD_DIR/helper/stagehand" cache ls --json --config "$STAGEHAND_TEST_CONFIG" --node "$1" 2>/dev/null |
+      grep -q "/$2\"" && return 0
+    sleep 0.2
+  done
+  echo "cached: $2 never reached the cache of $1" >&2
+  return 1
+}
 bytes_read() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$WORK/shared/.sharedfs-stats"; }
 
 # A fresh copy of a source under the shared mount (new inode: a guaranteed miss).
@@ -54,6 +64,7 @@ assert_empty_dir() {
   echo "$LAST_OUTPUT" | grep -q 'unpacked .*shared/big.tar -> .*/big: 8 files, 256.0 MiB in .* s (cache miss)$'
   first=$(echo "$LAST_OUTPUT" | grep part)
   cold=$(( $(bytes_read) - before ))
+  cached node1 big.tar
   before=$(bytes_read)
   submit -N1 -w node1 --stage-data=shared/big.tar:big --wrap "'cd \$SLURM_TMPDIR/big/ds && sha256sum part*.bin'"
   [ "$JOB_RC" -eq 0 ]
@@ -93,7 +104,7 @@ SCRIPT
   done
   for did in rewrote appended chmodded removed added; do echo "$LAST_OUTPUT" | grep -qx "$did"; done
   # The cache was filled from the same read, not from what the job then changed.
-  for _ in $(seq 1 100); do cache_has own.tar && break; sleep 0.1; done
+  cached node1 own.tar
   submit -N1 -w node1 --stage-data=shared/own.tar:o --wrap "'cat \$SLURM_TMPDIR/o/d/ckpt.pt; echo; ls \$SLURM_TMPDIR/o/d/sub'"
   echo "$LAST_OUTPUT" | grep -q '(cache hit)$'
   echo "$LAST_OUTPUT" | grep -qx weights
@@ -143,6 +154,7 @@ print(sum(x['bytes'] for x in e))" "$output")
   settle "$WORK/cache-src/lab/ds.tar"
   submit -N1 -w node1 --stage-data=shared/lab/ds.tar:t --wrap true
   echo "$LAST_OUTPUT" | grep -q '(cache miss)$'
+  cached node1 lab/ds.tar
   # The directory is closed to the user after the next job's submission.
   id=$(as_user "sbatch --parsable --hold -N1 -w node1 --stage-data=shared/lab/ds.tar:t -o out.%j --wrap 'cat \$SLURM_TMPDIR/t/tree/sub/f2'")
   chmod 0700 "$WORK/cache-src/lab"
@@ -169,6 +181,7 @@ print(sum(x['bytes'] for x in e))" "$output")
     OUTCOME=$(echo "$LAST_OUTPUT" | grep -o '(cache [a-z]*)$')
   }
   stage_edit; [ "$OUTCOME" = "(cache miss)" ]
+  cached node1 edit.bin
   stage_edit; [ "$OUTCOME" = "(cache hit)" ]
   as_user "printf X | dd of=cache-src/edit.bin bs=1 seek=500 conv=notrunc status=none && touch -r cache-src/edit.ref cache-src/edit.bin"
   stage_edit; [ "$OUTCOME" = "(cache miss)" ]
@@ -197,6 +210,7 @@ print(sum(x['bytes'] for x in e))" "$output")
   settle "$WORK/cache-src/racy.bin"
   submit -N1 -w node1 --stage-data=shared/racy.bin:r --wrap true
   echo "$LAST_OUTPUT" | grep -q 'shared/racy.bin -> .*(cache miss)$'
+  cached node1 racy.bin
   submit -N1 -w node1 --stage-data=shared/racy.bin:r --wrap true
   echo "$LAST_OUTPUT" | grep -q 'shared/racy.bin -> .*(cache hit)$'
 }
@@ -218,7 +232,7 @@ print(sum(x['bytes'] for x in e))" "$output")
   [ "$(echo "$all" | grep '(cache miss)$' | grep -vc 'delivered from another job.s read')" -eq 1 ]
   [ "$(echo "$all" | grep -cE 'delivered from another job.s read \(cache miss\)$|\(cache hit\)$')" -eq 3 ]
   [ "$(echo "$all" | grep -c "$(sha256sum "$WORK/cache-src/conc.bin" | cut -c1-64)")" -eq 4 ]
-  for _ in $(seq 1 100); do cache_has conc.tar && break; sleep 0.1; done
+  cached node1 conc.tar
   submit -N1 -w node1 --stage-data=shared/conc.tar:c --wrap true
   echo "$LAST_OUTPUT" | grep -q 'shared/conc.tar -> .*(cache hit)$'
 }
@@ -454,6 +468,7 @@ PY
     submit -N1 -w node2 --stage-data=lru/s$n.bin:s$n --wrap true
     [ "$JOB_RC" -eq 0 ]
     echo "$LAST_OUTPUT" | grep -q '(cache miss)$'
+    cached node2 "s$n.bin"
   done
   sleep 1.1 # last use is kept in seconds: s1's hit is later than s2's fill
   submit -N1 -w node2 --stage-data=lru/s1.bin:s1 --wrap true
@@ -463,6 +478,7 @@ PY
   [ "$JOB_RC" -eq 0 ]
   echo "$LAST_OUTPUT" | grep -q '(cache miss)$'
   echo "$LAST_OUTPUT" | grep -qx same
+  cached node2 s3.bin
   grep -q "cache: evicted .*/lru/s2.bin" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node2.log"
   ! grep -q "cache: evicted .*/lru/s1.bin" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node2.log" || false
   run --separate-stderr "$STAGEHAND_BUILD_DIR/helper/stagehand" cache ls --json --config "$STAGEHAND_TEST_CONFIG" --node node2
