@@ -175,11 +175,24 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
           }
         }
       }
+      // The source is in the spool, the entry not made yet. Linking the entry costs a fraction of
+      // unpacking again: wait for it about as long as the read took (a cache that keeps up fills
+      // in that time), then deliver from the spool rather than wait on a slow cache disk.
+      const auto patience = std::chrono::steady_clock::now() + wait->read_time + std::chrono::seconds(1);
+      while (!wait->done && std::chrono::steady_clock::now() < patience) {
+        if (!wait->cv.wait_until(lock, std::min(patience, std::chrono::steady_clock::now() + k_keepalive),
+                                 [&] { return wait->done; })) {
+          lock.unlock();
+          progress(proto::Progress{src.shown, src_bytes, src_bytes, seconds()});
+          lock.lock();
+          if (m_out.broken()) {
+            return Error::io("the client went away", EPIPE);
+          }
+        }
+      }
       if (wait->done) {
         continue; // published: a hit; failed: read it ourselves
       }
-      // The source is in the spool, the entry not made yet: deliver from the spool now rather than
-      // wait on the cache's disk.
       UniqueFd spool(::openat(wait->spool_dir->get(), cache::k_spool_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
       if (!spool.valid()) {
         wait->cv.wait_for(lock, k_keepalive, [&] { return wait->done; }); // just filled: a hit
@@ -214,6 +227,8 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
       }
     } else {
       wait->spool_dir = std::make_shared<UniqueFd>(::fcntl(missed->spool->dir.get(), F_DUPFD_CLOEXEC, 0));
+      wait->read_time = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::duration<double>(seconds() - identified));
       wait->cv.notify_all();
       SpoolFill task;
       task.store = m_store;
