@@ -18,6 +18,7 @@
 #include "stagehand/stage/spec.hpp"
 #include "stagehand/util/fd.hpp"
 
+#include <algorithm>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -186,6 +187,26 @@ int stage_run_checked(const std::vector<std::string>& args)
   auto sources = stage::check_sources(*specs, base, config, is_archive);
   if (!sources) {
     return fail(sources.error().message);
+  }
+  // Hits root showed as views (task_init_privileged): the job's files already, nothing to stage.
+  if (!a.views.empty()) {
+    std::vector<stage::CheckedSource> rest;
+    for (auto& s : *sources) {
+      if (std::find(a.views.begin(), a.views.end(), s.dest) == a.views.end()) {
+        rest.push_back(std::move(s));
+        continue;
+      }
+      std::printf("stagehand: %s: %s\n", a.node.c_str(),
+                  stage::summary_line(s.is_dir ? "copied" : "unpacked", s.shown, a.tmpdir, s.dest, 0, 0, 0, "cache hit",
+                                      "shown as your own files (a cache view)")
+                    .c_str());
+    }
+    std::fflush(stdout);
+    *sources = std::move(rest);
+    if (sources->empty()) {
+      write_marker(state.get(), done, "");
+      return 0;
+    }
   }
   for (const auto& s : *sources) {
     struct stat st {};

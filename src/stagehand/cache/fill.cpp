@@ -25,7 +25,8 @@ Status make_read_only(int fill_dir_fd)
   if (::fstatat(fill_dir_fd, k_data_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
     return Error::from_errno("cache fill");
   }
-  const mode_t mode = (st.st_mode & 0111) != 0 ? 0555 : 0444;
+  // The owner's bits as the source's (a cache view shows them to the job), read for everyone.
+  const mode_t mode = (st.st_mode & 0700) | 0444 | ((st.st_mode & 0111) != 0 ? 0111 : 0);
   if (::fchmodat(fill_dir_fd, k_data_name, mode, 0) != 0) {
     return Error::from_errno("cache fill");
   }

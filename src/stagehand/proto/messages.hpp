@@ -81,7 +81,16 @@ struct StageOutRetry // root, or the job's user: copy a job's kept stage-out res
   std::uint32_t job_id = 0;
 };
 
-using Request = std::variant<RegisterJob, EndJob, Stage, StatusQuery, CacheList, CacheEvict, Gc, StageOutRetry>;
+// root, on behalf of the job (the plugin in task_init_privileged): which of these sources are cache
+// hits for the job's user (identified as that user, as `stage` does)? A hit is pinned for the job
+// (until its end) and named; a miss is never staged.
+struct CacheView
+{
+  std::uint32_t job_id = 0;
+  std::vector<SourceSpec> sources;
+};
+
+using Request = std::variant<RegisterJob, EndJob, Stage, StatusQuery, CacheList, CacheEvict, Gc, StageOutRetry, CacheView>;
 
 const char* op_name(const Request& r);
 
@@ -183,11 +192,16 @@ struct RetryReply
   std::string said; // what was copied and removed, for people
 };
 
+struct CacheViewReply
+{
+  std::vector<std::string> entries; // one per source: the hit's entry name under entries/, "" for a miss
+};
+
 struct Done // a reply with no fields beyond ok
 {
 };
 
-using Reply = std::variant<Done, StageReply, StatusReply, CacheListReply, GcReply, RetryReply>;
+using Reply = std::variant<Done, StageReply, StatusReply, CacheListReply, GcReply, RetryReply, CacheViewReply>;
 
 std::string serialize_progress(const Progress& p);
 std::string serialize_result(const Reply& r);
@@ -207,5 +221,6 @@ Result<StatusReply> parse_status_reply(std::string_view json);
 Result<CacheListReply> parse_cache_list_reply(std::string_view json);
 Result<GcReply> parse_gc_reply(std::string_view json);
 Result<RetryReply> parse_retry_reply(std::string_view json);
+Result<CacheViewReply> parse_cache_view_reply(std::string_view json);
 
 } // namespace stagehand::proto

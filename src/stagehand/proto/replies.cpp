@@ -105,6 +105,7 @@ std::string serialize_result(const Reply& r)
                           }
                         },
                         [&](const RetryReply& x) { j["said"] = x.said; },
+                        [&](const CacheViewReply& x) { j["entries"] = x.entries; },
                         [&](const GcReply& x) {
                           j["dry_run"] = x.dry_run;
                           j["actions"] = json::array();
@@ -298,6 +299,26 @@ Result<RetryReply> parse_retry_reply(std::string_view payload)
   Fields f(*j);
   SH_TRY(said, f.str("said", true));
   return RetryReply{*said};
+}
+
+Result<CacheViewReply> parse_cache_view_reply(std::string_view payload)
+{
+  auto j = parse_json(payload);
+  if (!j) {
+    return j.error();
+  }
+  auto it = j->find("entries");
+  if (it == j->end() || !it->is_array() || it->size() > k_max_sources) {
+    return Error::internal("protocol: \"entries\" must be a list of names");
+  }
+  CacheViewReply r;
+  for (const auto& e : *it) {
+    if (!e.is_string() || e.get<std::string>().size() > k_max_string) {
+      return Error::internal("protocol: \"entries\" must be a list of names");
+    }
+    r.entries.push_back(e.get<std::string>());
+  }
+  return r;
 }
 
 } // namespace stagehand::proto

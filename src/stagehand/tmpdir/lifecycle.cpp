@@ -1,5 +1,6 @@
 // Job-start, step-start and job-end actions on the scratch directory.
 #include "stagehand/tmpdir/lifecycle.hpp"
+#include "stagehand/tmpdir/views.hpp"
 
 #include "stagehand/fs/mounts.hpp"
 
@@ -114,7 +115,12 @@ Result<JobEnd> on_job_end(const Config& config, const JobContext& job, Request r
     return JobEnd{"kept " + describe(*base, job) + " for " + std::to_string(config.tmpdir.keep_for.count()) + "s",
                   std::nullopt, static_cast<std::int64_t>(until), std::nullopt};
   }
-  const std::string detached = detach_left_mounts(*base, base_fd->get(), job_dir_name(job.owner.job_id));
+  std::string detached = detach_left_mounts(*base, base_fd->get(), job_dir_name(job.owner.job_id));
+  // The cache views are detached with the rest: their upper/work directories (root's) go now.
+  if (auto views = remove_job_views(base_fd->get(), job.owner.job_id); !views) {
+    detached += "could not remove " + *base + "/" + k_views_dir + "/" + job_views_name(job.owner.job_id) + " (" +
+                views.error().message + "; GC retries); ";
+  }
   if (move == EndMove::to_stage_out) {
     auto pending = move_to_stage_out(base_fd->get(), job.owner.job_id);
     if (!pending) {
