@@ -172,7 +172,7 @@ bool mount_view(const Config& config, const Job& job, int job_fd, int job_views_
 }
 
 // The views of this job on this node for `specs`, made now or by an earlier task.
-Result<std::vector<std::string>> views_for(const Config& config, const Job& job, const std::string& node,
+Result<std::vector<tmpdir::View>> views_for(const Config& config, const Job& job, const std::string& node,
                                            const std::string& specs)
 {
   auto base = tmpdir::open_base(config, node);
@@ -200,8 +200,8 @@ Result<std::vector<std::string>> views_for(const Config& config, const Job& job,
   if (auto kept = fs::read_small_file(mine->get(), record, 1U << 20)) {
     return tmpdir::parse_view_record(*kept);
   }
-  std::vector<std::string> made;
-  auto write_record = [&]() -> Result<std::vector<std::string>> {
+  std::vector<tmpdir::View> made;
+  auto write_record = [&]() -> Result<std::vector<tmpdir::View>> {
     auto text = tmpdir::format_view_record(made);
     if (!text) {
       return text.error();
@@ -245,9 +245,11 @@ Result<std::vector<std::string>> views_for(const Config& config, const Job& job,
     return write_record();
   }
   for (std::size_t i = 0; i < sources.size(); ++i) {
-    const std::string& key = hits->entries[i];
-    if (valid_key(key) && mount_view(config, job, job_dir->get(), mine->get(), i, key, sources[i].dest)) {
-      made.push_back(sources[i].dest);
+    const proto::ViewEntry& hit = hits->entries[i];
+    tmpdir::View view{sources[i].dest, hit.files, hit.bytes, hit.how};
+    if (valid_key(hit.entry) && view_line(view) &&
+        mount_view(config, job, job_dir->get(), mine->get(), i, hit.entry, view.dest)) {
+      made.push_back(view);
     }
   }
   return write_record();
@@ -255,7 +257,7 @@ Result<std::vector<std::string>> views_for(const Config& config, const Job& job,
 
 std::vector<std::string>& task_views_store()
 {
-  static std::vector<std::string> v;
+  static std::vector<std::string> v; // view_line()s
   return v;
 }
 
@@ -289,7 +291,10 @@ int stepd_task_init_privileged(spank_t sp, const Config* config)
     say("job " + std::to_string(job.id) + ": " + views.error().message + "; staging without views");
     return 0;
   }
-  task_views_store() = std::move(*views);
+  task_views_store().clear();
+  for (const auto& v : *views) {
+    task_views_store().push_back(*tmpdir::view_line(v)); // checked when the record was read or made
+  }
   return 0;
 }
 

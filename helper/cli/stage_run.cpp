@@ -12,6 +12,7 @@
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/ipc/client.hpp"
+#include "stagehand/tmpdir/views.hpp"
 #include "stagehand/stage/extract.hpp"
 #include "stagehand/stage/request.hpp"
 #include "stagehand/stage/run.hpp"
@@ -190,15 +191,22 @@ int stage_run_checked(const std::vector<std::string>& args)
   }
   // Hits root showed as views (task_init_privileged): the job's files already, nothing to stage.
   if (!a.views.empty()) {
+    std::vector<tmpdir::View> views;
+    for (const auto& line : a.views) {
+      if (auto v = tmpdir::parse_view_line(line)) {
+        views.push_back(*v);
+      }
+    }
     std::vector<stage::CheckedSource> rest;
     for (auto& s : *sources) {
-      if (std::find(a.views.begin(), a.views.end(), s.dest) == a.views.end()) {
+      auto v = std::find_if(views.begin(), views.end(), [&](const tmpdir::View& x) { return x.dest == s.dest; });
+      if (v == views.end()) {
         rest.push_back(std::move(s));
         continue;
       }
       std::printf("stagehand: %s: %s\n", a.node.c_str(),
-                  stage::summary_line(s.is_dir ? "copied" : "unpacked", s.shown, a.tmpdir, s.dest, 0, 0, 0, "cache hit",
-                                      "shown as your own files (a cache view)")
+                  stage::summary_line(v->how, s.shown, a.tmpdir, s.dest, v->files, v->bytes, 0, "cache hit",
+                                      "shown as your own files (cache view)")
                     .c_str());
     }
     std::fflush(stdout);

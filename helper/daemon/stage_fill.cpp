@@ -298,33 +298,35 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
 
 namespace stagehand::daemon {
 
-std::vector<std::string> StageRun::find_hits()
+std::vector<proto::ViewEntry> StageRun::find_hits()
 {
   {
     std::lock_guard lock(m_d.m_mutex);
     m_store = m_d.m_store;
   }
-  std::vector<std::string> entries;
+  std::vector<proto::ViewEntry> entries;
   const auto t0 = Clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   for (const auto& src : m_request.sources) {
-    std::string name;
+    proto::ViewEntry hit;
     auto found = identify(src, seconds);
     if (!found) {
       spdlog::info("job {}: cache view: {}: {}", m_job.job_id, src.path, found.error().message);
     } else {
       std::lock_guard lock(m_d.m_mutex);
-      if (m_store && m_d.m_service && m_store->lookup(found->identity.key)) {
-        name = found->identity.key;
+      auto meta = m_store && m_d.m_service ? m_store->lookup(found->identity.key)
+                                           : Result<cache::EntryMeta>(Error::io("the node cache is off", ENOENT));
+      if (meta) {
+        hit = proto::ViewEntry{found->identity.key, meta->files, meta->bytes, meta->how};
         // Pinned for the job until its end: the view's lower layer is this entry.
-        m_d.m_registry.add_cache_key(m_job.job_id, name);
+        m_d.m_registry.add_cache_key(m_job.job_id, hit.entry);
         m_d.save_registry_locked();
         ++m_d.m_counters.hits;
-        (void)m_store->touch(name, static_cast<std::int64_t>(std::time(nullptr)));
+        (void)m_store->touch(hit.entry, static_cast<std::int64_t>(std::time(nullptr)));
       }
     }
-    spdlog::info("job {}: cache view: {}: {}", m_job.job_id, src.path, name.empty() ? "not a hit" : "hit");
-    entries.push_back(name);
+    spdlog::info("job {}: cache view: {}: {}", m_job.job_id, src.path, hit.entry.empty() ? "not a hit" : "hit");
+    entries.push_back(hit);
   }
   return entries;
 }

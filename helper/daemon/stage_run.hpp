@@ -43,7 +43,7 @@ public:
   void execute();
   // cache_view: for each source, identified as the job user, the entry's name when it is a hit
   // (pinned for the job), else "". Nothing is staged.
-  std::vector<std::string> find_hits();
+  std::vector<proto::ViewEntry> find_hits();
 
 private:
   Result<UniqueFd> open_job_dir();

@@ -192,9 +192,17 @@ struct RetryReply
   std::string said; // what was copied and removed, for people
 };
 
+struct ViewEntry
+{
+  std::string entry; // the hit's entry name under the cache's entries/; "" for anything else
+  std::uint64_t files = 0;
+  std::uint64_t bytes = 0;
+  std::string how; // "copied" | "unpacked"
+};
+
 struct CacheViewReply
 {
-  std::vector<std::string> entries; // one per source: the hit's entry name under entries/, "" for a miss
+  std::vector<ViewEntry> entries; // one per source
 };
 
 struct Done // a reply with no fields beyond ok

@@ -43,35 +43,75 @@ bool usable_dest(const std::string& d)
 
 } // namespace
 
-Result<std::string> format_view_record(const std::vector<std::string>& dests)
+Result<std::string> view_line(const View& v)
+{
+  if (!usable_dest(v.dest) || (v.how != "copied" && v.how != "unpacked")) {
+    return Error::refused("view record: unusable destination");
+  }
+  return std::to_string(v.files) + " " + std::to_string(v.bytes) + " " + v.how + " " + v.dest;
+}
+
+Result<View> parse_view_line(std::string_view line)
+{
+  View v;
+  auto number = [&](std::uint64_t& out) {
+    const auto sp = line.find(' ');
+    if (sp == std::string_view::npos || sp == 0) {
+      return false;
+    }
+    auto [end, ec] = std::from_chars(line.data(), line.data() + sp, out);
+    line.remove_prefix(sp + 1);
+    return ec == std::errc() && end == line.data() - 1;
+  };
+  if (!number(v.files) || !number(v.bytes)) {
+    return Error::corrupt("view record: unreadable line");
+  }
+  const auto sp = line.find(' ');
+  if (sp == std::string_view::npos) {
+    return Error::corrupt("view record: unreadable line");
+  }
+  v.how = std::string(line.substr(0, sp));
+  v.dest = std::string(line.substr(sp + 1));
+  if (!view_line(v)) {
+    return Error::corrupt("view record: unreadable line");
+  }
+  return v;
+}
+
+Result<std::string> format_view_record(const std::vector<View>& views)
 {
   std::string out;
-  for (const auto& d : dests) {
-    if (!usable_dest(d)) {
-      return Error::refused("view record: unusable destination");
+  for (const auto& v : views) {
+    auto line = view_line(v);
+    if (!line) {
+      return line.error();
     }
-    out += "view " + d + "\n";
+    out += "view " + *line + "\n";
   }
   return out;
 }
 
-Result<std::vector<std::string>> parse_view_record(const std::string& text)
+Result<std::vector<View>> parse_view_record(const std::string& text)
 {
-  std::vector<std::string> dests;
+  std::vector<View> views;
   std::size_t at = 0;
   while (at < text.size()) {
     const auto nl = text.find('\n', at);
     if (nl == std::string::npos) {
       return Error::corrupt("view record: the last line is cut");
     }
-    const std::string line = text.substr(at, nl - at);
-    if (!line.starts_with("view ") || !usable_dest(line.substr(5))) {
+    const std::string_view line = std::string_view(text).substr(at, nl - at);
+    if (!line.starts_with("view ")) {
       return Error::corrupt("view record: unreadable line");
     }
-    dests.push_back(line.substr(5));
+    auto v = parse_view_line(line.substr(5));
+    if (!v) {
+      return v.error();
+    }
+    views.push_back(*v);
     at = nl + 1;
   }
-  return dests;
+  return views;
 }
 
 Status remove_job_views(int base_fd, std::uint32_t job_id)

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace stagehand::tmpdir {
@@ -19,10 +20,25 @@ std::string job_views_name(std::uint32_t job_id);
 // The job of a `.views/` entry's name ("job_<id>"), or 0.
 std::uint32_t job_of_views_name(const std::string& name);
 
-// The record: the destinations (relative to SLURM_TMPDIR) shown as views, one line each
-// ("view DEST"). A destination with a control character is never a view (the record refuses it).
-Result<std::string> format_view_record(const std::vector<std::string>& dests);
-Result<std::vector<std::string>> parse_view_record(const std::string& text);
+// One source shown as a view: its destination (relative to SLURM_TMPDIR) and what the cache entry
+// holds, for the summary line.
+struct View
+{
+  std::string dest;
+  std::uint64_t files = 0;
+  std::uint64_t bytes = 0;
+  std::string how; // "copied" | "unpacked"
+  bool operator==(const View&) const = default;
+};
+
+// "FILES BYTES HOW DEST": a record's line after "view ", and the staging helper's --view value.
+// A destination with a control character, or another `how`, is refused.
+Result<std::string> view_line(const View& v);
+Result<View> parse_view_line(std::string_view line);
+
+// The record: one line "view FILES BYTES HOW DEST" per view.
+Result<std::string> format_view_record(const std::vector<View>& views);
+Result<std::vector<View>> parse_view_record(const std::string& text);
 
 // Removes `.views/job_<id>` below the base (ENOENT: nothing to do). Call only once the job's views
 // are detached: the walk never crosses a mount, so a view still mounted makes it fail (EBUSY).
