@@ -126,10 +126,10 @@ std::vector<proto::SourceSpec> candidates(const std::vector<stage::StageSpec>& s
 }
 
 // Mounts one view; false (and the mount point removed) when it cannot.
-bool mount_view(const Config& config, const Job& job, int job_fd, int job_views_fd, std::size_t n,
+bool mount_view(const std::string& cache_dir, const Job& job, int job_fd, int job_views_fd, std::size_t n,
                 const std::string& key, const std::string& dest)
 {
-  auto cache = fs::open_trusted_dir(config.daemon.cache_dir, fs::CreateMissing::no);
+  auto cache = fs::open_trusted_dir(cache_dir, fs::CreateMissing::no);
   if (!cache) {
     say(cache.error().message);
     return false;
@@ -219,7 +219,8 @@ Result<std::vector<tmpdir::View>> views_for(const Config& config, const Job& job
   if (sources.empty()) {
     return write_record();
   }
-  auto cache = fs::open_trusted_dir(config.daemon.cache_dir, fs::CreateMissing::no);
+  const std::string cache_dir = expand_node(config.daemon.cache_dir, node);
+  auto cache = fs::open_trusted_dir(cache_dir, fs::CreateMissing::no);
   if (!cache) {
     say(cache.error().message);
     return write_record();
@@ -248,7 +249,7 @@ Result<std::vector<tmpdir::View>> views_for(const Config& config, const Job& job
     const proto::ViewEntry& hit = hits->entries[i];
     tmpdir::View view{sources[i].dest, hit.files, hit.bytes, hit.how};
     if (valid_key(hit.entry) && view_line(view) &&
-        mount_view(config, job, job_dir->get(), mine->get(), i, hit.entry, view.dest)) {
+        mount_view(cache_dir, job, job_dir->get(), mine->get(), i, hit.entry, view.dest)) {
       made.push_back(view);
     }
   }

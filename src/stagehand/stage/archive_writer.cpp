@@ -28,10 +28,10 @@ std::vector<std::string> components(const std::string& path)
   return parts;
 }
 
-// The owner's bits as the archive gave them (a cache view shows them to the job as its own); read
-// (and execute, where any was set) for everyone, so that a hard-linked hit reads through "other";
-// never group/other write: the cache's files are root's once published.
-mode_t cache_file_mode(mode_t mode) { return (mode & 0700) | 0444 | ((mode & 0111) != 0 ? 0111 : 0); }
+// The archive's modes (a cache view shows them to the job as its own) without group/other write:
+// the cache's files are root's once published, and a hard-linked hit must not write them. A file
+// others may not read is copied, not linked, into a job (materialise.cpp).
+mode_t cache_file_mode(mode_t mode) { return mode & 0755; }
 
 FileMeta meta_of(struct archive_entry* e, FileModes modes)
 {
