@@ -116,11 +116,9 @@ std::vector<proto::SourceSpec> candidates(const std::vector<stage::StageSpec>& s
         dest.starts_with(".stagehand")) {
       continue;
     }
-    struct stat st {};
-    // The kind only (the daemon opens it as the job user): a directory or a file.
-    const bool dir = ::stat(s.src.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-    out.push_back(proto::SourceSpec{s.src, s.src, dest, dir ? proto::SourceKind::dir : proto::SourceKind::file,
-                                    proto::Unpack::if_archive});
+    // Root never looks at the source (a user's hung filesystem would hold this task child in the
+    // kernel): the daemon's side, as the job user, finds whether it is a file or a directory.
+    out.push_back(proto::SourceSpec{s.src, s.src, dest, proto::SourceKind::file, proto::Unpack::if_archive});
   }
   return out;
 }
@@ -225,7 +223,7 @@ Result<std::vector<tmpdir::View>> views_for(const Config& config, const Job& job
     say(cache.error().message);
     return write_record();
   }
-  if (!supported(mine->get(), cache->get(), mine->get())) {
+  if (!supported(views->get(), cache->get(), mine->get())) {
     return write_record();
   }
   ipc::CallOptions options;

@@ -310,6 +310,13 @@ std::vector<proto::ViewEntry> StageRun::find_hits()
   for (const auto& src : m_request.sources) {
     proto::ViewEntry hit;
     auto found = identify(src, seconds);
+    if (!found) { // root does not look at the source: a directory is asked for as a file first
+      proto::SourceSpec other = src;
+      other.kind = src.kind == proto::SourceKind::file ? proto::SourceKind::dir : proto::SourceKind::file;
+      if (auto again = identify(other, seconds)) {
+        found = std::move(again);
+      }
+    }
     if (!found) {
       spdlog::info("job {}: cache view: {}: {}", m_job.job_id, src.path, found.error().message);
     } else {
