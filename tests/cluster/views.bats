@@ -152,6 +152,7 @@ SCRIPT
   chmod 0700 "$SCRATCH/node1/.views/job_777778"
   for _ in $(seq 1 60); do [ -e "$SCRATCH/node1/.views/job_777778" ] || break; sleep 0.5; done # gc_interval is 3 s
   [ ! -e "$SCRATCH/node1/.views/job_777778" ]
+  grep -q "gc: removed $SCRATCH/node1/.views/job_777778 (the cache views of an ended job)" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"
 }
 
 @test "with [daemon] cache_views = false a hit is linked as before, root's read-only files" {

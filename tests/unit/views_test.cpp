@@ -1,6 +1,7 @@
 // Cache views' record (tmpdir/views.hpp): what root writes for the job's tasks, and the removal
 // of a job's view directory.
 #include "stagehand/tmpdir/views.hpp"
+#include "stagehand/util/fd.hpp"
 
 #include "test_support.hpp"
 
@@ -58,7 +59,7 @@ TEST(ViewRecord, JobNames)
 
 TEST(ViewRecord, RemoveJobViews)
 {
-  test::TempDir d;
+  stagehand::test::TempDir d;
   UniqueFd base(::open(d.path().c_str(), O_RDONLY | O_DIRECTORY));
   ASSERT_TRUE(base.valid());
   EXPECT_TRUE(remove_job_views(base.get(), 7)); // nothing there
