@@ -5,6 +5,7 @@
 // fails the task: any failure logs one line and the helper stages as without views.
 #include "plugin.hpp"
 
+#include "stagehand/ddp/hostlist.hpp"
 #include "stagehand/fs/atomic_file.hpp"
 #include "stagehand/fs/overlay_view.hpp"
 #include "stagehand/fs/trusted_dir.hpp"
@@ -254,6 +255,45 @@ Result<std::vector<tmpdir::View>> views_for(const Config& config, const Job& job
   return write_record();
 }
 
+// This node's name. slurmstepd sets SLURMD_NODENAME only after task_init_privileged, so until
+// then the environment holds the user's: the name is taken from the step's (or job's) node list at
+// this node's index, else the host name, and a candidate counts only where the base it names holds
+// this job's directory owned by its user (the prolog's, on this host).
+std::optional<std::string> this_node(spank_t sp, const Config& config, const Job& job)
+{
+  std::vector<std::string> candidates;
+  if (auto n = task_env(sp, "SLURMD_NODENAME")) {
+    candidates.push_back(*n);
+  }
+  std::uint32_t node_id = 0;
+  if (spank_get_item(sp, S_JOB_NODEID, &node_id) == ESPANK_SUCCESS) {
+    for (const char* var : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
+      auto list = task_env(sp, var);
+      auto hosts = list ? ddp::expand_hostlist(*list) : Result<std::vector<std::string>>(Error::internal(""));
+      if (hosts && node_id < hosts->size()) {
+        candidates.push_back((*hosts)[node_id]);
+      }
+    }
+  }
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) == 0) {
+    std::string h(host);
+    candidates.push_back(h.substr(0, h.find('.')));
+  }
+  for (const auto& node : candidates) {
+    auto base = node.empty() ? Result<UniqueFd>(Error::internal("")) : tmpdir::open_base(config, node);
+    if (!base) {
+      continue;
+    }
+    auto dir = fs::open_beneath(base->get(), tmpdir::job_dir_name(job.id), O_RDONLY | O_DIRECTORY);
+    struct stat st {};
+    if (dir && ::fstat(dir->get(), &st) == 0 && st.st_uid == job.uid) {
+      return node;
+    }
+  }
+  return std::nullopt;
+}
+
 std::vector<std::string>& task_views_store()
 {
   static std::vector<std::string> v; // view_line()s
@@ -276,15 +316,20 @@ int stepd_task_init_privileged(spank_t sp, const Config* config)
   Job job;
   std::uint32_t uid = 0;
   std::uint32_t gid = 0;
-  auto specs = task_env(sp, k_stage_env);        // canonical (absolute) sources only
-  auto node = task_env(sp, "SLURMD_NODENAME"); // checked below: the job's directory must be there
-  if (!specs || !node || spank_get_item(sp, S_JOB_ID, &job.id) != ESPANK_SUCCESS ||
+  auto specs = task_env(sp, k_stage_env); // canonical (absolute) sources only
+  if (!specs || spank_get_item(sp, S_JOB_ID, &job.id) != ESPANK_SUCCESS ||
       spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS || spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS ||
       uid == 0) {
     return 0;
   }
   job.uid = uid;
   job.gid = gid;
+  auto node = this_node(sp, *config, job);
+  if (!node) {
+    say("job " + std::to_string(job.id) + ": cannot tell this node's name (no base holds the job's directory); "
+        "staging without views");
+    return 0;
+  }
   auto views = views_for(*config, job, *node, *specs);
   if (!views) {
     say("job " + std::to_string(job.id) + ": " + views.error().message + "; staging without views");
