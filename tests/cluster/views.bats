@@ -91,7 +91,7 @@ SCRIPT
   chmod 0644 "$WORK/view-job.sh"
   submit -N1 -w node1 --stage-data=views.tar:o --wrap "'bash $WORK/view-job.sh'"
   [ "$JOB_RC" -eq 0 ]
-  echo "$LAST_OUTPUT" | grep -q 'unpacked views.tar -> .*/o: 4 files, .*shown as your own files (cache view) (cache hit)$'
+  echo "$LAST_OUTPUT" | grep -q 'unpacked .*views.tar -> .*/o: 4 files, .*shown as your own files (cache view) (cache hit)$'
   echo "$LAST_OUTPUT" | grep -qx mounted
   g=$(id -gn "$STAGEHAND_TEST_USER")
   for want in "$STAGEHAND_TEST_USER $g 640 ckpt.pt" "$STAGEHAND_TEST_USER $g 755 run.sh" "$STAGEHAND_TEST_USER $g 750 sub" \
@@ -115,12 +115,13 @@ SCRIPT
   start_held_job
   d=$(job_dir node1 "$ID")
   [ -d "$(views_dir "$ID")/0/upper" ]
-  run -1 runuser -u "${STAGEHAND_TEST_USER}-2" -- ls "$d/o"
-  run -1 runuser -u "${STAGEHAND_TEST_USER}-2" -- ls "$(views_dir "$ID")"
-  run -1 runuser -u "${STAGEHAND_TEST_USER}-2" -- ls "$(views_dir "$ID")/0/upper"
-  run -1 runuser -u "${STAGEHAND_TEST_USER}-2" -- ls "$SCRATCH/node1/.views"
-  # Nor the job's own user: root's upper is its, only through the view.
-  run -1 runuser -u "$STAGEHAND_TEST_USER" -- ls "$(views_dir "$ID")"
+  for path in "$d/o" "$d/o/d" "$(views_dir "$ID")" "$(views_dir "$ID")/0/upper" "$SCRATCH/node1/.views"; do
+    run ! runuser -u "${STAGEHAND_TEST_USER}-2" -- ls "$path"
+    [[ "$output" == *"Permission denied"* ]]
+  done
+  # Nor the job's own user: root's upper is theirs only through the view.
+  run ! runuser -u "$STAGEHAND_TEST_USER" -- ls "$(views_dir "$ID")"
+  [[ "$output" == *"Permission denied"* ]]
   scancel "$ID"
   wait_job_done "$ID"
   assert_no_view_left "$ID"
@@ -149,7 +150,18 @@ SCRIPT
 
 @test "a slurmd restart mid-job: none outlives the job" {
   start_held_job
-  "$CLUSTER" node-restart node1
+  old=$(slurmd_pid)
+  kill "$old"
+  for _ in $(seq 1 100); do kill -0 "$old" 2>/dev/null || break; sleep 0.1; done
+  ! kill -0 "$old" 2>/dev/null
+  "$CLUSTER" node-start node1
+  for _ in $(seq 1 100); do
+    new=$(cat "$STAGEHAND_CLUSTER_DIR/slurmd-node1.pid" 2>/dev/null || true)
+    [ -n "$new" ] && [ "$new" != "$old" ] && kill -0 "$new" 2>/dev/null && break
+    sleep 0.1
+  done
+  [ "$(slurmd_pid)" != "$old" ]
+  [ -n "$(overlays_under_scratch)" ] # the view is the job's still
   rm -f "$WORK/hold.$ID"
   JOB_RC=$(job_exit_code "$ID")
   wait_job_done "$ID"
@@ -166,7 +178,7 @@ SCRIPT
   grep -q "gc: removed $SCRATCH/node1/.views/job_777778 (the cache views of an ended job)" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"
 }
 
-@test "with [daemon] cache_views = false a hit is linked as before, root's read-only files" {
+@test "with [daemon] cache_views = false a hit is linked as before: hard links to root's files" {
   cat >"$STAGEHAND_TEST_CONFIG.new" <<TOML
 [tmpdir]
 base = "$SCRATCH/%n"
@@ -176,10 +188,11 @@ cache_views = false
 TOML
   chmod 0644 "$STAGEHAND_TEST_CONFIG.new"
   mv -f "$STAGEHAND_TEST_CONFIG.new" "$STAGEHAND_TEST_CONFIG"
-  submit -N1 -w node1 --stage-data=views.tar:o --wrap "'grep -c \" - overlay \" /proc/self/mountinfo; stat -c \"mode %U %a %n\" \$SLURM_TMPDIR/o/d/ckpt.pt'"
+  submit -N1 -w node1 --stage-data=views.tar:o --wrap "'grep -c \" - overlay \" /proc/self/mountinfo; stat -c \"mode %U %a %n\" \$SLURM_TMPDIR/o/d/ckpt.pt \$SLURM_TMPDIR/o/d/run.sh'"
   [ "$JOB_RC" -eq 0 ]
-  echo "$LAST_OUTPUT" | grep -q 'unpacked views.tar -> .*/o: 4 files, .* s (cache hit)$'
+  echo "$LAST_OUTPUT" | grep -q 'unpacked .*views.tar -> .*/o: 4 files, .* s (cache hit)$'
   ! echo "$LAST_OUTPUT" | grep -q 'cache view'
-  echo "$LAST_OUTPUT" | grep -qx "mode root 640 .*ckpt.pt"
+  echo "$LAST_OUTPUT" | grep -qx "mode root 755 .*run.sh" # a hard link to root's file
+  echo "$LAST_OUTPUT" | grep -qx "mode $STAGEHAND_TEST_USER 640 .*ckpt.pt" # others may not read it: a copy, the user's
   [ -z "$(overlays_under_scratch)" ]
 }
