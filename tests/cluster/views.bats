@@ -116,6 +116,15 @@ SCRIPT
   assert_epilog_removed_views "$JOB_ID"
 }
 
+@test "4 tasks of a step start at once: the hit is mounted once and each task sees it" {
+  submit -N1 -n4 -w node1 --wrap "'srun --stage-data=views.tar:o -n4 bash -c \"cat \\\$SLURM_TMPDIR/o/d/ckpt.pt; echo\"; echo overlays \$(grep -c \" \$SLURM_TMPDIR/.* - overlay \" /proc/self/mountinfo)'"
+  [ "$JOB_RC" -eq 0 ]
+  [ "$(echo "$LAST_OUTPUT" | grep -c '(cache view) (cache hit)$')" -eq 1 ]
+  [ "$(echo "$LAST_OUTPUT" | grep -cx weights)" -eq 4 ]
+  echo "$LAST_OUTPUT" | grep -qx "overlays 1"
+  assert_epilog_removed_views "$JOB_ID"
+}
+
 @test "another user reaches neither the view nor its upper; scancel leaves no mount" {
   start_held_job
   d=$(job_dir node1 "$ID")
