@@ -123,10 +123,12 @@ Result<JobEnd> on_job_end(const Config& config, const JobContext& job, Request r
   const bool views = ::fstatat(base_fd->get(), (std::string(k_views_dir) + "/" + job_views_name(job.owner.job_id)).c_str(),
                                &views_st, AT_SYMLINK_NOFOLLOW) == 0;
   std::string detached = detach_left_mounts(*base, base_fd->get(), job_dir_name(job.owner.job_id), views);
-  // The cache views are detached with the rest: their upper/work directories (root's) go now.
-  if (auto views = remove_job_views(base_fd->get(), job.owner.job_id); !views) {
+  // The cache views are detached with the rest: their upper/work directories (root's) go now
+  // (left to GC when something below the job's directory could not be detached).
+  const bool all_detached = !detached.starts_with("could not detach");
+  if (auto removed = all_detached ? remove_job_views(base_fd->get(), job.owner.job_id) : ok_status(); !removed) {
     detached += "could not remove " + *base + "/" + k_views_dir + "/" + job_views_name(job.owner.job_id) + " (" +
-                views.error().message + "; GC retries); ";
+                removed.error().message + "; GC retries); ";
   }
   if (move == EndMove::to_stage_out) {
     auto pending = move_to_stage_out(base_fd->get(), job.owner.job_id);
