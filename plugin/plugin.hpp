@@ -68,8 +68,15 @@ inline constexpr const char* k_stage_out_dir_var = "STAGEHAND_STAGE_OUT_DIR";
 int submit_init_post_opt(spank_t sp, int ac, char** av);
 int stepd_init_post_opt(spank_t sp, int ac, char** av);
 int stepd_task_init(spank_t sp, int ac, char** av);
+int stepd_privileged(spank_t sp, int ac, char** av);
 int job_prolog(spank_t sp, int ac, char** av);
 int job_epilog(spank_t sp, int ac, char** av);
+
+// task_init_privileged (cache_views.cpp, root): shows this job's cache hits on this node as its
+// user's own files (once per node per job); never fails the task. task_views(): the destinations
+// shown so, for this task's staging helper.
+int stepd_task_init_privileged(spank_t sp, const Config* config);
+const std::vector<std::string>& task_views();
 
 // A variable of the task's environment, in slurmstepd (any length).
 std::optional<std::string> task_env(spank_t sp, const std::string& name);

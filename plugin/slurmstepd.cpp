@@ -101,6 +101,12 @@ int export_tmpdir(spank_t sp, const Config& config, std::string& path, std::stri
 
 } // namespace
 
+int stepd_privileged(spank_t sp, int /*ac*/, char** /*av*/)
+{
+  const StepState& s = step_state();
+  return stepd_task_init_privileged(sp, s.config ? &*s.config : nullptr);
+}
+
 int stepd_task_init(spank_t sp, int /*ac*/, char** /*av*/)
 {
   StepState& s = step_state();

@@ -31,6 +31,7 @@ int stage_data(spank_t sp, const Config& config, const Args& args, const std::st
   if (::access(done.c_str(), F_OK) == 0) {
     return 0;
   }
+  request.views = task_views();
   broadcast_role(sp, config, request);
   return run_stage_helper(args.helper_path, request, broadcast_env(sp, request));
 }

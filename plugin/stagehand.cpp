@@ -70,6 +70,17 @@ __attribute__((visibility("default"))) int slurm_spank_task_init(spank_t sp, int
   return guarded("task_init", [&] { return stepd_task_init(sp, ac, av); });
 }
 
+__attribute__((visibility("default"))) int slurm_spank_task_init_privileged(spank_t sp, int ac, char** av)
+{
+  // Never fails the task (slurmstepd treats a failure here as fatal): errors log one line.
+  try {
+    return stepd_privileged(sp, ac, av);
+  } catch (...) {
+    slurm_error("stagehand: internal error in task_init_privileged; staging without views");
+  }
+  return 0;
+}
+
 __attribute__((visibility("default"))) int slurm_spank_job_prolog(spank_t sp, int ac, char** av)
 {
   return guarded("job_prolog", [&] { return job_prolog(sp, ac, av); });

@@ -128,7 +128,7 @@ declare -A FILE_SECONDS=(
   [broadcast.bats]=60 [daemon.bats]=110 [ddp.bats]=50 [ddp_steps.bats]=35 [export_none.bats]=5
   [fault.bats]=35 [progress.bats]=80 [root_paths.bats]=65 [stage.bats]=30 [stage_engine.bats]=25
   [stage_grammar.bats]=12 [stage_out.bats]=150 [tmpdir.bats]=28 [prolog_scripts.bats]=65 [daemon_load.bats]=70
-  [stuck_child.bats]=45 [tmpdir_mounts.bats]=20
+  [stuck_child.bats]=45 [tmpdir_mounts.bats]=20 [views.bats]=60
 )
 # suite_half 1|2: the files of that half, greedily by time.
 suite_half() {

@@ -98,6 +98,9 @@ int local_gc(const Config& config, const CommonArgs& common)
   for (const auto& a : applied.done) {
     std::printf("removed %s/%s (%s)\n", base->c_str(), a.name.c_str(), gc::reason_name(a.reason));
   }
+  for (const auto& v : applied.views_removed) {
+    std::printf("removed %s/%s (the cache views of an ended job)\n", base->c_str(), v.c_str());
+  }
   for (const auto& f : applied.failures) {
     spdlog::error("{}: {}", *base, f.message);
   }

@@ -12,12 +12,14 @@
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/ipc/client.hpp"
+#include "stagehand/tmpdir/views.hpp"
 #include "stagehand/stage/extract.hpp"
 #include "stagehand/stage/request.hpp"
 #include "stagehand/stage/run.hpp"
 #include "stagehand/stage/spec.hpp"
 #include "stagehand/util/fd.hpp"
 
+#include <algorithm>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -186,6 +188,33 @@ int stage_run_checked(const std::vector<std::string>& args)
   auto sources = stage::check_sources(*specs, base, config, is_archive);
   if (!sources) {
     return fail(sources.error().message);
+  }
+  // Hits root showed as views (task_init_privileged): the job's files already, nothing to stage.
+  if (!a.views.empty()) {
+    std::vector<tmpdir::View> views;
+    for (const auto& line : a.views) {
+      if (auto v = tmpdir::parse_view_line(line)) {
+        views.push_back(*v);
+      }
+    }
+    std::vector<stage::CheckedSource> rest;
+    for (auto& s : *sources) {
+      auto v = std::find_if(views.begin(), views.end(), [&](const tmpdir::View& x) { return x.dest == s.dest; });
+      if (v == views.end()) {
+        rest.push_back(std::move(s));
+        continue;
+      }
+      std::printf("stagehand: %s: %s\n", a.node.c_str(),
+                  stage::summary_line(v->how, s.shown, a.tmpdir, s.dest, v->files, v->bytes, 0, "cache hit",
+                                      "shown as your own files (cache view)")
+                    .c_str());
+    }
+    std::fflush(stdout);
+    *sources = std::move(rest);
+    if (sources->empty()) {
+      write_marker(state.get(), done, "");
+      return 0;
+    }
   }
   for (const auto& s : *sources) {
     struct stat st {};

@@ -207,7 +207,8 @@ void Daemon::handle(const proto::Request& request, const Peer& peer, Responder& 
                             out.result(collect(r.dry_run));
                           }
                         },
-                        [&](const proto::StageOutRetry& r) { on_stage_out_retry(r, peer, out); }},
+                        [&](const proto::StageOutRetry& r) { on_stage_out_retry(r, peer, out); },
+                        [&](const proto::CacheView& r) { on_cache_view(r, peer, out); }},
              request);
 }
 

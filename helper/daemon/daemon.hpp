@@ -116,6 +116,7 @@ private:
   void on_stage_out_retry(const proto::StageOutRetry& r, const Peer& peer, Responder& out);
   void on_end_job(const proto::EndJob& r, const Peer& peer, Responder& out);
   void on_stage(const proto::Stage& r, const Peer& peer, Responder& out);
+  void on_cache_view(const proto::CacheView& r, const Peer& peer, Responder& out);
   void on_status(const Peer& peer, Responder& out);
   void on_cache_list(const Peer& peer, Responder& out);
   void on_cache_evict(const proto::CacheEvict& r, const Peer& peer, Responder& out);

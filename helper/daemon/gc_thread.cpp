@@ -96,6 +96,9 @@ proto::GcReply Daemon::collect(bool dry_run)
   for (const auto& m : applied.detached) {
     spdlog::warn("gc: detached a mount a user left on {}/{}", base_path, m);
   }
+  for (const auto& v : applied.views_removed) {
+    spdlog::info("gc: removed {}/{} (the cache views of an ended job)", base_path, v);
+  }
   for (const auto& r : applied.recorded) {
     spdlog::warn("gc: {}/{}: a stage-out nothing copies any more; its results are kept under a record until keep_for",
                  base_path, r);

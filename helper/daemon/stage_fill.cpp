@@ -45,21 +45,8 @@ cache::UnpackMode unpack_of(const proto::SourceSpec& s)
 
 } // namespace
 
-Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
+Result<StageRun::Identified> StageRun::identify(const proto::SourceSpec& src, const std::function<double()>& seconds)
 {
-  const auto t0 = Clock::now();
-  // Read before anything of the source is: its entries must be older than this by the racy window
-  // for the fill to be published (cache::changed_near).
-  struct timespec started {};
-  ::clock_gettime(CLOCK_REALTIME, &started);
-  auto parts = stage::split_entry_path(src.dest);
-  if (!parts || parts->empty() || std::string_view((*parts)[0]).starts_with(".stagehand")) {
-    return Error::refused(src.shown + ": destination \"" + src.dest + "\" is not allowed");
-  }
-  const std::uint64_t room = m_max_bytes > m_total ? m_max_bytes - m_total : 0;
-  auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-
-  // 1. As the job user: open the source and say what it is.
   std::vector<std::string> roots;
   {
     std::lock_guard lock(m_d.m_mutex);
@@ -110,7 +97,6 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
     return Error::internal("the user side sent no descriptor");
   }
   UniqueFd src_fd = std::move(ident_msg->fds[0]);
-  const double identified = seconds();
   cache::SourceIdentity identity{(*ident)["key"].get<std::string>(), (*ident)["files"].get<std::uint64_t>(),
                                  (*ident)["bytes"].get<std::uint64_t>(), (*ident)["newest_ns"].get<std::int64_t>()};
   if (src.kind == proto::SourceKind::file) {
@@ -121,6 +107,36 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
     }
     identity = *mine;
   }
+  Identified out;
+  out.identity = identity;
+  out.fd = std::move(src_fd);
+  out.archive = (*ident).value("archive", false);
+  out.zip = (*ident).value("zip", false);
+  return out;
+}
+
+Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
+{
+  const auto t0 = Clock::now();
+  // Read before anything of the source is: its entries must be older than this by the racy window
+  // for the fill to be published (cache::changed_near).
+  struct timespec started {};
+  ::clock_gettime(CLOCK_REALTIME, &started);
+  auto parts = stage::split_entry_path(src.dest);
+  if (!parts || parts->empty() || std::string_view((*parts)[0]).starts_with(".stagehand")) {
+    return Error::refused(src.shown + ": destination \"" + src.dest + "\" is not allowed");
+  }
+  const std::uint64_t room = m_max_bytes > m_total ? m_max_bytes - m_total : 0;
+  auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+
+  // 1. As the job user: open the source and say what it is.
+  auto found = identify(src, seconds);
+  if (!found) {
+    return found.error();
+  }
+  const double identified = seconds();
+  UniqueFd src_fd = std::move(found->fd);
+  const cache::SourceIdentity identity = found->identity;
   const std::string& key = identity.key;
   const std::uint64_t src_bytes = identity.bytes;
   if (src.kind == proto::SourceKind::dir && src_bytes > room) {
@@ -133,12 +149,12 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
   Delivery delivery;
   delivery.src = &src;
   delivery.content = src.kind == proto::SourceKind::dir ? stage::StreamContent::tree
-                     : (*ident).value("archive", false) ? stage::StreamContent::archive
+                     : found->archive                    ? stage::StreamContent::archive
                                                         : stage::StreamContent::plain_file;
   (void)::fstat(src_fd.get(), &delivery.file_stat);
   delivery.unpack = unpack_of(src);
   delivery.room = room;
-  delivery.seek_first = (*ident).value("zip", false);
+  delivery.seek_first = found->zip;
   // What staging may create (and so remove again), looked at before anything is.
   const std::string created = stage::outermost_missing(m_job_fd.get(), src.dest);
   std::optional<stage::Delivered> delivered;
@@ -294,6 +310,71 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
     m_d.save_registry_locked();
   }
   return out;
+}
+
+} // namespace stagehand::daemon
+
+namespace stagehand::daemon {
+
+std::vector<proto::ViewEntry> StageRun::find_hits()
+{
+  {
+    std::lock_guard lock(m_d.m_mutex);
+    m_store = m_d.m_store;
+  }
+  std::vector<proto::ViewEntry> entries;
+  const auto t0 = Clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  for (const auto& src : m_request.sources) {
+    proto::ViewEntry hit;
+    auto found = identify(src, seconds);
+    if (!found) { // root does not look at the source: a directory is asked for as a file first
+      proto::SourceSpec other = src;
+      other.kind = src.kind == proto::SourceKind::file ? proto::SourceKind::dir : proto::SourceKind::file;
+      if (auto again = identify(other, seconds)) {
+        found = std::move(again);
+      }
+    }
+    if (!found) {
+      spdlog::info("job {}: cache view: {}: {}", m_job.job_id, src.path, found.error().message);
+    } else {
+      std::lock_guard lock(m_d.m_mutex);
+      auto meta = m_store && m_d.m_service ? m_store->lookup(found->identity.key)
+                                           : Result<cache::EntryMeta>(Error::io("the node cache is off", ENOENT));
+      if (meta) {
+        hit = proto::ViewEntry{found->identity.key, meta->files, meta->bytes, meta->how};
+        // Pinned for the job until its end: the view's lower layer is this entry.
+        m_d.m_registry.add_cache_key(m_job.job_id, hit.entry);
+        m_d.save_registry_locked();
+        ++m_d.m_counters.hits;
+        (void)m_store->touch(hit.entry, static_cast<std::int64_t>(std::time(nullptr)));
+      }
+    }
+    spdlog::info("job {}: cache view: {}: {}", m_job.job_id, src.path, hit.entry.empty() ? "not a hit" : "hit");
+    entries.push_back(hit);
+  }
+  return entries;
+}
+
+void Daemon::on_cache_view(const proto::CacheView& r, const Peer& peer, Responder& out)
+{
+  if (!peer.root()) {
+    out.error(Error::refused("cache_view: only root may ask"));
+    return;
+  }
+  auto job = job_for(r.job_id, peer);
+  if (!job) {
+    out.error(job.error());
+    return;
+  }
+  auto user = ipc::credentials_of(job->uid, job->gid);
+  if (!user) {
+    out.error(user.error());
+    return;
+  }
+  proto::Stage as_stage{r.job_id, r.sources, 0};
+  StageRun run(*this, *job, *user, as_stage, out);
+  out.result(proto::CacheViewReply{run.find_hits()});
 }
 
 } // namespace stagehand::daemon

@@ -41,6 +41,9 @@ public:
   StageRun(const StageRun&) = delete;
   StageRun& operator=(const StageRun&) = delete;
   void execute();
+  // cache_view: for each source, identified as the job user, the entry's name when it is a hit
+  // (pinned for the job), else "". Nothing is staged.
+  std::vector<proto::ViewEntry> find_hits();
 
 private:
   Result<UniqueFd> open_job_dir();
@@ -58,6 +61,15 @@ private:
   // failure the child is killed (the job user may have stopped it: it runs with their uid).
   Result<ipc::Message> await(ipc::Child& child, const std::function<proto::Progress()>& status);
   Result<proto::StagedSource> stage_one(const proto::SourceSpec& src);
+  // Step 1 of a source: opened and identified by the job user's side.
+  struct Identified
+  {
+    cache::SourceIdentity identity;
+    UniqueFd fd;
+    bool archive = false;
+    bool zip = false;
+  };
+  Result<Identified> identify(const proto::SourceSpec& src, const std::function<double()>& seconds);
   // One source's delivery into the job's directory, as the job user (stage_miss.cpp).
   struct Delivery
   {

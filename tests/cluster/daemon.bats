@@ -68,7 +68,7 @@ assert_empty_dir() {
   before=$(bytes_read)
   submit -N1 -w node1 --stage-data=shared/big.tar:big --wrap "'cd \$SLURM_TMPDIR/big/ds && sha256sum part*.bin'"
   [ "$JOB_RC" -eq 0 ]
-  echo "$LAST_OUTPUT" | grep -q 'unpacked .*shared/big.tar -> .*/big: 8 files, 256.0 MiB in .* s (cache hit)$'
+  echo "$LAST_OUTPUT" | grep -q 'unpacked .*shared/big.tar -> .*/big: 8 files, 256.0 MiB in .* s, shown as your own files (cache view) (cache hit)$'
   warm=$(( $(bytes_read) - before ))
   echo "shared storage read: cold $cold bytes, warm $warm bytes"
   [ "$cold" -ge 268435456 ]

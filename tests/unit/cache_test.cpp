@@ -271,7 +271,8 @@ TEST(CacheFill, ArchivesUnpackReadOnlyAndTreesStreamIdentical)
   EXPECT_EQ(r->how, "unpacked");
   struct stat st {};
   ASSERT_EQ(::stat((d / "fill1/data/sub/a").c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 07777, 0555U); // readable by the job user through "other", never writable
+  // The archive's modes without group/other write (0764 -> 0744): a cache view shows them as the job's.
+  EXPECT_EQ(st.st_mode & 07777, 0744U);
   // :copy keeps an archive packed.
   ::mkdir((d / "fill2").c_str(), 0700);
   UniqueFd f2 = open_dir(d / "fill2");
@@ -705,7 +706,8 @@ TEST(CacheStore, PublishedEntriesAreRootsAndReadOnlyWhateverTheFillerLeft)
     EXPECT_EQ(st.st_uid, 0U) << rel;
     EXPECT_EQ(st.st_gid, 0U) << rel;
     if (!S_ISLNK(st.st_mode) && std::string(rel) != "/manifest.json") { // root writes its manifest
-      EXPECT_EQ(st.st_mode & 07222, 0U) << rel << ": mode " << std::oct << (st.st_mode & 07777);
+      // Root's: its own write bit gives no one else anything; no group/other write, no set-id.
+      EXPECT_EQ(st.st_mode & 07022, 0U) << rel << ": mode " << std::oct << (st.st_mode & 07777);
     }
   }
   // A process of the filler's that still holds the fill's directory (as the fill child did) can
@@ -717,10 +719,11 @@ TEST(CacheStore, PublishedEntriesAreRootsAndReadOnlyWhateverTheFillerLeft)
                      ::renameat(fill->dir.get(), "data/sub/f", fill->dir.get(), "data/sub/g") == 0;
             }),
             0);
-  // Readable still: jobs read the cache's files through their "other" bits.
+  // Readable still: jobs read the cache's files through their "other" bits. The owner's bits stay
+  // (root's: they give no job anything); no set-id bit, no group/other write.
   struct stat st {};
   ASSERT_EQ(::stat((entry + "/data/sub/f").c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0555U);
+  EXPECT_EQ(st.st_mode & 07777, 0755U);
 }
 
 TEST(CacheStore, TheIndexAnswersWithoutTheManifestsAndGcBringsItInLineWithTheDisk)

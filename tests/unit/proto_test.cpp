@@ -36,7 +36,7 @@ TEST(Request, RoundTripOfEveryOperation)
   Stage stage{42, {SourceSpec{"data/x", "/d/x", "data/x", SourceKind::dir, Unpack::never}}, 1000};
   std::vector<Request> all = {RegisterJob{1, 1001, 1002}, EndJob{1, ".trash.job_1.3", 0, "", "", ""}, EndJob{2, "", 0, ".stageout.job_2.1.0", "out:/h/out", "/h"}, stage, StatusQuery{},
                               CacheList{}, CacheEvict{"/d/x", false}, CacheEvict{"", true}, Gc{true},
-                              StageOutRetry{77}};
+                              StageOutRetry{77}, CacheView{42, stage.sources}};
   for (const auto& r : all) {
     auto parsed = parse_request(serialize(r));
     ASSERT_TRUE(parsed) << serialize(r) << ": " << parsed.error().message;
@@ -121,4 +121,34 @@ TEST(Reply, ResultsErrorsAndProgressRoundTrip)
   // Invalid UTF-8 in a message (a file name) never breaks the reply.
   auto odd = parse_reply_frame(serialize_error(Error::refused("bad name \xff\xfe")));
   ASSERT_TRUE(odd && odd->error);
+}
+
+TEST(Proto, CacheViewRoundTripAndReply)
+{
+  using namespace stagehand::proto;
+  auto parsed = parse_request(R"({"v":1,"op":"cache_view","job_id":9,"sources":[{"shown":"a.tar","path":"/d/a.tar","dest":"a","kind":"file","unpack":"auto"}]})");
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  const auto& v = std::get<CacheView>(*parsed);
+  EXPECT_EQ(v.job_id, 9U);
+  ASSERT_EQ(v.sources.size(), 1U);
+  EXPECT_EQ(v.sources[0].dest, "a");
+  EXPECT_FALSE(parse_request(R"({"v":1,"op":"cache_view","job_id":9,"sources":[]})")); // at least one source
+  auto reply = parse_cache_view_reply(
+    R"({"v":1,"type":"result","ok":true,"entries":[{"entry":"abc","files":3,"bytes":9,"how":"unpacked"},{"entry":"","files":0,"bytes":0,"how":""}]})");
+  ASSERT_TRUE(reply) << reply.error().message;
+  ASSERT_EQ(reply->entries.size(), 2U);
+  EXPECT_EQ(reply->entries[0].entry, "abc");
+  EXPECT_EQ(reply->entries[0].files, 3U);
+  EXPECT_EQ(reply->entries[0].bytes, 9U);
+  EXPECT_EQ(reply->entries[0].how, "unpacked");
+  EXPECT_EQ(reply->entries[1].entry, "");
+  EXPECT_FALSE(parse_cache_view_reply(R"({"entries":["abc"]})"));
+  EXPECT_FALSE(parse_cache_view_reply(R"({"entries":[{"entry":"abc"}]})"));
+  EXPECT_FALSE(parse_cache_view_reply(R"({"v":1})"));
+  auto frame = parse_reply_frame(serialize_result(CacheViewReply{{ViewEntry{"k1", 1, 2, "copied"}, ViewEntry{}}}));
+  ASSERT_TRUE(frame);
+  auto back = parse_cache_view_reply(frame->result_json);
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->entries[0].entry, "k1");
+  EXPECT_EQ(back->entries[1].entry, "");
 }

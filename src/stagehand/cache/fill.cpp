@@ -14,18 +14,19 @@ namespace stagehand::cache {
 
 namespace {
 
-// Files become 0444 (0555 when any execute bit was set): the cache's files belong to the service
-// user, so a job user reads them through the "other" bits, and nobody can write them. (Inside a
-// job's 0700 directory only the job user reaches them.) Directories keep their modes: a job gets
-// its own directories, made from these modes. Unpacked files are written so (FileModes::read_only);
-// a copied file is made so here.
+// Files keep their modes without group/other write (FileModes::read_only for unpacked files; a
+// copied file is made so here): a cache view shows them as the job's own; a hard-linked hit reads
+// them through the "other" bits (a file others may not read is copied into the job instead), and
+// take_over makes them root's, so no job writes them. Directories keep their modes: a job gets
+// its own directories, made from these modes.
 Status make_read_only(int fill_dir_fd)
 {
   struct stat st {};
   if (::fstatat(fill_dir_fd, k_data_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
     return Error::from_errno("cache fill");
   }
-  const mode_t mode = (st.st_mode & 0111) != 0 ? 0555 : 0444;
+  // The source's modes (a cache view shows them to the job), never group/other write.
+  const mode_t mode = st.st_mode & 0755;
   if (::fchmodat(fill_dir_fd, k_data_name, mode, 0) != 0) {
     return Error::from_errno("cache fill");
   }

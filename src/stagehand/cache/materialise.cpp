@@ -124,15 +124,20 @@ Status copy_data(int in, int out, const std::string& shown)
   }
 }
 
+// Whether a cache file may be hard-linked into a job: the job user reads root's file through its
+// "other" bits. The cache keeps the archive's modes (a cache view shows them as the job's own), so
+// a file others may not read (0600, 0640) is copied instead, the user's, with that mode.
+bool others_read(mode_t mode) { return (mode & S_IROTH) != 0; }
+
 // One file: a hard link, else a reflink or a copy that belongs to the user (made and given by fd).
 Status place_file(int src_dir, const std::string& name, int dest_dir, const std::string& dest_name,
-                  const JobUser& user, const std::string& shown, std::atomic<std::uint64_t>& linked)
+                  const JobUser& user, const std::string& shown, std::atomic<std::uint64_t>& linked, bool may_link)
 {
-  if (::linkat(src_dir, name.c_str(), dest_dir, dest_name.c_str(), 0) == 0) {
+  if (may_link && ::linkat(src_dir, name.c_str(), dest_dir, dest_name.c_str(), 0) == 0) {
     ++linked;
     return ok_status();
   }
-  if (errno != EXDEV && errno != EPERM && errno != EMLINK) {
+  if (may_link && errno != EXDEV && errno != EPERM && errno != EMLINK) {
     return Error::from_errno("cannot link " + shown);
   }
   UniqueFd in(::openat(src_dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY));
@@ -163,6 +168,7 @@ struct FileBatch
   fs::SharedFd dest_dir;
   std::string dest_prefix; // "dest/rel/" for messages
   std::vector<std::string> names;
+  std::vector<bool> may_link; // per name: others_read()
 };
 
 class Materialiser
@@ -192,7 +198,9 @@ public:
     }
     if (!S_ISDIR(st.st_mode)) {
       // Linked or created exclusively: a name the job takes meanwhile fails here and stays the job's.
-      if (auto s = place_file(src_parent, src_name, parent->get(), name, m_user, dest_rel, m_linked); !s) {
+      if (auto s = place_file(src_parent, src_name, parent->get(), name, m_user, dest_rel, m_linked,
+                              others_read(st.st_mode));
+          !s) {
         return fail(s.error());
       }
       m_out.linked = m_linked;
@@ -246,6 +254,7 @@ public:
           batch.dest_prefix = join(dest_rel, rel_parent) + "/";
         }
         batch.names.push_back(e.name);
+        batch.may_link.push_back(others_read(e.st.st_mode));
         if (batch.names.size() >= k_batch_files) {
           flush(batch);
         }
@@ -299,8 +308,10 @@ private:
     }
     m_pool.submit(
       [this, b = std::move(batch)] {
-        for (const auto& name : b.names) {
-          if (auto s = place_file(b.src_dir->get(), name, b.dest_dir->get(), name, m_user, b.dest_prefix + name, m_linked);
+        for (std::size_t i = 0; i < b.names.size(); ++i) {
+          const std::string& name = b.names[i];
+          if (auto s = place_file(b.src_dir->get(), name, b.dest_dir->get(), name, m_user, b.dest_prefix + name, m_linked,
+                                  b.may_link[i]);
               !s) {
             return s;
           }

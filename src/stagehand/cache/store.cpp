@@ -133,10 +133,12 @@ std::uint64_t disk_usage(int dir_fd, const std::string& name)
 
 namespace {
 
-// Root's, read-only for everyone, no set-id bits (directories keep a sticky bit).
+// Root's, no write bit for group or others, no set-id bits (directories keep a sticky bit). The
+// owner's bits stay as they were (root's: they give no job anything through a hard link; a cache
+// view shows them as the job's own, so that a job writes where the archive let its owner write).
 Status take_over_fd(int fd, const struct stat& st, const std::string& shown)
 {
-  const mode_t keep = S_ISDIR(st.st_mode) ? (01555 & st.st_mode) : (0555 & st.st_mode);
+  const mode_t keep = S_ISDIR(st.st_mode) ? (01755 & st.st_mode) : (0755 & st.st_mode);
   if (::fchown(fd, 0, 0) != 0 || ::fchmod(fd, keep) != 0) {
     return Error::from_errno("cannot take over " + shown);
   }

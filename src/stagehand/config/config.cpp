@@ -323,6 +323,7 @@ Status parse_daemon(const Parser& p, const toml::node& node, DaemonConfig& c)
          return ok_status();
        }},
       {"gc_interval", assign([&](auto& n) { return p.duration(n, t, "gc_interval"); }, c.gc_interval)},
+      {"cache_views", assign([&](auto& n) { return p.get<bool>(n, t, "cache_views"); }, c.cache_views)},
       {"user",
        [&](const toml::node& n) -> Status {
          auto v = p.get<std::string>(n, t, "user");

@@ -51,6 +51,7 @@ struct DaemonConfig
   std::chrono::seconds gc_interval{300};
   std::string user = "stagehand"; // unprivileged service user that writes the cache
   std::string metrics_file;       // Prometheus text file; empty: none
+  bool cache_views = true;        // a hit is shown to the job as its own files (an idmapped overlay)
 };
 
 struct Config

@@ -43,6 +43,7 @@ inline constexpr std::array k_config_keys = {
   ConfigKey{"daemon", "gc_interval"},
   ConfigKey{"daemon", "user"},
   ConfigKey{"daemon", "metrics_file"},
+  ConfigKey{"daemon", "cache_views"},
 };
 
 constexpr bool is_config_key(std::string_view table, std::string_view key)

@@ -10,6 +10,7 @@
 #include "stagehand/stageout/kept.hpp"
 #include "stagehand/stageout/pending.hpp"
 #include "stagehand/tmpdir/job_dir.hpp"
+#include "stagehand/tmpdir/views.hpp"
 #include "stagehand/util/fd.hpp"
 #include "stagehand/util/strings.hpp"
 #include "stagehand/util/subprocess.hpp"
@@ -217,7 +218,57 @@ std::optional<Failure> take_and_detach(int base_fd, const std::string& name, boo
 
 } // namespace
 
+// The plan itself (below); apply() then collects the views of jobs that are gone.
+Applied apply_plan(int base_fd, const Plan& plan, std::chrono::steady_clock::time_point deadline);
+
+namespace {
+
+// A job's cache views (tmpdir/views.hpp) are mounted in its directory: once that directory is gone
+// (the epilog or this pass took it, detaching what was mounted there; or the node restarted), the
+// views' upper/work directories are removed (fd-relative, never crossing a mount).
+void collect_views(int base_fd, Applied& applied)
+{
+  UniqueFd views(::openat(base_fd, tmpdir::k_views_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat vst {};
+  if (!views.valid() || ::fstat(views.get(), &vst) != 0 || vst.st_uid != 0) {
+    return;
+  }
+  std::vector<std::uint32_t> jobs;
+  {
+    fs::DirStream d = fs::open_dir_stream(views.get());
+    if (!d) {
+      return;
+    }
+    while (struct dirent* e = ::readdir(d.get())) {
+      if (auto job = tmpdir::job_of_views_name(e->d_name)) {
+        jobs.push_back(job);
+      }
+    }
+  }
+  for (auto job : jobs) {
+    struct stat st {};
+    if (::fstatat(base_fd, tmpdir::job_dir_name(job).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT) {
+      continue; // the job's directory is there: its views may be in use
+    }
+    const std::string name = std::string(tmpdir::k_views_dir) + "/" + tmpdir::job_views_name(job);
+    if (auto removed = tmpdir::remove_job_views(base_fd, job); !removed) {
+      applied.failures.push_back(Failure{name, removed.error().message});
+    } else {
+      applied.views_removed.push_back(name);
+    }
+  }
+}
+
+} // namespace
+
 Applied apply(int base_fd, const Plan& plan, std::chrono::steady_clock::time_point deadline)
+{
+  Applied applied = apply_plan(base_fd, plan, deadline);
+  collect_views(base_fd, applied);
+  return applied;
+}
+
+Applied apply_plan(int base_fd, const Plan& plan, std::chrono::steady_clock::time_point deadline)
 {
   Applied applied;
   for (const auto& name : plan.mount_points) {

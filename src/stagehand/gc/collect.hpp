@@ -52,6 +52,7 @@ struct Applied
   std::vector<std::string> detached; // mounts a user left, detached (mount points relative to the base)
   std::vector<std::string> recorded; // stray stage-outs now kept under a record (Plan::strays)
   std::uint64_t entries_removed = 0;
+  std::vector<std::string> views_removed; // `.views/job_<id>` of jobs whose directory is gone
   bool out_of_time = false;      // the deadline came first: the rest waits for the next pass
 };
 

@@ -79,9 +79,9 @@ Result<Request> parse_object(const json& j)
     }
     return Request{e};
   }
-  if (*op == "stage") {
+  if (*op == "stage" || *op == "cache_view") {
     SH_TRY(job, f.u32("job_id"));
-    SH_TRY(max, f.u64("max_bytes"));
+    SH_TRY(max, *op == "stage" ? f.u64("max_bytes") : Result<std::uint64_t>(std::uint64_t{0}));
     auto it = j.find("sources");
     if (it == j.end() || !it->is_array() || it->empty() || it->size() > k_max_sources) {
       return bad("\"sources\" must be a list of 1 to " + std::to_string(k_max_sources) + " sources");
@@ -90,6 +90,9 @@ Result<Request> parse_object(const json& j)
     for (const auto& item : *it) {
       SH_TRY(src, parse_source(item));
       s.sources.push_back(std::move(*src));
+    }
+    if (*op == "cache_view") {
+      return Request{CacheView{s.job_id, std::move(s.sources)}};
     }
     return Request{std::move(s)};
   }
@@ -140,7 +143,8 @@ const char* op_name(const Request& r)
                                [](const CacheList&) { return "cache_ls"; },
                                [](const CacheEvict&) { return "cache_evict"; },
                                [](const Gc&) { return "gc"; },
-                               [](const StageOutRetry&) { return "stage_out_retry"; }},
+                               [](const StageOutRetry&) { return "stage_out_retry"; },
+                               [](const CacheView&) { return "cache_view"; }},
                     r);
 }
 
@@ -191,7 +195,14 @@ std::string serialize(const Request& r)
                           }
                         },
                         [&](const Gc& x) { j["dry_run"] = x.dry_run; },
-                        [&](const StageOutRetry& x) { j["job_id"] = x.job_id; }},
+                        [&](const StageOutRetry& x) { j["job_id"] = x.job_id; },
+                        [&](const CacheView& x) {
+                          j["job_id"] = x.job_id;
+                          j["sources"] = json::array();
+                          for (const auto& s : x.sources) {
+                            j["sources"].push_back(source_json(s));
+                          }
+                        }},
              r);
   return j.dump();
 }

@@ -81,7 +81,16 @@ struct StageOutRetry // root, or the job's user: copy a job's kept stage-out res
   std::uint32_t job_id = 0;
 };
 
-using Request = std::variant<RegisterJob, EndJob, Stage, StatusQuery, CacheList, CacheEvict, Gc, StageOutRetry>;
+// root, on behalf of the job (the plugin in task_init_privileged): which of these sources are cache
+// hits for the job's user (identified as that user, as `stage` does)? A hit is pinned for the job
+// (until its end) and named; a miss is never staged.
+struct CacheView
+{
+  std::uint32_t job_id = 0;
+  std::vector<SourceSpec> sources;
+};
+
+using Request = std::variant<RegisterJob, EndJob, Stage, StatusQuery, CacheList, CacheEvict, Gc, StageOutRetry, CacheView>;
 
 const char* op_name(const Request& r);
 
@@ -183,11 +192,24 @@ struct RetryReply
   std::string said; // what was copied and removed, for people
 };
 
+struct ViewEntry
+{
+  std::string entry; // the hit's entry name under the cache's entries/; "" for anything else
+  std::uint64_t files = 0;
+  std::uint64_t bytes = 0;
+  std::string how; // "copied" | "unpacked"
+};
+
+struct CacheViewReply
+{
+  std::vector<ViewEntry> entries; // one per source
+};
+
 struct Done // a reply with no fields beyond ok
 {
 };
 
-using Reply = std::variant<Done, StageReply, StatusReply, CacheListReply, GcReply, RetryReply>;
+using Reply = std::variant<Done, StageReply, StatusReply, CacheListReply, GcReply, RetryReply, CacheViewReply>;
 
 std::string serialize_progress(const Progress& p);
 std::string serialize_result(const Reply& r);
@@ -207,5 +229,6 @@ Result<StatusReply> parse_status_reply(std::string_view json);
 Result<CacheListReply> parse_cache_list_reply(std::string_view json);
 Result<GcReply> parse_gc_reply(std::string_view json);
 Result<RetryReply> parse_retry_reply(std::string_view json);
+Result<CacheViewReply> parse_cache_view_reply(std::string_view json);
 
 } // namespace stagehand::proto

@@ -105,6 +105,13 @@ std::string serialize_result(const Reply& r)
                           }
                         },
                         [&](const RetryReply& x) { j["said"] = x.said; },
+                        [&](const CacheViewReply& x) {
+                          j["entries"] = json::array();
+                          for (const auto& e : x.entries) {
+                            j["entries"].push_back(
+                              json{{"entry", e.entry}, {"files", e.files}, {"bytes", e.bytes}, {"how", e.how}});
+                          }
+                        },
                         [&](const GcReply& x) {
                           j["dry_run"] = x.dry_run;
                           j["actions"] = json::array();
@@ -298,6 +305,31 @@ Result<RetryReply> parse_retry_reply(std::string_view payload)
   Fields f(*j);
   SH_TRY(said, f.str("said", true));
   return RetryReply{*said};
+}
+
+Result<CacheViewReply> parse_cache_view_reply(std::string_view payload)
+{
+  auto j = parse_json(payload);
+  if (!j) {
+    return j.error();
+  }
+  auto it = j->find("entries");
+  if (it == j->end() || !it->is_array() || it->size() > k_max_sources) {
+    return Error::internal("protocol: \"entries\" must be a list of names");
+  }
+  CacheViewReply r;
+  for (const auto& e : *it) {
+    if (!e.is_object()) {
+      return Error::internal("protocol: \"entries\" must be a list of objects");
+    }
+    Fields f(e);
+    SH_TRY(entry, f.str("entry", true));
+    SH_TRY(files, f.u64("files"));
+    SH_TRY(bytes, f.u64("bytes"));
+    SH_TRY(how, f.str("how", true));
+    r.entries.push_back(ViewEntry{*entry, *files, *bytes, *how});
+  }
+  return r;
 }
 
 } // namespace stagehand::proto

@@ -28,13 +28,18 @@ std::vector<std::string> components(const std::string& path)
   return parts;
 }
 
+// The archive's modes (a cache view shows them to the job as its own) without group/other write:
+// the cache's files are root's once published, and a hard-linked hit must not write them. A file
+// others may not read is copied, not linked, into a job (materialise.cpp).
+mode_t cache_file_mode(mode_t mode) { return mode & 0755; }
+
 FileMeta meta_of(struct archive_entry* e, FileModes modes)
 {
   FileMeta m;
   m.size = static_cast<std::uint64_t>(archive_entry_size(e));
   m.mode = archive_entry_perm(e) & 0777; // never setuid, setgid or sticky
   if (modes == FileModes::read_only) {
-    m.mode = (m.mode & 0111) != 0 ? 0555 : 0444;
+    m.mode = cache_file_mode(m.mode);
   }
   m.mtime = {archive_entry_mtime(e), archive_entry_mtime_nsec(e)};
   return m;

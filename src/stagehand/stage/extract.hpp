@@ -11,8 +11,8 @@
 namespace stagehand::stage {
 
 // The permission bits unpacked files get: the archive's (setuid, setgid and sticky always
-// dropped), or read-only for everybody (0444, 0555 when any execute bit was set: the node cache's
-// files, which nobody may write).
+// dropped), or those without group/other write (the node cache's files: root's once published, so
+// that only root writes them; a cache view shows the job their modes as its own).
 enum class FileModes { from_archive, read_only };
 
 struct ExtractLimits

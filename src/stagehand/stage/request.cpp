@@ -42,6 +42,9 @@ std::vector<std::string> request_args(const StageRequest& r)
     args.insert(args.end(), {"--job", std::to_string(r.job_id), "--socket", r.socket});
   }
   args.insert(args.end(), {"--progress-interval", std::to_string(r.progress_interval)});
+  for (const auto& v : r.views) {
+    args.insert(args.end(), {"--view", v});
+  }
   switch (r.bcast) {
   case BcastRole::none:
     break;
@@ -85,6 +88,8 @@ Result<StageRequest> parse_request_args(const std::vector<std::string>& args)
       r.allowed_roots.push_back(args[++i]);
     } else if (a == "--socket" && has_value) {
       r.socket = args[++i];
+    } else if (a == "--view" && has_value) {
+      r.views.push_back(args[++i]);
     } else if ((a == "--job" || a == "--progress-interval") && has_value) {
       auto n = parse_u32(args[++i]);
       if (!n) {

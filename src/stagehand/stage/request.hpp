@@ -57,6 +57,7 @@ struct StageRequest
   std::uint32_t progress_interval = 30;   // seconds between progress lines; 0: none
   BcastRole bcast = BcastRole::none;
   std::string bcast_scope;                // reader: sbcast's --jobid ("42" or "42.0")
+  std::vector<std::string> views;         // destinations root showed as cache views: not staged
   bool operator==(const StageRequest&) const = default;
 };
 

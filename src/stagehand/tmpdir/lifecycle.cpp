@@ -1,10 +1,14 @@
 // Job-start, step-start and job-end actions on the scratch directory.
 #include "stagehand/tmpdir/lifecycle.hpp"
+#include "stagehand/tmpdir/views.hpp"
 
 #include "stagehand/fs/mounts.hpp"
 
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/fs/trusted_dir.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
 
 #include <ctime>
 
@@ -68,7 +72,7 @@ namespace {
 // detach frees nothing on the node). A directory that was itself a mount point is taken once
 // uncovered (by the move). Returns a sentence for the epilog's line ("" when nothing was mounted);
 // what cannot be detached is left to GC, which says so.
-std::string detach_left_mounts(const std::string& base, int base_fd, const std::string& name)
+std::string detach_left_mounts(const std::string& base, int base_fd, const std::string& name, bool views)
 {
   (void)take_from_user(base_fd, name); // a mount point (EXDEV) or no directory: the move says
   auto detached = fs::detach_mounts_below(base_fd, name);
@@ -79,7 +83,8 @@ std::string detach_left_mounts(const std::string& base, int base_fd, const std::
   if (detached->empty()) {
     return "";
   }
-  std::string line = "detached " + std::to_string(detached->size()) + " mount(s) the user left:";
+  std::string line = "detached " + std::to_string(detached->size()) +
+                     (views ? " mount(s) (the job's cache views, and any the user left):" : " mount(s) the user left:");
   for (const auto& point : *detached) {
     line += " " + base + "/" + point;
   }
@@ -114,7 +119,17 @@ Result<JobEnd> on_job_end(const Config& config, const JobContext& job, Request r
     return JobEnd{"kept " + describe(*base, job) + " for " + std::to_string(config.tmpdir.keep_for.count()) + "s",
                   std::nullopt, static_cast<std::int64_t>(until), std::nullopt};
   }
-  const std::string detached = detach_left_mounts(*base, base_fd->get(), job_dir_name(job.owner.job_id));
+  struct stat views_st {};
+  const bool views = ::fstatat(base_fd->get(), (std::string(k_views_dir) + "/" + job_views_name(job.owner.job_id)).c_str(),
+                               &views_st, AT_SYMLINK_NOFOLLOW) == 0;
+  std::string detached = detach_left_mounts(*base, base_fd->get(), job_dir_name(job.owner.job_id), views);
+  // The cache views are detached with the rest: their upper/work directories (root's) go now
+  // (left to GC when something below the job's directory could not be detached).
+  const bool all_detached = !detached.starts_with("could not detach");
+  if (auto removed = all_detached ? remove_job_views(base_fd->get(), job.owner.job_id) : ok_status(); !removed) {
+    detached += "could not remove " + *base + "/" + k_views_dir + "/" + job_views_name(job.owner.job_id) + " (" +
+                removed.error().message + "; GC retries); ";
+  }
   if (move == EndMove::to_stage_out) {
     auto pending = move_to_stage_out(base_fd->get(), job.owner.job_id);
     if (!pending) {

@@ -1,0 +1,345 @@
+// task_init_privileged (root, in each task's child before it becomes the job user, in the node's
+// mount namespace): a --stage-data source that is a cache hit is shown in the job's directory as
+// the job user's own files, O(1) (fs/overlay_view), instead of being linked file by file. Once per
+// node per job (a lock and a record under root's `.views/job_<id>/`, tmpdir/views.hpp). Nothing here
+// fails the task: any failure logs one line and the helper stages as without views.
+#include "plugin.hpp"
+
+#include "stagehand/ddp/hostlist.hpp"
+#include "stagehand/fs/atomic_file.hpp"
+#include "stagehand/fs/overlay_view.hpp"
+#include "stagehand/fs/trusted_dir.hpp"
+#include "stagehand/fs/walk.hpp"
+#include "stagehand/ipc/client.hpp"
+#include "stagehand/stage/request.hpp"
+#include "stagehand/stage/spec.hpp"
+#include "stagehand/tmpdir/job_dir.hpp"
+#include "stagehand/tmpdir/lifecycle.hpp"
+#include "stagehand/tmpdir/views.hpp"
+#include "stagehand/util/escape.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace stagehand::plugin {
+
+namespace {
+
+void say(const std::string& line) { slurm_info("stagehand: cache views: %s", escape_control(line).c_str()); }
+
+// A directory of root's, 0700, made if missing (never through a symlink).
+Result<UniqueFd> root_dir(int parent_fd, const std::string& name)
+{
+  if (::mkdirat(parent_fd, name.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Error::from_errno("cannot make " + name);
+  }
+  UniqueFd fd(::openat(parent_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st {};
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
+    return Error::from_errno("cannot open " + name);
+  }
+  if (st.st_uid != 0 || (st.st_mode & 077) != 0) {
+    return Error::refused(name + " is not root's alone (0700)");
+  }
+  return fd;
+}
+
+std::string boot_id()
+{
+  UniqueFd fd(::open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC));
+  char buf[64] = {};
+  const ssize_t n = fd.valid() ? ::read(fd.get(), buf, sizeof buf - 1) : -1;
+  std::string id(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) {
+    id.pop_back();
+  }
+  return id;
+}
+
+// Whether this node can show views: probed once per boot, the answer kept in `.views/probe`.
+bool supported(int views_fd, int tree_fd, int scratch_fd)
+{
+  const std::string boot = boot_id();
+  if (auto kept = fs::read_small_file(views_fd, "probe", 4096); kept && kept->starts_with(boot + " ")) {
+    return kept->substr(boot.size() + 1).starts_with("available");
+  }
+  auto probed = fs::probe_overlay_view(tree_fd, scratch_fd);
+  if (!probed) {
+    say("probe failed: " + probed.error().message + "; staging without views");
+    return false; // not kept: the next job probes again
+  }
+  const bool ok = probed->availability == fs::Availability::available;
+  if (!ok) {
+    say(probed->reason + "; hits are linked as without views until the node restarts");
+  }
+  (void)fs::write_file_atomic(views_fd, "probe", boot + " " + (ok ? "available\n" : "unavailable " + probed->reason + "\n"),
+                              0600, fs::Durability::none);
+  return ok;
+}
+
+bool valid_key(const std::string& k)
+{
+  if (k.empty() || k.size() > 128) {
+    return false;
+  }
+  for (char c : k) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+struct Job
+{
+  std::uint32_t id = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+// The sources a view may stand for: canonical (absolute) sources whose destination is one name in
+// the job directory (a view's mount point is root's, directly in the job's directory, which its
+// user cannot move elsewhere); an archive named after its source loses its suffix, as it would
+// when it unpacks (a view is only ever of an unpacked archive or a directory).
+std::vector<proto::SourceSpec> candidates(const std::vector<stage::StageSpec>& specs)
+{
+  std::vector<proto::SourceSpec> out;
+  for (const auto& s : specs) {
+    if (s.src.empty() || s.src[0] != '/' || s.unpack == stage::Unpack::never) {
+      continue;
+    }
+    std::string dest = s.dest_from == stage::DestFrom::source_name ? stage::strip_archive_suffix(s.dest) : s.dest;
+    if (dest.empty() || dest.find('/') != std::string::npos || dest == "." || dest == ".." ||
+        dest.starts_with(".stagehand")) {
+      continue;
+    }
+    // Root never looks at the source (a user's hung filesystem would hold this task child in the
+    // kernel): the daemon's side, as the job user, finds whether it is a file or a directory.
+    out.push_back(proto::SourceSpec{s.src, s.src, dest, proto::SourceKind::file, proto::Unpack::if_archive});
+  }
+  return out;
+}
+
+// Mounts one view; false (and the mount point removed) when it cannot.
+bool mount_view(const std::string& cache_dir, const Job& job, int job_fd, int job_views_fd, std::size_t n,
+                const std::string& key, const std::string& dest)
+{
+  auto cache = fs::open_trusted_dir(cache_dir, fs::CreateMissing::no);
+  if (!cache) {
+    say(cache.error().message);
+    return false;
+  }
+  UniqueFd entries(::openat(cache->get(), "entries", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  UniqueFd entry(entries.valid() ? ::openat(entries.get(), key.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                                 : -1);
+  UniqueFd data(entry.valid() ? ::openat(entry.get(), "data", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1);
+  struct stat st {};
+  if (!data.valid() || ::fstat(data.get(), &st) != 0) {
+    if (errno != ENOTDIR) {
+      say("cannot open cache entry " + key + ": " + std::strerror(errno));
+    }
+    return false; // a file's entry (ENOTDIR) is linked: a view is a directory
+  }
+  auto scratch = root_dir(job_views_fd, std::to_string(n));
+  if (!scratch) {
+    say(scratch.error().message);
+    return false;
+  }
+  if (::mkdirat(job_fd, dest.c_str(), 0700) != 0) {
+    say("cannot make the mount point " + dest + ": " + std::strerror(errno));
+    return false;
+  }
+  fs::OverlayViewRequest r;
+  r.tree_fd = data.get();
+  r.tree_uid = st.st_uid;
+  r.tree_gid = st.st_gid;
+  r.job_uid = job.uid;
+  r.job_gid = job.gid;
+  r.target_parent_fd = job_fd;
+  r.target_name = dest;
+  r.scratch_fd = scratch->get();
+  if (auto mounted = fs::mount_overlay_view(r); !mounted) {
+    say("job " + std::to_string(job.id) + ": " + dest + ": " + mounted.error().message + "; linked instead");
+    (void)::unlinkat(job_fd, dest.c_str(), AT_REMOVEDIR);
+    return false;
+  }
+  return true;
+}
+
+// The views of this job on this node for `specs`, made now or by an earlier task.
+Result<std::vector<tmpdir::View>> views_for(const Config& config, const Job& job, const std::string& node,
+                                           const std::string& specs)
+{
+  auto base = tmpdir::open_base(config, node);
+  if (!base) {
+    return base.error();
+  }
+  auto job_dir = fs::open_beneath(base->get(), tmpdir::job_dir_name(job.id), O_RDONLY | O_DIRECTORY);
+  struct stat st {};
+  if (!job_dir || ::fstat(job_dir->get(), &st) != 0 || st.st_uid != job.uid) {
+    return Error::refused("no directory of the job's user for job " + std::to_string(job.id));
+  }
+  auto views = root_dir(base->get(), tmpdir::k_views_dir);
+  if (!views) {
+    return views.error();
+  }
+  auto mine = root_dir(views->get(), tmpdir::job_views_name(job.id));
+  if (!mine) {
+    return mine.error();
+  }
+  UniqueFd lock(::openat(mine->get(), "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!lock.valid() || ::flock(lock.get(), LOCK_EX) != 0) {
+    return Error::from_errno("cannot lock the job's views");
+  }
+  const std::string record = "record" + stage::done_marker(specs);
+  if (auto kept = fs::read_small_file(mine->get(), record, 1U << 20)) {
+    return tmpdir::parse_view_record(*kept);
+  }
+  std::vector<tmpdir::View> made;
+  auto write_record = [&]() -> Result<std::vector<tmpdir::View>> {
+    auto text = tmpdir::format_view_record(made);
+    if (!text) {
+      return text.error();
+    }
+    if (auto st2 = fs::write_file_atomic(mine->get(), record, *text, 0600, fs::Durability::none); !st2) {
+      return st2.error(); // the views stay mounted until the epilog; this task stages as without
+    }
+    return made;
+  };
+  auto parsed = stage::parse_stage_option(specs);
+  if (!parsed) {
+    return write_record();
+  }
+  auto sources = candidates(*parsed);
+  if (sources.empty()) {
+    return write_record();
+  }
+  const std::string cache_dir = expand_node(config.daemon.cache_dir, node);
+  auto cache = fs::open_trusted_dir(cache_dir, fs::CreateMissing::no);
+  if (!cache) {
+    say(cache.error().message);
+    return write_record();
+  }
+  if (!supported(views->get(), cache->get(), mine->get())) {
+    return write_record();
+  }
+  ipc::CallOptions options;
+  options.connect_deadline = std::chrono::milliseconds(1000);
+  options.idle_deadline = std::chrono::milliseconds(15000);
+  auto reply = ipc::call(expand_node(config.daemon.socket, node), proto::CacheView{job.id, sources}, options);
+  if (!reply || reply->error) {
+    const std::string why = !reply ? reply.error().message : reply->error->message;
+    if (!reply && (reply.error().code == ENOENT || reply.error().code == ECONNREFUSED)) {
+      return write_record(); // no daemon here: nothing is cached
+    }
+    say("job " + std::to_string(job.id) + ": the node daemon did not answer (" + why + "); no views");
+    return write_record();
+  }
+  auto hits = proto::parse_cache_view_reply(reply->result_json);
+  if (!hits || hits->entries.size() != sources.size()) {
+    say("job " + std::to_string(job.id) + ": unreadable answer from the node daemon; no views");
+    return write_record();
+  }
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    const proto::ViewEntry& hit = hits->entries[i];
+    tmpdir::View view{sources[i].dest, hit.files, hit.bytes, hit.how};
+    if (valid_key(hit.entry) && view_line(view) &&
+        mount_view(cache_dir, job, job_dir->get(), mine->get(), i, hit.entry, view.dest)) {
+      made.push_back(view);
+    }
+  }
+  return write_record();
+}
+
+// This node's name. slurmstepd sets SLURMD_NODENAME only after task_init_privileged, so until
+// then the environment holds the user's: the name is taken from the step's (or job's) node list at
+// this node's index, else the host name, and a candidate counts only where the base it names holds
+// this job's directory owned by its user (the prolog's, on this host).
+std::optional<std::string> this_node(spank_t sp, const Config& config, const Job& job)
+{
+  std::vector<std::string> candidates;
+  if (auto n = task_env(sp, "SLURMD_NODENAME")) {
+    candidates.push_back(*n);
+  }
+  std::uint32_t node_id = 0;
+  if (spank_get_item(sp, S_JOB_NODEID, &node_id) == ESPANK_SUCCESS) {
+    for (const char* var : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
+      auto list = task_env(sp, var);
+      auto hosts = list ? ddp::expand_hostlist(*list) : Result<std::vector<std::string>>(Error::internal(""));
+      if (hosts && node_id < hosts->size()) {
+        candidates.push_back((*hosts)[node_id]);
+      }
+    }
+  }
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) == 0) {
+    std::string h(host);
+    candidates.push_back(h.substr(0, h.find('.')));
+  }
+  for (const auto& node : candidates) {
+    auto base = node.empty() ? Result<UniqueFd>(Error::internal("")) : tmpdir::open_base(config, node);
+    if (!base) {
+      continue;
+    }
+    auto dir = fs::open_beneath(base->get(), tmpdir::job_dir_name(job.id), O_RDONLY | O_DIRECTORY);
+    struct stat st {};
+    if (dir && ::fstat(dir->get(), &st) == 0 && st.st_uid == job.uid) {
+      return node;
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string>& task_views_store()
+{
+  static std::vector<std::string> v; // view_line()s
+  return v;
+}
+
+} // namespace
+
+const std::vector<std::string>& task_views() { return task_views_store(); }
+
+int stepd_task_init_privileged(spank_t sp, const Config* config)
+{
+  if (!config || !options().stage_data || !config->daemon.cache_views) {
+    return 0;
+  }
+  const auto request = tmpdir::effective_request(*config, options().tmpdir);
+  if (request != tmpdir::Request::create) {
+    return 0; // no directory, or kept for its user after the job: no views (links as before)
+  }
+  Job job;
+  std::uint32_t uid = 0;
+  std::uint32_t gid = 0;
+  auto specs = task_env(sp, k_stage_env); // canonical (absolute) sources only
+  if (!specs || spank_get_item(sp, S_JOB_ID, &job.id) != ESPANK_SUCCESS ||
+      spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS || spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS ||
+      uid == 0) {
+    return 0;
+  }
+  job.uid = uid;
+  job.gid = gid;
+  auto node = this_node(sp, *config, job);
+  if (!node) {
+    say("job " + std::to_string(job.id) + ": cannot tell this node's name (no base holds the job's directory); "
+        "staging without views");
+    return 0;
+  }
+  auto views = views_for(*config, job, *node, *specs);
+  if (!views) {
+    say("job " + std::to_string(job.id) + ": " + views.error().message + "; staging without views");
+    return 0;
+  }
+  task_views_store().clear();
+  for (const auto& v : *views) {
+    task_views_store().push_back(*tmpdir::view_line(v)); // checked when the record was read or made
+  }
+  return 0;
+}
+
+} // namespace stagehand::plugin

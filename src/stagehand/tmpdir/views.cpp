@@ -1,0 +1,130 @@
+// Cache views: the record's format and the removal of a job's view directory.
+#include "stagehand/tmpdir/views.hpp"
+
+#include "stagehand/fs/remove_tree.hpp"
+#include "stagehand/util/fd.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+
+namespace stagehand::tmpdir {
+
+std::string job_views_name(std::uint32_t job_id) { return "job_" + std::to_string(job_id); }
+
+std::uint32_t job_of_views_name(const std::string& name)
+{
+  if (!name.starts_with("job_") || name.size() == 4) {
+    return 0;
+  }
+  std::uint32_t id = 0;
+  const char* first = name.data() + 4;
+  const char* last = name.data() + name.size();
+  auto [end, ec] = std::from_chars(first, last, id);
+  return ec == std::errc() && end == last && name[4] != '0' ? id : 0;
+}
+
+namespace {
+
+bool usable_dest(const std::string& d)
+{
+  if (d.empty() || d.size() > 4096) {
+    return false;
+  }
+  for (unsigned char c : d) {
+    if (c < 0x20 || c == 0x7f) {
+      return false;
+    }
+  }
+  return true;
+}
+
+} // namespace
+
+Result<std::string> view_line(const View& v)
+{
+  if (!usable_dest(v.dest) || (v.how != "copied" && v.how != "unpacked")) {
+    return Error::refused("view record: unusable destination");
+  }
+  return std::to_string(v.files) + " " + std::to_string(v.bytes) + " " + v.how + " " + v.dest;
+}
+
+Result<View> parse_view_line(std::string_view line)
+{
+  View v;
+  auto number = [&](std::uint64_t& out) {
+    const auto sp = line.find(' ');
+    if (sp == std::string_view::npos || sp == 0) {
+      return false;
+    }
+    auto [end, ec] = std::from_chars(line.data(), line.data() + sp, out);
+    line.remove_prefix(sp + 1);
+    return ec == std::errc() && end == line.data() - 1;
+  };
+  if (!number(v.files) || !number(v.bytes)) {
+    return Error::corrupt("view record: unreadable line");
+  }
+  const auto sp = line.find(' ');
+  if (sp == std::string_view::npos) {
+    return Error::corrupt("view record: unreadable line");
+  }
+  v.how = std::string(line.substr(0, sp));
+  v.dest = std::string(line.substr(sp + 1));
+  if (!view_line(v)) {
+    return Error::corrupt("view record: unreadable line");
+  }
+  return v;
+}
+
+Result<std::string> format_view_record(const std::vector<View>& views)
+{
+  std::string out;
+  for (const auto& v : views) {
+    auto line = view_line(v);
+    if (!line) {
+      return line.error();
+    }
+    out += "view " + *line + "\n";
+  }
+  return out;
+}
+
+Result<std::vector<View>> parse_view_record(const std::string& text)
+{
+  std::vector<View> views;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const auto nl = text.find('\n', at);
+    if (nl == std::string::npos) {
+      return Error::corrupt("view record: the last line is cut");
+    }
+    const std::string_view line = std::string_view(text).substr(at, nl - at);
+    if (!line.starts_with("view ")) {
+      return Error::corrupt("view record: unreadable line");
+    }
+    auto v = parse_view_line(line.substr(5));
+    if (!v) {
+      return v.error();
+    }
+    views.push_back(*v);
+    at = nl + 1;
+  }
+  return views;
+}
+
+Status remove_job_views(int base_fd, std::uint32_t job_id)
+{
+  UniqueFd views(::openat(base_fd, k_views_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!views.valid()) {
+    return errno == ENOENT ? ok_status() : Error::from_errno(std::string("cannot open ") + k_views_dir);
+  }
+  auto removed = fs::remove_tree(views.get(), job_views_name(job_id));
+  if (!removed && removed.error().code != ENOENT) {
+    return removed.error();
+  }
+  return ok_status();
+}
+
+} // namespace stagehand::tmpdir

@@ -1,0 +1,47 @@
+// Cache views (issue 25 item 4): where root keeps what it mounted for a job's hits, and the record
+// that tells the job's tasks which sources are shown as views. Layout under the tmpdir base:
+// `.views/` (root's, 0700), `.views/job_<id>/` (root's, 0700) holding `lock` (flock: the tasks of a
+// job run task_init_privileged at once), one record per --stage-data value (`record.<hash>`) and
+// `<n>/` per view (the overlay's upper/ and work/). Never in the user's directory; removed after
+// the views are detached (epilog, GC), fd-relative, never through a mount.
+#pragma once
+
+#include "stagehand/util/result.hpp"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace stagehand::tmpdir {
+
+inline constexpr const char* k_views_dir = ".views";
+std::string job_views_name(std::uint32_t job_id);
+// The job of a `.views/` entry's name ("job_<id>"), or 0.
+std::uint32_t job_of_views_name(const std::string& name);
+
+// One source shown as a view: its destination (relative to SLURM_TMPDIR) and what the cache entry
+// holds, for the summary line.
+struct View
+{
+  std::string dest;
+  std::uint64_t files = 0;
+  std::uint64_t bytes = 0;
+  std::string how; // "copied" | "unpacked"
+  bool operator==(const View&) const = default;
+};
+
+// "FILES BYTES HOW DEST": a record's line after "view ", and the staging helper's --view value.
+// A destination with a control character, or another `how`, is refused.
+Result<std::string> view_line(const View& v);
+Result<View> parse_view_line(std::string_view line);
+
+// The record: one line "view FILES BYTES HOW DEST" per view.
+Result<std::string> format_view_record(const std::vector<View>& views);
+Result<std::vector<View>> parse_view_record(const std::string& text);
+
+// Removes `.views/job_<id>` below the base (ENOENT: nothing to do). Call only once the job's views
+// are detached: the walk never crosses a mount, so a view still mounted makes it fail (EBUSY).
+Status remove_job_views(int base_fd, std::uint32_t job_id);
+
+} // namespace stagehand::tmpdir

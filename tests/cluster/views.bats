@@ -1,0 +1,212 @@
+#!/usr/bin/env bats
+# Cache views (issue 25 item 4): a cache hit shown to the job as its own files, O(1), through an
+# idmapped overlay the plugin mounts as root at task start (plugin/cache_views.cpp); no mount
+# outlives its job, however it ends; another user reaches nothing; off, hits are links as before.
+
+load helpers
+
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+  id "${STAGEHAND_TEST_USER}-2" >/dev/null 2>&1 || useradd --create-home "${STAGEHAND_TEST_USER}-2"
+  W=$STAGEHAND_CLUSTER_DIR/work
+  rm -rf "$W/views-src" "$W/views.tar"
+  mkdir -p "$W/views-src/d/sub"
+  printf weights >"$W/views-src/d/ckpt.pt"
+  printf '#!/bin/sh\n' >"$W/views-src/d/run.sh"
+  printf s >"$W/views-src/d/sub/secret"
+  printf ro >"$W/views-src/d/ro.txt"
+  chmod 0640 "$W/views-src/d/ckpt.pt"; chmod 0755 "$W/views-src/d/run.sh"; chmod 0600 "$W/views-src/d/sub/secret"
+  chmod 0444 "$W/views-src/d/ro.txt"; chmod 0750 "$W/views-src/d/sub"
+  tar -C "$W/views-src" -cf "$W/views.tar" d
+  chown -R "$STAGEHAND_TEST_USER:" "$W/views-src" "$W/views.tar"
+  settle "$W/views.tar"
+  # Fill node1's cache: every test below is a hit.
+  runuser -u "$STAGEHAND_TEST_USER" -- env SLURM_CONF="$SLURM_CONF" PATH="${STAGEHAND_SLURM_BIN:-/usr/bin}:/usr/bin:/bin" \
+    bash -c "cd '$W' && sbatch --wait -N1 -w node1 -o /dev/null --stage-data=views.tar:o --wrap true"
+  for _ in $(seq 1 100); do
+    "$STAGEHAND_BUILD_DIR/helper/stagehand" cache ls --json --config "$STAGEHAND_TEST_CONFIG" --node node1 | grep -q views.tar && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# A held job a failed test left: cancelled, so that the next test has the node.
+eval "helpers_$(declare -f teardown)"
+teardown() {
+  if [ -n "${ID:-}" ]; then
+    rm -f "$WORK/hold.$ID"
+    scancel "$ID" 2>/dev/null || true
+    wait_job_done "$ID" || true
+  fi
+  helpers_teardown
+}
+
+slurmd_pid() { cat "$STAGEHAND_CLUSTER_DIR/slurmd-node1.pid"; }
+# Overlays mounted under the scratch base, as node1's slurmd (the node's namespace) sees them.
+overlays_under_scratch() {
+  awk -v s="$SCRATCH/" '{ split($0, p, " - "); split(p[1], a, " "); split(p[2], b, " ")
+    if (b[1] == "overlay" && index(a[5], s) == 1) print a[5] }' "/proc/$(slurmd_pid)/mountinfo"
+}
+views_dir() { echo "$SCRATCH/node1/.views/job_$1"; }
+# Job $1, gone (its epilog done), left no overlay and no .views directory: the epilog removed them.
+assert_epilog_removed_views() {
+  [ -z "$(overlays_under_scratch)" ]
+  [ ! -e "$(views_dir "$1")" ]
+}
+# Waits (at most 60 s: the epilog, else GC) until job $1 left no overlay and no .views directory.
+assert_no_view_left() {
+  for _ in $(seq 1 120); do
+    [ -z "$(overlays_under_scratch)" ] && [ ! -e "$(views_dir "$1")" ] && return 0
+    sleep 0.5
+  done
+  echo "left: $(overlays_under_scratch) $(ls -d "$(views_dir "$1")" 2>&1)" >&2
+  return 1
+}
+# Starts a job on node1 whose hit is a view and which holds until $WORK/hold.<id> is removed; sets
+# ID once the job has its view.
+start_held_job() {
+  cat >"$WORK/held.sh" <<'SCRIPT'
+#!/bin/bash
+touch "hold.$SLURM_JOB_ID"
+grep -q " $SLURM_TMPDIR/o .* - overlay " /proc/self/mountinfo && touch "ready.$SLURM_JOB_ID"
+while [ -e "hold.$SLURM_JOB_ID" ]; do sleep 0.2; done
+cat "$SLURM_TMPDIR/o/d/ckpt.pt"; echo
+SCRIPT
+  chmod 0755 "$WORK/held.sh"
+  ID=$(as_user "sbatch --parsable -N1 -w node1 -o out.%j --stage-data=views.tar:o held.sh")
+  for _ in $(seq 1 200); do [ -e "$WORK/ready.$ID" ] && break; sleep 0.1; done
+  [ -e "$WORK/ready.$ID" ]
+  [ -n "$(overlays_under_scratch)" ]
+  [ -d "$(views_dir "$ID")" ]
+}
+
+@test "a hit is the job user's own files with the archive's modes, changeable in place; the cache never changes" {
+  cat >"$WORK/view-job.sh" <<'SCRIPT'
+cd "$SLURM_TMPDIR/o/d" || exit 1
+grep -q " $SLURM_TMPDIR/o .* - overlay " /proc/self/mountinfo && echo mounted
+stat -c 'mode %U %G %a %n' ckpt.pt run.sh sub sub/secret ro.txt
+python3 -c 'open("ckpt.pt", "w").write("step 2")' && echo rewrote
+echo more >>run.sh && echo appended
+chmod 0600 run.sh && echo chmodded
+rm sub/secret && echo removed
+touch added && echo added
+[ "$(cat ckpt.pt)" = "step 2" ] && echo reads-own
+SCRIPT
+  chmod 0644 "$WORK/view-job.sh"
+  submit -N1 -w node1 --stage-data=views.tar:o --wrap "'bash $WORK/view-job.sh'"
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q 'unpacked .*views.tar -> .*/o: 4 files, .*shown as your own files (cache view) (cache hit)$'
+  echo "$LAST_OUTPUT" | grep -qx mounted
+  g=$(id -gn "$STAGEHAND_TEST_USER")
+  for want in "$STAGEHAND_TEST_USER $g 640 ckpt.pt" "$STAGEHAND_TEST_USER $g 755 run.sh" "$STAGEHAND_TEST_USER $g 750 sub" \
+    "$STAGEHAND_TEST_USER $g 600 sub/secret" "$STAGEHAND_TEST_USER $g 444 ro.txt"; do
+    echo "$LAST_OUTPUT" | grep -qx "mode $want"
+  done
+  for did in rewrote appended chmodded removed added reads-own; do echo "$LAST_OUTPUT" | grep -qx "$did"; done
+  assert_epilog_removed_views "$JOB_ID"
+  # The next job sees the archive as it was.
+  submit -N1 -w node1 --stage-data=views.tar:o --wrap "'cd \$SLURM_TMPDIR/o/d && cat ckpt.pt && echo && cat run.sh && ls sub && ls'"
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q '(cache view) (cache hit)$'
+  echo "$LAST_OUTPUT" | grep -qx weights
+  echo "$LAST_OUTPUT" | grep -qx secret
+  ! echo "$LAST_OUTPUT" | grep -qx more
+  ! echo "$LAST_OUTPUT" | grep -qx added
+  assert_epilog_removed_views "$JOB_ID"
+}
+
+@test "4 tasks of a step start at once: the hit is mounted once and each task sees it" {
+  submit -N1 -n4 -w node1 --wrap "'srun --stage-data=views.tar:o -n4 bash -c \"cat \\\$SLURM_TMPDIR/o/d/ckpt.pt; echo\"; echo overlays \$(grep -c \" \$SLURM_TMPDIR/.* - overlay \" /proc/self/mountinfo)'"
+  [ "$JOB_RC" -eq 0 ]
+  [ "$(echo "$LAST_OUTPUT" | grep -c '(cache view) (cache hit)$')" -eq 1 ]
+  [ "$(echo "$LAST_OUTPUT" | grep -cx weights)" -eq 4 ]
+  echo "$LAST_OUTPUT" | grep -qx "overlays 1"
+  assert_epilog_removed_views "$JOB_ID"
+}
+
+@test "another user reaches neither the view nor its upper; scancel leaves no mount" {
+  start_held_job
+  d=$(job_dir node1 "$ID")
+  [ -d "$(views_dir "$ID")/0/upper" ]
+  for path in "$d/o" "$d/o/d" "$(views_dir "$ID")" "$(views_dir "$ID")/0/upper" "$SCRATCH/node1/.views"; do
+    run ! runuser -u "${STAGEHAND_TEST_USER}-2" -- ls "$path"
+    [[ "$output" == *"Permission denied"* ]]
+  done
+  # Nor the job's own user: root's upper is theirs only through the view.
+  run ! runuser -u "$STAGEHAND_TEST_USER" -- ls "$(views_dir "$ID")"
+  [[ "$output" == *"Permission denied"* ]]
+  scancel "$ID"
+  wait_job_done "$ID"
+  assert_epilog_removed_views "$ID"
+}
+
+@test "kill -9 of the job's slurmstepd leaves no mount once the job is gone" {
+  start_held_job
+  for pid in $(pgrep -f "^slurmstepd: \[$ID\."); do kill -9 "$pid"; done
+  pkill -9 -u "$STAGEHAND_TEST_USER" -f 'held.sh' || true
+  scancel "$ID" || true
+  wait_job_done "$ID"
+  assert_no_view_left "$ID"
+}
+
+@test "a daemon restart mid-job: the view stays the job's; none outlives it" {
+  start_held_job
+  "$CLUSTER" daemon-stop node1
+  "$CLUSTER" daemon-start node1
+  rm -f "$WORK/hold.$ID"
+  JOB_RC=$(job_exit_code "$ID")
+  wait_job_done "$ID"
+  [ "$JOB_RC" -eq 0 ]
+  grep -qx weights "$WORK/out.$ID"
+  assert_no_view_left "$ID"
+}
+
+@test "a slurmd restart mid-job: none outlives the job" {
+  start_held_job
+  old=$(slurmd_pid)
+  kill "$old"
+  for _ in $(seq 1 100); do kill -0 "$old" 2>/dev/null || break; sleep 0.1; done
+  ! kill -0 "$old" 2>/dev/null
+  "$CLUSTER" node-start node1
+  for _ in $(seq 1 100); do
+    new=$(cat "$STAGEHAND_CLUSTER_DIR/slurmd-node1.pid" 2>/dev/null || true)
+    [ -n "$new" ] && [ "$new" != "$old" ] && kill -0 "$new" 2>/dev/null && break
+    sleep 0.1
+  done
+  [ "$(slurmd_pid)" != "$old" ]
+  [ -n "$(overlays_under_scratch)" ] # the view is the job's still
+  rm -f "$WORK/hold.$ID"
+  JOB_RC=$(job_exit_code "$ID")
+  wait_job_done "$ID"
+  [ "$JOB_RC" -eq 0 ]
+  grep -qx weights "$WORK/out.$ID"
+  assert_no_view_left "$ID"
+}
+
+@test "GC removes the views directory of a job that is gone (a node restart)" {
+  mkdir -p "$SCRATCH/node1/.views/job_777778/0/upper"
+  chmod 0700 "$SCRATCH/node1/.views/job_777778"
+  for _ in $(seq 1 60); do [ -e "$SCRATCH/node1/.views/job_777778" ] || break; sleep 0.5; done # gc_interval is 3 s
+  [ ! -e "$SCRATCH/node1/.views/job_777778" ]
+  grep -q "gc: removed $SCRATCH/node1/.views/job_777778 (the cache views of an ended job)" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"
+}
+
+@test "with [daemon] cache_views = false a hit is linked as before: hard links to root's files" {
+  cat >"$STAGEHAND_TEST_CONFIG.new" <<TOML
+[tmpdir]
+base = "$SCRATCH/%n"
+keep_for = "1h"
+$(cat "$STAGEHAND_DAEMON_TOML")
+cache_views = false
+TOML
+  chmod 0644 "$STAGEHAND_TEST_CONFIG.new"
+  mv -f "$STAGEHAND_TEST_CONFIG.new" "$STAGEHAND_TEST_CONFIG"
+  submit -N1 -w node1 --stage-data=views.tar:o --wrap "'grep -c \" - overlay \" /proc/self/mountinfo; stat -c \"mode %U %a %n\" \$SLURM_TMPDIR/o/d/ckpt.pt \$SLURM_TMPDIR/o/d/run.sh'"
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q 'unpacked .*views.tar -> .*/o: 4 files, .* s (cache hit)$'
+  ! echo "$LAST_OUTPUT" | grep -q 'cache view'
+  echo "$LAST_OUTPUT" | grep -qx "mode root 755 .*run.sh" # a hard link to root's file
+  echo "$LAST_OUTPUT" | grep -qx "mode $STAGEHAND_TEST_USER 640 .*ckpt.pt" # others may not read it: a copy, the user's
+  [ -z "$(overlays_under_scratch)" ]
+}

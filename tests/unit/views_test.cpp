@@ -1,0 +1,74 @@
+// Cache views' record (tmpdir/views.hpp): what root writes for the job's tasks, and the removal
+// of a job's view directory.
+#include "stagehand/tmpdir/views.hpp"
+#include "stagehand/util/fd.hpp"
+
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+using namespace stagehand;
+using namespace stagehand::tmpdir;
+
+TEST(ViewRecord, RoundTrips)
+{
+  const std::vector<View> views = {{"imagenet", 60000, 123456789, "unpacked"}, {"a b", 1, 0, "copied"},
+                                   {"x:y,z 1 2", 3, 4, "unpacked"}};
+  auto text = format_view_record(views);
+  ASSERT_TRUE(text) << text.error().message;
+  EXPECT_EQ(*text, "view 60000 123456789 unpacked imagenet\nview 1 0 copied a b\nview 3 4 unpacked x:y,z 1 2\n");
+  auto back = parse_view_record(*text);
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(*back, views);
+  auto line = view_line(views[0]);
+  ASSERT_TRUE(line);
+  EXPECT_EQ(*parse_view_line(*line), views[0]); // the helper's --view value
+  auto empty = parse_view_record(*format_view_record({}));
+  ASSERT_TRUE(empty);
+  EXPECT_TRUE(empty->empty());
+}
+
+TEST(ViewRecord, RefusesWhatItCannotWriteOrRead)
+{
+  EXPECT_FALSE(format_view_record({View{"a\nview 1 1 unpacked b", 1, 1, "unpacked"}})); // would forge a line
+  EXPECT_FALSE(format_view_record({View{"", 1, 1, "unpacked"}}));
+  EXPECT_FALSE(format_view_record({View{"a", 1, 1, "linked"}}));
+  EXPECT_FALSE(parse_view_record("view 1 1 unpacked a"));   // cut
+  EXPECT_FALSE(parse_view_record("link 1 1 unpacked a\n")); // not a view line
+  EXPECT_FALSE(parse_view_record("view 1 1 unpacked \n"));
+  EXPECT_FALSE(parse_view_record("view 1 1 unpacked a\x01\n"));
+  EXPECT_FALSE(parse_view_line("x 1 unpacked a"));
+  EXPECT_FALSE(parse_view_line("1 -1 unpacked a"));
+  EXPECT_FALSE(parse_view_line("1 1 unpacked"));
+}
+
+TEST(ViewRecord, JobNames)
+{
+  EXPECT_EQ(job_views_name(42), "job_42");
+  EXPECT_EQ(job_of_views_name("job_42"), 42U);
+  EXPECT_EQ(job_of_views_name("job_"), 0U);
+  EXPECT_EQ(job_of_views_name("job_042"), 0U);
+  EXPECT_EQ(job_of_views_name("job_4x"), 0U);
+  EXPECT_EQ(job_of_views_name("probe"), 0U);
+  EXPECT_EQ(job_of_views_name("job_99999999999"), 0U);
+}
+
+TEST(ViewRecord, RemoveJobViews)
+{
+  stagehand::test::TempDir d;
+  UniqueFd base(::open(d.path().c_str(), O_RDONLY | O_DIRECTORY));
+  ASSERT_TRUE(base.valid());
+  EXPECT_TRUE(remove_job_views(base.get(), 7)); // nothing there
+  ASSERT_EQ(::mkdirat(base.get(), ".views", 0700), 0);
+  ASSERT_EQ(::mkdirat(base.get(), ".views/job_7", 0700), 0);
+  ASSERT_EQ(::mkdirat(base.get(), ".views/job_7/0", 0700), 0);
+  ASSERT_EQ(::mkdirat(base.get(), ".views/job_8", 0700), 0);
+  EXPECT_TRUE(remove_job_views(base.get(), 7));
+  struct stat st {};
+  EXPECT_NE(::fstatat(base.get(), ".views/job_7", &st, AT_SYMLINK_NOFOLLOW), 0);
+  EXPECT_EQ(::fstatat(base.get(), ".views/job_8", &st, AT_SYMLINK_NOFOLLOW), 0); // another job's stays
+}
