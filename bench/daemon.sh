@@ -116,7 +116,7 @@ check_word() {
 count_and_clean() {
   local n
   n=$(as_user srun --jobid="$job" -N1 -n1 -w node1 --quiet --tmpdir bash -c \
-    'n=$(find "${SLURM_TMPDIR:?}/$0" -type f | wc -l); rm -rf "${SLURM_TMPDIR:?}"/*; echo $n' "$1")
+    'n=$(find "${SLURM_TMPDIR:?}/$0" -type f | wc -l); for d in "${SLURM_TMPDIR:?}"/*; do mountpoint -q "$d" || rm -rf "$d"; done; echo $n' "$1")
   if [ "$n" != "$expect_files" ]; then
     echo "daemon.sh: $1: $n files staged, not $expect_files" >&2
     exit 1
@@ -136,7 +136,7 @@ step() {
   t1=$(date +%s%N)
   if [ "$expect" = - ]; then
     echo "$key $(((t1 - t0) / 1000)) - -" >>"$results"
-    as_user srun --jobid="$job" -N1 -n1 -w node1 --quiet --tmpdir bash -c 'rm -rf "${SLURM_TMPDIR:?}"/*'
+    as_user srun --jobid="$job" -N1 -n1 -w node1 --quiet --tmpdir bash -c 'for d in "${SLURM_TMPDIR:?}"/*; do mountpoint -q "$d" || rm -rf "$d"; done'
     return 0
   fi
   s=$(summary "$B/step.out")

@@ -66,7 +66,7 @@ phase() {
     # With the daemon: many.tar staged once first, so every warm step below is a cache hit.
     [ $1 != daemon ] || srun -N$nodes -n$nodes --stage-data=many.tar:w0 true >/dev/null
     [ $1 != daemon ] || sleep 5 # (the entry of a miss is made after its job has the data: let it land)
-    srun -N$nodes -n$nodes --tmpdir bash -c \"rm -rf \\\$SLURM_TMPDIR/*\"
+    srun -N$nodes -n$nodes --tmpdir bash -c \"for d in \\\$SLURM_TMPDIR/*; do mountpoint -q \\\$d || rm -rf \\\$d; done\"
     for i in \$(seq 1 $rounds); do
       cp many.tar cold\$i.tar
       t base --tmpdir true
@@ -78,7 +78,7 @@ phase() {
           stage) t stage --stage-data=cold\$i.tar:s\$i true ;;
           warm) t warm --stage-data=many.tar:w\$i true ;;
         esac
-        srun -N$nodes -n$nodes --tmpdir bash -c \"rm -rf \\\$SLURM_TMPDIR/*\"
+        srun -N$nodes -n$nodes --tmpdir bash -c \"for d in \\\$SLURM_TMPDIR/*; do mountpoint -q \\\$d || rm -rf \\\$d; done\"
       done
       rm -f cold\$i.tar
     done

@@ -124,9 +124,25 @@ std::vector<proto::SourceSpec> candidates(const std::vector<stage::StageSpec>& s
   return out;
 }
 
+// A new directory of root's (0700) for one view's upper and work: "view.N", the first N free (a
+// job's later steps add views of their own beside the earlier ones').
+Result<UniqueFd> fresh_scratch(int job_views_fd)
+{
+  for (unsigned n = 0; n < 100000; ++n) {
+    const std::string name = "view." + std::to_string(n);
+    if (::mkdirat(job_views_fd, name.c_str(), 0700) == 0) {
+      return root_dir(job_views_fd, name);
+    }
+    if (errno != EEXIST) {
+      return Error::from_errno("cannot make " + name);
+    }
+  }
+  return Error::limit("too many views in one job");
+}
+
 // Mounts one view; false (and the mount point removed) when it cannot.
-bool mount_view(const std::string& cache_dir, const Job& job, int job_fd, int job_views_fd, std::size_t n,
-                const std::string& key, const std::string& dest)
+bool mount_view(const std::string& cache_dir, const Job& job, int job_fd, int job_views_fd, const std::string& key,
+                const std::string& dest)
 {
   auto cache = fs::open_trusted_dir(cache_dir, fs::CreateMissing::no);
   if (!cache) {
@@ -144,7 +160,7 @@ bool mount_view(const std::string& cache_dir, const Job& job, int job_fd, int jo
     }
     return false; // a file's entry (ENOTDIR) is linked: a view is a directory
   }
-  auto scratch = root_dir(job_views_fd, std::to_string(n));
+  auto scratch = fresh_scratch(job_views_fd);
   if (!scratch) {
     say(scratch.error().message);
     return false;
@@ -248,7 +264,7 @@ Result<std::vector<tmpdir::View>> views_for(const Config& config, const Job& job
     const proto::ViewEntry& hit = hits->entries[i];
     tmpdir::View view{sources[i].dest, hit.files, hit.bytes, hit.how};
     if (valid_key(hit.entry) && view_line(view) &&
-        mount_view(cache_dir, job, job_dir->get(), mine->get(), i, hit.entry, view.dest)) {
+        mount_view(cache_dir, job, job_dir->get(), mine->get(), hit.entry, view.dest)) {
       made.push_back(view);
     }
   }

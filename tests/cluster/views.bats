@@ -24,9 +24,9 @@ setup_file() {
   # Fill node1's cache: every test below is a hit.
   runuser -u "$STAGEHAND_TEST_USER" -- env SLURM_CONF="$SLURM_CONF" PATH="${STAGEHAND_SLURM_BIN:-/usr/bin}:/usr/bin:/bin" \
     bash -c "cd '$W' && sbatch --wait -N1 -w node1 -o /dev/null --stage-data=views.tar:o --wrap true"
-  for _ in $(seq 1 100); do
+  for _ in $(seq 1 300); do # a miss's entry is made after its job has the data
     "$STAGEHAND_BUILD_DIR/helper/stagehand" cache ls --json --config "$STAGEHAND_TEST_CONFIG" --node node1 | grep -q views.tar && return 0
-    sleep 0.1
+    sleep 0.2
   done
   return 1
 }
@@ -125,11 +125,20 @@ SCRIPT
   assert_epilog_removed_views "$JOB_ID"
 }
 
+@test "later steps of a job staging the same source to new names get views of their own" {
+  submit -N1 -w node1 --wrap "'for n in o p q; do srun --stage-data=views.tar:\$n bash -c \"cat \\\$SLURM_TMPDIR/\$n/d/ckpt.pt; echo\"; done; echo overlays \$(grep -c \" \$SLURM_TMPDIR/.* - overlay \" /proc/self/mountinfo)'"
+  [ "$JOB_RC" -eq 0 ]
+  [ "$(echo "$LAST_OUTPUT" | grep -c '(cache view) (cache hit)$')" -eq 3 ]
+  [ "$(echo "$LAST_OUTPUT" | grep -cx weights)" -eq 3 ]
+  echo "$LAST_OUTPUT" | grep -qx "overlays 3"
+  assert_epilog_removed_views "$JOB_ID"
+}
+
 @test "another user reaches neither the view nor its upper; scancel leaves no mount" {
   start_held_job
   d=$(job_dir node1 "$ID")
-  [ -d "$(views_dir "$ID")/0/upper" ]
-  for path in "$d/o" "$d/o/d" "$(views_dir "$ID")" "$(views_dir "$ID")/0/upper" "$SCRATCH/node1/.views"; do
+  [ -d "$(views_dir "$ID")/view.0/upper" ]
+  for path in "$d/o" "$d/o/d" "$(views_dir "$ID")" "$(views_dir "$ID")/view.0/upper" "$SCRATCH/node1/.views"; do
     run ! runuser -u "${STAGEHAND_TEST_USER}-2" -- ls "$path"
     [[ "$output" == *"Permission denied"* ]]
   done
@@ -185,7 +194,7 @@ SCRIPT
 }
 
 @test "GC removes the views directory of a job that is gone (a node restart)" {
-  mkdir -p "$SCRATCH/node1/.views/job_777778/0/upper"
+  mkdir -p "$SCRATCH/node1/.views/job_777778/view.0/upper"
   chmod 0700 "$SCRATCH/node1/.views/job_777778"
   for _ in $(seq 1 60); do [ -e "$SCRATCH/node1/.views/job_777778" ] || break; sleep 0.5; done # gc_interval is 3 s
   [ ! -e "$SCRATCH/node1/.views/job_777778" ]
