@@ -172,6 +172,9 @@ EOF
   need user
   stage_tar stage_hit data/tree.tar.gz "cache hit"
   echo "$JOB_ID" >"$STATE/hit.job"
+  # How the hit was shown (a view, or links and why): the plugin's slurmd lines.
+  { journalctl -u slurmd --no-pager 2>/dev/null; cat /var/log/slurm/slurmd.log 2>/dev/null; } | grep -F 'cache views' | tail -n 3 | sed 's/^/# /' >&3 || true
+  grep -F "$WORKDIR/data/tree.tar.gz" "$WORKDIR/slurm-$JOB_ID.out" || true
   run stagehand status --json
   [ "$(jq .cache.hits <<<"$output")" -ge 1 ]
 }
@@ -352,6 +355,9 @@ with tarfile.open("data/big.tar.gz", "w:gz", compresslevel=1) as t:
         ti = tarfile.TarInfo(f"part{i}.bin"); ti.size = 256 << 20; ti.mode = 0o644
         t.addfile(ti, io.BufferedReader(Zeros(ti.size), 1 << 20))
 EOF
+  # Cacheable, so that there is a fill to restart under: a source changed within 2 s of its
+  # staging is staged without the cache (the racy-source rule).
+  while [ $(( $(date +%s) - $(stat -c %Z "$WORKDIR/data/big.tar.gz") )) -lt 3 ]; do sleep 0.2; done
   cat >"$WORKDIR/big.sh" <<'EOF'
 #!/bin/bash
 cd "$SLURM_TMPDIR/big" || exit 1
@@ -407,7 +413,7 @@ EOF
   [ "$(grep -c "listening on /run/stagehand/stagehandd.sock (requests at once: [0-9]*, [0-9]* per user" <<<"$log")" -ge 2 ]
   grep -Eq "node $NODE: base /local/stagehand, cache /local/stagehand-cache " <<<"$log"
   # README: "For each staged source it logs where the time went".
-  grep -Eq "job $miss: $WORKDIR/data/tree\.tar\.gz \(cache miss\): [0-9.]+ s: identified in [0-9.]+ s, filled in [0-9.]+ s, linked in [0-9.]+ s\$" <<<"$log"
+  grep -Eq "job $miss: $WORKDIR/data/tree\.tar\.gz \(cache miss\): [0-9.]+ s: identified in [0-9.]+ s, delivered in [0-9.]+ s, linked in [0-9.]+ s\$" <<<"$log"
   grep -Eq "job $hit: $WORKDIR/data/tree\.tar\.gz \(cache hit\): [0-9.]+ s: identified in [0-9.]+ s, found in [0-9.]+ s, linked in [0-9.]+ s\$" <<<"$log"
   grep -Eq "reloaded $CONFIG\$" <<<"$log"
   grep -Eq "SIGTERM: stopping\$" <<<"$log"
