@@ -19,15 +19,16 @@ namespace {
 // them through the "other" bits (a file others may not read is copied into the job instead), and
 // take_over makes them root's, so no job writes them. Directories keep their modes: a job gets
 // its own directories, made from these modes.
+// The mode a cached file keeps: the source's, never group/other write (nor set-id bits).
+mode_t cached_file_mode(mode_t source_mode) { return source_mode & 0755; }
+
 Status make_read_only(int fill_dir_fd)
 {
   struct stat st {};
   if (::fstatat(fill_dir_fd, k_data_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
     return Error::from_errno("cache fill");
   }
-  // The source's modes (a cache view shows them to the job), never group/other write.
-  const mode_t mode = st.st_mode & 0755;
-  if (::fchmodat(fill_dir_fd, k_data_name, mode, 0) != 0) {
+  if (::fchmodat(fill_dir_fd, k_data_name, cached_file_mode(st.st_mode), 0) != 0) {
     return Error::from_errno("cache fill");
   }
   return ok_status();
@@ -106,7 +107,7 @@ Result<FillResult> fill_from_plain_spool(int fill_dir_fd, const char* spool_name
   if (!spool.valid() || ::fstat(spool.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return Error::io("the spool is not a plain file", EINVAL);
   }
-  if (::fchmod(spool.get(), (mode & 0111) != 0 ? 0555 : 0444) != 0 ||
+  if (::fchmod(spool.get(), cached_file_mode(mode)) != 0 ||
       ::renameat(fill_dir_fd, spool_name, fill_dir_fd, k_data_name) != 0) {
     return Error::from_errno("cache fill");
   }

@@ -43,7 +43,8 @@ Result<FillResult> fill_from_file(int src_fd, int fill_dir_fd, UnpackMode unpack
                                   const std::string& shown);
 
 // A spool that already is a plain copy of a file source (no archive to unpack): it becomes the
-// fill's data as it is, read-only (0444, 0555 when `mode` had an execute bit). Nothing is forked:
+// fill's data as it is, with the mode any cached file keeps (`mode`, the source's, without
+// group/other write), as fill_from_file gives a copied file. Nothing is forked:
 // the spool's bytes are the file's.
 Result<FillResult> fill_from_plain_spool(int fill_dir_fd, const char* spool_name, mode_t mode);
 
