@@ -98,15 +98,16 @@ Status run_sbcast(const std::vector<std::string>& args, int keep_fd)
   return Error::io(last, EIO);
 }
 
-// Broadcasts a one-line marker file named `name` (written in the state directory first).
-Status broadcast_marker(const stage::StageRequest& a, int root_fd, const std::string& name)
+// Broadcasts a small marker file named `name` (written in the state directory first): the
+// reader's node, and for "done" the sources it sent ("sent 0 2").
+Status broadcast_marker(const stage::StageRequest& a, int root_fd, const std::string& name, const std::string& sent = "")
 {
   const std::string local = std::string(stage::k_state_dir) + "/bcast-marker";
   UniqueFd fd(::openat(root_fd, local.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.valid()) {
     return Error::from_errno(local);
   }
-  if (auto st = fs::write_all(fd.get(), a.node + "\n", local); !st) {
+  if (auto st = fs::write_all(fd.get(), a.node + "\nsent" + sent + "\n", local); !st) {
     return st.error();
   }
   auto r = run_sbcast({"-f", "-j", a.bcast_scope, a.tmpdir + "/" + local, a.tmpdir + "/" + name}, -1);
@@ -163,41 +164,72 @@ std::uint64_t size_at(int root_fd, const std::string& name)
   return ::fstatat(root_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
 }
 
-// The sources with each file source read from its delivered copy.
-Delivery from_copies(const stage::StageRequest& a, const std::vector<stage::CheckedSource>& sources, std::string note)
+bool is_file(const stage::CheckedSource& s) { return !s.is_dir; }
+
+// The sources with each wanted file source that has a delivered copy read from it.
+Delivery from_copies(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources,
+                     const std::vector<bool>& wanted, std::string note)
 {
-  Delivery d{sources, std::move(note), false};
+  Delivery d{sources, std::vector<bool>(sources.size(), false), std::move(note), false};
   for (std::size_t i = 0; i < d.sources.size(); ++i) {
-    if (!d.sources[i].is_dir) {
+    if (wanted[i] && is_file(d.sources[i]) && exists(root_fd, stage::bcast_copy_name(a.specs, i))) {
       d.sources[i].path = a.tmpdir + "/" + stage::bcast_copy_name(a.specs, i);
+      d.copied[i] = true;
       d.used = true;
     }
   }
   return d;
 }
 
-bool all_copies_here(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources)
+// The indices the reader's "done" marker names; all file sources for a marker without the list.
+std::vector<bool> sent_by_reader(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources)
 {
-  for (std::size_t i = 0; i < sources.size(); ++i) {
-    if (!sources[i].is_dir && !exists(root_fd, stage::bcast_copy_name(a.specs, i))) {
-      return false;
+  std::vector<bool> sent(sources.size(), false);
+  std::string text;
+  if (UniqueFd fd(::openat(root_fd, stage::bcast_done_name(a.specs).c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+      fd.valid()) {
+    text = fs::read_all(fd.get(), "marker", 64 * 1024).value_or("");
+  }
+  const auto at = text.find("\nsent");
+  if (at == std::string::npos) {
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+      sent[i] = is_file(sources[i]);
+    }
+    return sent;
+  }
+  std::size_t pos = at + 5;
+  const std::size_t end = text.find('\n', pos);
+  while (pos < end && pos < text.size()) {
+    while (pos < end && text[pos] == ' ') {
+      ++pos;
+    }
+    std::size_t i = 0;
+    bool digits = false;
+    while (pos < end && text[pos] >= '0' && text[pos] <= '9' && i < sources.size()) {
+      i = i * 10 + static_cast<std::size_t>(text[pos++] - '0');
+      digits = true;
+    }
+    if (!digits) {
+      break;
+    }
+    if (i < sources.size()) {
+      sent[i] = true;
     }
   }
-  return true;
+  return sent;
 }
 
 Delivery read_and_broadcast(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources,
-                            stage::ProgressBoard* board)
+                            const std::vector<bool>& wanted, stage::ProgressBoard* board)
 {
   const auto t0 = Clock::now();
-  Delivery unchanged{sources, "", false};
-  std::size_t files = 0;
+  Delivery unchanged{sources, std::vector<bool>(sources.size(), false), "", false};
+  std::string sent_list;
   for (std::size_t i = 0; i < sources.size(); ++i) {
     const auto& s = sources[i];
-    if (s.is_dir) {
+    if (s.is_dir || !wanted[i]) {
       continue;
     }
-    ++files;
     // Opened the one way every source is (no FIFO, no symlink, allowed_roots on what is open);
     // sbcast reads that very file through /dev/fd.
     auto in = stage::open_source(s.path, stage::SourceKind::file, a.allowed_roots);
@@ -229,30 +261,32 @@ Delivery read_and_broadcast(const stage::StageRequest& a, int root_fd, const std
                "); every node reads the sources itself");
       return unchanged;
     }
+    sent_list += " " + std::to_string(i);
   }
-  if (files == 0) {
-    return unchanged;
-  }
-  if (auto done = broadcast_marker(a, root_fd, stage::bcast_done_name(a.specs)); !done) {
+  // Sent even when this node wanted none (its cache had them all): the others stop waiting.
+  if (auto done = broadcast_marker(a, root_fd, stage::bcast_done_name(a.specs), sent_list); !done) {
     (void)broadcast_marker(a, root_fd, stage::bcast_failed_name(a.specs));
     remove_delivery(a, root_fd, sources.size());
-    say(a, "--stage-data: the broadcast could not be completed (sbcast: " + done.error().message +
-             "); every node reads the sources itself");
+    if (!sent_list.empty()) {
+      say(a, "--stage-data: the broadcast could not be completed (sbcast: " + done.error().message +
+               "); every node reads the sources itself");
+    }
     return unchanged;
   }
-  return from_copies(a, sources, "read once, broadcast by sbcast in " + seconds_since(t0));
+  return from_copies(a, root_fd, sources, wanted, "read once, broadcast by sbcast in " + seconds_since(t0));
 }
 
 // Waits for the step's reader: its "done" or "failed" marker, with a deadline for the first sign
 // of it and for a delivery that stops growing.
 Delivery await_delivery(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources,
-                        stage::ProgressBoard* board)
+                        const std::vector<bool>& wanted, stage::ProgressBoard* board)
 {
-  Delivery unchanged{sources, "", false};
+  Delivery unchanged{sources, std::vector<bool>(sources.size(), false), "", false};
   std::string shown;
   std::uint64_t total = 0;
-  for (const auto& s : sources) {
-    if (!s.is_dir) {
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    const auto& s = sources[i];
+    if (!s.is_dir && wanted[i]) {
       shown += (shown.empty() ? "" : ",") + s.shown;
       total += s.bytes;
     }
@@ -270,11 +304,15 @@ Delivery await_delivery(const stage::StageRequest& a, int root_fd, const std::ve
   bool seen = false;
   for (;;) {
     if (exists(root_fd, stage::bcast_done_name(a.specs))) {
-      if (!all_copies_here(a, root_fd, sources)) {
-        say(a, "--stage-data: the broadcast said done but a copy is missing on this node; reading the sources here");
-        return unchanged;
+      auto d = from_copies(a, root_fd, sources, wanted, "from the broadcast (sbcast), waited " + seconds_since(t0));
+      const auto sent = sent_by_reader(a, root_fd, sources);
+      for (std::size_t i = 0; i < sources.size(); ++i) {
+        if (wanted[i] && sent[i] && !d.copied[i]) {
+          say(a, "--stage-data: the broadcast said done but the copy of " + sources[i].shown +
+                   " is missing on this node; reading it here");
+        }
       }
-      return from_copies(a, sources, "from the broadcast (sbcast), waited " + seconds_since(t0));
+      return d; // what the reader did not send (its node had it cached) is read here
     }
     if (exists(root_fd, stage::bcast_failed_name(a.specs))) {
       return unchanged; // the reader said why
@@ -305,23 +343,34 @@ Delivery await_delivery(const stage::StageRequest& a, int root_fd, const std::ve
 } // namespace
 
 Delivery take_part(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources,
-                   stage::ProgressBoard* board)
+                   const std::vector<bool>& wanted, stage::ProgressBoard* board)
 {
-  Delivery unchanged{sources, "", false};
-  if (std::none_of(sources.begin(), sources.end(), [](const auto& s) { return !s.is_dir; })) {
+  Delivery unchanged{sources, std::vector<bool>(sources.size(), false), "", false};
+  bool files = false;
+  bool wants_file = false;
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    files = files || is_file(sources[i]);
+    wants_file = wants_file || (is_file(sources[i]) && wanted[i]);
+  }
+  if (!files) {
     return unchanged; // directories only: every node reads them, nobody broadcasts or waits
   }
-  const bool delivered = exists(root_fd, stage::bcast_done_name(a.specs)) && all_copies_here(a, root_fd, sources);
+  const bool delivered = exists(root_fd, stage::bcast_done_name(a.specs));
   switch (a.bcast) {
   case stage::BcastRole::none:
     return unchanged;
   case stage::BcastRole::delivered:
-    return delivered ? from_copies(a, sources, "from the broadcast (sbcast)") : unchanged;
+    return delivered ? from_copies(a, root_fd, sources, wanted, "from the broadcast (sbcast)") : unchanged;
   case stage::BcastRole::reader:
     // An earlier reader (the batch step) delivered here already: use it.
-    return delivered ? from_copies(a, sources, "from the broadcast (sbcast)") : read_and_broadcast(a, root_fd, sources, board);
+    return delivered ? from_copies(a, root_fd, sources, wanted, "from the broadcast (sbcast)")
+                     : read_and_broadcast(a, root_fd, sources, wanted, board);
   case stage::BcastRole::receiver:
-    return delivered ? from_copies(a, sources, "from the broadcast (sbcast)") : await_delivery(a, root_fd, sources, board);
+    if (!wants_file) {
+      return unchanged; // nothing to wait for
+    }
+    return delivered ? from_copies(a, root_fd, sources, wanted, "from the broadcast (sbcast)")
+                     : await_delivery(a, root_fd, sources, wanted, board);
   }
   return unchanged;
 }

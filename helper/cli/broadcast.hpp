@@ -17,15 +17,20 @@ namespace stagehand::cli {
 
 struct Delivery
 {
-  std::vector<stage::CheckedSource> sources; // delivered copies in place of the file sources
+  std::vector<stage::CheckedSource> sources; // a delivered copy in place of each file source that has one
+  std::vector<bool> copied;                  // per source: `sources[i]` is its delivered copy
   std::string note;                          // for the summary lines of the delivered sources
   bool used = false;                         // whether any source comes from a delivered copy
 };
 
-// This node's part for `request.bcast`. `root_fd`: the job's directory. The read and the
-// delivery show on `board` (the bytes of this node's copy), so progress lines go on meanwhile.
+// This node's part for `request.bcast`, for the sources `wanted` marks (the ones this node must
+// still stage: all of them without a node daemon, its cache's misses with one). The reader reads
+// and broadcasts its wanted file sources and then a "done" marker naming them (a marker naming
+// none when it needs none: the others then stop waiting and read theirs themselves); a receiver
+// waits for that marker when it wants a file source. `root_fd`: the job's directory. The read and
+// the delivery show on `board` (the bytes of this node's copy), so progress lines go on meanwhile.
 Delivery take_part(const stage::StageRequest& request, int root_fd, const std::vector<stage::CheckedSource>& sources,
-                   stage::ProgressBoard* board);
+                   const std::vector<bool>& wanted, stage::ProgressBoard* board);
 
 // Removes what a broadcast of these specs left in the job's directory (copies and markers).
 void remove_delivery(const stage::StageRequest& request, int root_fd, std::size_t sources);

@@ -44,10 +44,21 @@ void write_marker(int dir_fd, const std::string& name, const std::string& text)
 
 enum class DaemonOutcome { staged, failed, unavailable };
 
+// What a request to the daemon asks besides the sources: per source, the broadcast's delivered
+// copy to read in its place ("" = the source) and a note for its summary; and whether misses
+// are read or only reported (`absent` then lists them, by index in the sources given).
+struct DaemonAsk
+{
+  proto::Misses misses = proto::Misses::read;
+  std::vector<std::string> copies;
+  std::vector<std::string> notes;
+  std::vector<std::size_t> absent;
+};
+
 // Stages through the daemon. `unavailable` means: stage in-process instead (a line said why, and
 // `failure` holds it for the summary lines when a daemon was there: busy, stuck, refused).
 DaemonOutcome stage_via_daemon(const stage::StageRequest& a, const std::vector<stage::CheckedSource>& sources,
-                               int root_fd, std::string& failure)
+                               int root_fd, DaemonAsk& ask, std::string& failure)
 {
   std::vector<std::string> missing_before;
   for (const auto& s : sources) {
@@ -58,10 +69,13 @@ DaemonOutcome stage_via_daemon(const stage::StageRequest& a, const std::vector<s
   proto::Stage req;
   req.job_id = a.job_id;
   req.max_bytes = a.max_bytes;
-  for (const auto& s : sources) {
+  req.misses = ask.misses;
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    const auto& s = sources[i];
     req.sources.push_back(proto::SourceSpec{s.shown, s.path, s.dest,
                                             s.is_dir ? proto::SourceKind::dir : proto::SourceKind::file,
-                                            s.mode == stage::Unpack::never ? proto::Unpack::never : proto::Unpack::if_archive});
+                                            s.mode == stage::Unpack::never ? proto::Unpack::never : proto::Unpack::if_archive,
+                                            i < ask.copies.size() ? ask.copies[i] : ""});
   }
   ipc::CallOptions options;
   options.connect_deadline = std::chrono::milliseconds(2000);
@@ -95,10 +109,19 @@ DaemonOutcome stage_via_daemon(const stage::StageRequest& a, const std::vector<s
   } else if (auto staged = proto::parse_stage_reply(reply->result_json); !staged) {
     why = staged.error().message;
   } else {
-    for (const auto& s : staged->staged) {
+    for (std::size_t i = 0; i < staged->staged.size(); ++i) {
+      const auto& s = staged->staged[i];
+      if (s.cache == proto::CacheOutcome::absent) {
+        ask.absent.push_back(i);
+        continue;
+      }
+      std::string note = s.note;
+      if (i < ask.notes.size() && !ask.notes[i].empty() && s.cache != proto::CacheOutcome::hit) {
+        note = ask.notes[i] + (note.empty() ? "" : ", " + note);
+      }
       std::printf("stagehand: %s: %s\n", a.node.c_str(),
                   stage::summary_line(s.how, s.shown, a.tmpdir, s.dest, s.files, s.bytes, s.seconds,
-                                      proto::outcome_name(s.cache), s.note)
+                                      proto::outcome_name(s.cache), note)
                     .c_str());
     }
     std::fflush(stdout);
@@ -190,6 +213,8 @@ int stage_run_checked(const std::vector<std::string>& args)
     return fail(sources.error().message);
   }
   // Hits root showed as views (task_init_privileged): the job's files already, nothing to stage.
+  // `todo` marks the rest (by index: a broadcast's copies are named by the source's index).
+  std::vector<bool> todo(sources->size(), true);
   if (!a.views.empty()) {
     std::vector<tmpdir::View> views;
     for (const auto& line : a.views) {
@@ -197,40 +222,61 @@ int stage_run_checked(const std::vector<std::string>& args)
         views.push_back(*v);
       }
     }
-    std::vector<stage::CheckedSource> rest;
-    for (auto& s : *sources) {
+    for (std::size_t i = 0; i < sources->size(); ++i) {
+      const auto& s = (*sources)[i];
       auto v = std::find_if(views.begin(), views.end(), [&](const tmpdir::View& x) { return x.dest == s.dest; });
       if (v == views.end()) {
-        rest.push_back(std::move(s));
         continue;
       }
+      todo[i] = false;
       std::printf("stagehand: %s: %s\n", a.node.c_str(),
                   stage::summary_line(v->how, s.shown, a.tmpdir, s.dest, v->files, v->bytes, 0, "cache hit",
                                       "shown as your own files (cache view)")
                     .c_str());
     }
     std::fflush(stdout);
-    *sources = std::move(rest);
-    if (sources->empty()) {
-      write_marker(state.get(), done, "");
-      return 0;
-    }
   }
-  for (const auto& s : *sources) {
+  for (std::size_t i = 0; i < sources->size(); ++i) {
     struct stat st {};
-    if (::fstatat(root.get(), s.dest.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
-      return fail("--stage-data: " + s.shown + ": $SLURM_TMPDIR/" + s.dest +
+    if (todo[i] && ::fstatat(root.get(), (*sources)[i].dest.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      return fail("--stage-data: " + (*sources)[i].shown + ": $SLURM_TMPDIR/" + (*sources)[i].dest +
                   " already exists: refused (staging never replaces what the job made)");
     }
   }
+  auto pick = [&](const std::vector<stage::CheckedSource>& from) {
+    std::vector<stage::CheckedSource> out;
+    for (std::size_t i = 0; i < from.size(); ++i) {
+      if (todo[i]) {
+        out.push_back(from[i]);
+      }
+    }
+    return out;
+  };
   std::string without_daemon; // why the node daemon did not stage, for each summary line
-  if (daemon) {
+  bool through_daemon = false;
+  // A multi-node job with a node daemon: the daemon stages its hits (and directories) and reports
+  // the file sources it would read; those are broadcast (read once for the job) and the daemon
+  // then stages them from the delivered copies, filling its cache from them.
+  const bool broadcasts = a.bcast != stage::BcastRole::none &&
+                          std::any_of(sources->begin(), sources->end(), [](const auto& s) { return !s.is_dir; });
+  if (daemon && std::find(todo.begin(), todo.end(), true) != todo.end()) {
     std::string failure;
-    switch (stage_via_daemon(a, *sources, root.get(), failure)) {
-    case DaemonOutcome::staged:
-      remove_delivery(a, root.get(), sources->size()); // a reader without a daemon may have sent one
-      write_marker(state.get(), done, "");
-      return 0;
+    DaemonAsk ask;
+    ask.misses = broadcasts ? proto::Misses::report : proto::Misses::read;
+    const auto first = pick(*sources);
+    switch (stage_via_daemon(a, first, root.get(), ask, failure)) {
+    case DaemonOutcome::staged: {
+      through_daemon = true;
+      std::vector<bool> left(sources->size(), false);
+      std::size_t n = 0;
+      for (std::size_t i = 0; i < sources->size(); ++i) {
+        if (todo[i]) {
+          left[i] = std::find(ask.absent.begin(), ask.absent.end(), n++) != ask.absent.end();
+        }
+      }
+      todo = std::move(left);
+      break;
+    }
     case DaemonOutcome::failed:
       return fail(failure);
     case DaemonOutcome::unavailable:
@@ -238,11 +284,48 @@ int stage_run_checked(const std::vector<std::string>& args)
       break;
     }
   }
+  const bool nothing_left = std::find(todo.begin(), todo.end(), true) == todo.end();
+  if (nothing_left && !(broadcasts && a.bcast == stage::BcastRole::reader)) {
+    remove_delivery(a, root.get(), sources->size()); // a reader without a daemon may have sent one
+    write_marker(state.get(), done, "");
+    return 0;
+  }
   stage::ProgressBoard board;
   std::optional<ProgressReporter> reporter;
   reporter.emplace(a.node, std::chrono::seconds(a.progress_interval), state.get(), board);
-  // Multi-node jobs: file sources read once and delivered by Slurm's broadcast (broadcast.hpp).
-  const Delivery delivery = take_part(a, root.get(), *sources, &board);
+  // Multi-node jobs: file sources read once and delivered by Slurm's broadcast (broadcast.hpp). A
+  // reader that needs nothing still tells the others so (they stop waiting).
+  const Delivery delivery = take_part(a, root.get(), *sources, todo, &board);
+  if (nothing_left) {
+    reporter.reset();
+    remove_delivery(a, root.get(), sources->size());
+    write_marker(state.get(), done, "");
+    return 0;
+  }
+  if (through_daemon) {
+    reporter.reset(); // the daemon's progress frames take over
+    std::string failure;
+    DaemonAsk ask;
+    for (std::size_t i = 0; i < sources->size(); ++i) {
+      if (todo[i]) {
+        ask.copies.push_back(delivery.copied[i] ? stage::bcast_copy_name(a.specs, i) : "");
+        ask.notes.push_back(delivery.copied[i] ? delivery.note : "");
+      }
+    }
+    switch (stage_via_daemon(a, pick(*sources), root.get(), ask, failure)) {
+    case DaemonOutcome::staged:
+      remove_delivery(a, root.get(), sources->size());
+      write_marker(state.get(), done, "");
+      return 0;
+    case DaemonOutcome::failed:
+      remove_delivery(a, root.get(), sources->size());
+      return fail(failure);
+    case DaemonOutcome::unavailable:
+      without_daemon = failure.size() > 160 ? failure.substr(0, 157) + "..." : failure;
+      reporter.emplace(a.node, std::chrono::seconds(a.progress_interval), state.get(), board);
+      break;
+    }
+  }
   stage::StageLimits limits;
   limits.max_bytes = config.max_bytes;
   limits.allowed_roots = config.allowed_roots;
@@ -250,7 +333,14 @@ int stage_run_checked(const std::vector<std::string>& args)
     limits.allowed_roots.push_back(a.tmpdir); // the delivered copies; the sources were checked by the reader
   }
   limits.progress = &board;
-  auto lines = stage::stage_all(delivery.sources, root.get(), a.tmpdir, limits);
+  const auto rest = pick(delivery.sources);
+  std::vector<bool> rest_copied;
+  for (std::size_t i = 0; i < sources->size(); ++i) {
+    if (todo[i]) {
+      rest_copied.push_back(delivery.copied[i]);
+    }
+  }
+  auto lines = stage::stage_all(rest, root.get(), a.tmpdir, limits);
   reporter.reset();
   remove_delivery(a, root.get(), sources->size());
   if (!lines) {
@@ -259,7 +349,7 @@ int stage_run_checked(const std::vector<std::string>& args)
   for (std::size_t i = 0; i < lines->size(); ++i) {
     std::string line = (*lines)[i];
     const std::string tail = " (no cache)";
-    if (delivery.used && i < delivery.sources.size() && !delivery.sources[i].is_dir && line.ends_with(tail)) {
+    if (i < rest_copied.size() && rest_copied[i] && line.ends_with(tail)) {
       line.insert(line.size() - tail.size(), ", " + delivery.note);
     }
     if (!without_daemon.empty() && line.ends_with(tail)) {

@@ -52,7 +52,13 @@ Result<StageRun::Identified> StageRun::identify(const proto::SourceSpec& src, co
     std::lock_guard lock(m_d.m_mutex);
     roots = m_d.m_config.stage.allowed_roots;
   }
-  auto ident_child = ipc::spawn_as(m_user, {}, [&](int sock, const std::vector<int>&) {
+  // A delivered copy of a file source is opened by the same child, below the job's directory.
+  const bool copy_wanted = !src.delivered.empty() && src.kind == proto::SourceKind::file && m_job_fd.valid();
+  std::vector<int> keep;
+  if (copy_wanted) {
+    keep.push_back(m_job_fd.get());
+  }
+  auto ident_child = ipc::spawn_as(m_user, keep, [&](int sock, const std::vector<int>& kept) {
     auto fd = cache::open_source(src.path, src.shown, shape_of(src), roots);
     if (!fd) {
       (void)ipc::send_message(sock, child_error(fd.error()));
@@ -64,19 +70,34 @@ Result<StageRun::Identified> StageRun::identify(const proto::SourceSpec& src, co
       (void)ipc::send_message(sock, child_error(id.error()));
       return 1;
     }
+    // The delivered copy, when it is a regular file of the source's size: read in its place (the
+    // content probed there too: not one more byte of the shared filesystem).
+    UniqueFd copy;
+    if (!kept.empty()) {
+      struct stat st {};
+      auto c = fs::open_beneath(kept[0], src.delivered, O_RDONLY | O_NONBLOCK);
+      if (c && ::fstat(c->get(), &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) == id->bytes) {
+        copy = std::move(*c);
+      }
+    }
+    const int content_fd = copy.valid() ? copy.get() : fd->get();
     bool archive = false; // the content decides, as staging without the daemon does
     bool zip = false;
     if (shape_of(src) == cache::SourceShape::file && unpack_of(src) == cache::UnpackMode::if_archive) {
-      auto kind = stage::probe_archive(fd->get());
+      auto kind = stage::probe_archive(content_fd);
       archive = kind && *kind == stage::ArchiveKind::archive;
       char magic[2] = {};
-      zip = archive && ::pread(fd->get(), magic, sizeof magic, 0) == 2 && magic[0] == 'P' && magic[1] == 'K';
+      zip = archive && ::pread(content_fd, magic, sizeof magic, 0) == 2 && magic[0] == 'P' && magic[1] == 'K';
+    }
+    std::vector<int> fds{fd->get()};
+    if (copy.valid()) {
+      fds.push_back(copy.get());
     }
     (void)ipc::send_message(sock,
                             json{{"ok", true}, {"key", id->key}, {"files", id->files}, {"bytes", id->bytes},
                                  {"newest_ns", id->newest_ns}, {"archive", archive}, {"zip", zip}}
                               .dump(),
-                            {fd->get()});
+                            fds);
     return 0;
   });
   if (!ident_child) {
@@ -93,10 +114,15 @@ Result<StageRun::Identified> StageRun::identify(const proto::SourceSpec& src, co
   if (!ident) {
     return ident.error();
   }
-  if (ident_msg->fds.size() != 1) {
+  if (ident_msg->fds.empty() || ident_msg->fds.size() > 2) {
     return Error::internal("the user side sent no descriptor");
   }
   UniqueFd src_fd = std::move(ident_msg->fds[0]);
+  UniqueFd copy_fd = ident_msg->fds.size() == 2 ? std::move(ident_msg->fds[1]) : UniqueFd();
+  if (copy_wanted && !copy_fd.valid()) {
+    spdlog::info("job {}: {}: the broadcast's copy {} is not there or not the source's size: reading the source",
+                 m_job.job_id, src.path, src.delivered);
+  }
   cache::SourceIdentity identity{(*ident)["key"].get<std::string>(), (*ident)["files"].get<std::uint64_t>(),
                                  (*ident)["bytes"].get<std::uint64_t>(), (*ident)["newest_ns"].get<std::int64_t>()};
   if (src.kind == proto::SourceKind::file) {
@@ -110,6 +136,7 @@ Result<StageRun::Identified> StageRun::identify(const proto::SourceSpec& src, co
   Identified out;
   out.identity = identity;
   out.fd = std::move(src_fd);
+  out.copy = std::move(copy_fd);
   out.archive = (*ident).value("archive", false);
   out.zip = (*ident).value("zip", false);
   return out;
@@ -136,8 +163,12 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
   }
   const double identified = seconds();
   UniqueFd src_fd = std::move(found->fd);
+  UniqueFd copy_fd = std::move(found->copy);
   const cache::SourceIdentity identity = found->identity;
   const std::string& key = identity.key;
+  // The entry this request would fill: bytes from the broadcast's copy are the user's word for the
+  // source's, so they fill an entry for this user's jobs only.
+  const std::string own_key = copy_fd.valid() ? cache::delivered_key(key, m_job.uid) : key;
   const std::uint64_t src_bytes = identity.bytes;
   if (src.kind == proto::SourceKind::dir && src_bytes > room) {
     return Error::limit(src.shown + ": " + std::to_string(src_bytes) + " bytes, more than the " +
@@ -158,14 +189,22 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
   // What staging may create (and so remove again), looked at before anything is.
   const std::string created = stage::outermost_missing(m_job_fd.get(), src.dest);
   std::optional<stage::Delivered> delivered;
+  std::string hit_key;
   for (int attempt = 0;; ++attempt) {
     std::unique_lock lock(m_d.m_mutex);
     if (!m_store || !m_d.m_service) {
       return Error::io("the node cache is off", ENOENT);
     }
-    if (auto meta = m_store->lookup(key)) {
-      ++m_d.m_pins[key];
-      m_pinned.push_back(key);
+    // The entry every job may use, else the one filled for this user from a broadcast's copy.
+    auto meta = m_store->lookup(key);
+    hit_key = key;
+    if (!meta) {
+      hit_key = cache::delivered_key(key, m_job.uid);
+      meta = m_store->lookup(hit_key);
+    }
+    if (meta) {
+      ++m_d.m_pins[hit_key];
+      m_pinned.push_back(hit_key);
       out.how = meta->how;
       if (meta->bytes > room) {
         return Error::limit(src.shown + ": unpacks to " + std::to_string(meta->bytes) + " bytes, more than the " +
@@ -173,7 +212,7 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
       }
       break;
     }
-    if (auto it = m_d.m_fills.find(key); it != m_d.m_fills.end() && attempt < 3) {
+    if (auto it = m_d.m_fills.find(own_key); it != m_d.m_fills.end() && attempt < 3) {
       auto wait = it->second;
       while (!wait->done && !wait->spool_dir) {
         if (std::chrono::steady_clock::now() - wait->progressed > k_stalled_fill) {
@@ -224,20 +263,28 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
       out.note = "delivered from another job's read";
       break;
     }
-    // Ours to read.
+    // Ours to read, unless the job would rather broadcast it (the summary says nothing was staged).
+    if (m_request.misses == proto::Misses::report && src.kind == proto::SourceKind::file && !copy_fd.valid()) {
+      out.cache = proto::CacheOutcome::absent;
+      out.how = "not staged";
+      out.seconds = seconds();
+      return out;
+    }
     auto wait = std::make_shared<FillWait>();
     wait->progressed = std::chrono::steady_clock::now();
-    m_d.m_fills[key] = wait;
+    m_d.m_fills[own_key] = wait;
     m_fill_wait = wait;
     const ipc::Credentials service = *m_d.m_service;
     lock.unlock();
-    auto missed = miss(delivery, src_fd.get(), MissContext{identity, started, service, seconds});
+    auto missed = miss(delivery, src_fd.get(),
+                       MissContext{identity, started, service, seconds, copy_fd.valid() ? copy_fd.get() : src_fd.get(),
+                                   own_key});
     lock.lock();
     m_fill_wait.reset();
     if (!missed || !missed->spool) {
       wait->done = true;
       wait->cv.notify_all();
-      m_d.m_fills.erase(key);
+      m_d.m_fills.erase(own_key);
       if (!missed) {
         return missed.error().with_context(src.shown);
       }
@@ -249,7 +296,7 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
       SpoolFill task;
       task.store = m_store;
       task.fill = std::move(*missed->spool);
-      task.key = key;
+      task.key = own_key;
       task.source = src.path;
       task.tree = src.kind == proto::SourceKind::dir;
       task.plain = delivery.content == stage::StreamContent::plain_file;
@@ -277,7 +324,7 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
     out.files = delivered->files;
     out.bytes = delivered->bytes;
   } else {
-    auto entry = m_store->open_entry(key);
+    auto entry = m_store->open_entry(hit_key);
     if (!entry) {
       return entry.error();
     }
@@ -299,14 +346,14 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
   std::lock_guard lock(m_d.m_mutex);
   if (out.cache == proto::CacheOutcome::hit) {
     ++m_d.m_counters.hits;
-    (void)m_store->touch(key, static_cast<std::int64_t>(std::time(nullptr)));
+    (void)m_store->touch(hit_key, static_cast<std::int64_t>(std::time(nullptr)));
   } else if (out.cache == proto::CacheOutcome::miss) {
     ++m_d.m_counters.misses;
   }
   m_d.m_counters.staged_bytes += out.bytes;
   m_d.m_counters.staged_seconds += out.seconds;
   if (out.cache == proto::CacheOutcome::hit) { // linked: the job's files are the entry's
-    m_d.m_registry.add_cache_key(m_job.job_id, key);
+    m_d.m_registry.add_cache_key(m_job.job_id, hit_key);
     m_d.save_registry_locked();
   }
   return out;
@@ -339,10 +386,15 @@ std::vector<proto::ViewEntry> StageRun::find_hits()
       spdlog::info("job {}: cache view: {}: {}", m_job.job_id, src.path, found.error().message);
     } else {
       std::lock_guard lock(m_d.m_mutex);
-      auto meta = m_store && m_d.m_service ? m_store->lookup(found->identity.key)
+      std::string entry = found->identity.key;
+      auto meta = m_store && m_d.m_service ? m_store->lookup(entry)
                                            : Result<cache::EntryMeta>(Error::io("the node cache is off", ENOENT));
+      if (!meta && m_store && m_d.m_service) { // filled for this user from a broadcast's copy
+        entry = cache::delivered_key(found->identity.key, m_job.uid);
+        meta = m_store->lookup(entry);
+      }
       if (meta) {
-        hit = proto::ViewEntry{found->identity.key, meta->files, meta->bytes, meta->how};
+        hit = proto::ViewEntry{entry, meta->files, meta->bytes, meta->how};
         // Pinned for the job until its end: the view's lower layer is this entry.
         m_d.m_registry.add_cache_key(m_job.job_id, hit.entry);
         m_d.save_registry_locked();

@@ -93,7 +93,7 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
     out.why_uncached = "larger than the node cache";
   } else {
     std::lock_guard lock(m_d.m_mutex);
-    auto begun = m_store->begin_fill(c.identity.key, c.service.uid, c.service.gid);
+    auto begun = m_store->begin_fill(c.key, c.service.uid, c.service.gid);
     if (begun) {
       m_d.m_fill_dirs.insert(begun->name);
       fill = std::move(*begun);
@@ -171,12 +171,12 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
   cache::SpoolPolicy policy;
   policy.max_bytes = cache_max;
   policy.max_stall = k_spool_stall;
-  const int in_fd = reader ? tree_rd.get() : src_fd;
+  const int in_fd = reader ? tree_rd.get() : c.read_fd;
   std::vector<int> keep{in_fd, feed_wr.get(), counters->fd()};
   if (fill) {
     keep.push_back(fill->dir.get());
   }
-  if (!reader && ::lseek(src_fd, 0, SEEK_SET) != 0) {
+  if (!reader && ::lseek(c.read_fd, 0, SEEK_SET) != 0) {
     return fail(Error::from_errno(src.shown + ": cannot rewind"));
   }
   auto tee = ipc::spawn_as(c.service, keep, [&](int sock, const std::vector<int>& kept) {
@@ -283,10 +283,10 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
     if (fill && dropped.empty()) {
       spool = UniqueFd(::openat(fill->dir.get(), cache::k_spool_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     }
-    if (!spool.valid() && ::lseek(src_fd, 0, SEEK_SET) != 0) {
+    if (!spool.valid() && ::lseek(c.read_fd, 0, SEEK_SET) != 0) {
       return fail(Error::from_errno(src.shown + ": cannot rewind"));
     }
-    delivered = deliver_from(spool.valid() ? spool.get() : src_fd, d, c.seconds);
+    delivered = deliver_from(spool.valid() ? spool.get() : c.read_fd, d, c.seconds);
     if (!delivered) {
       return fail(delivered.error());
     }

@@ -66,6 +66,7 @@ private:
   {
     cache::SourceIdentity identity;
     UniqueFd fd;
+    UniqueFd copy; // the broadcast's delivered copy, read in the source's place (`delivered`)
     bool archive = false;
     bool zip = false;
   };
@@ -86,6 +87,8 @@ private:
     struct timespec started {}; // read before the source was identified (cache::changed_near)
     ipc::Credentials service;
     std::function<double()> seconds;
+    int read_fd = -1; // what is read: the source, or the broadcast's copy of it
+    std::string key;  // the entry it fills: identity.key, or its delivered_key
   };
   // What a miss delivered, and the spool to fill the cache from (none, and why, when it must not
   // be cached: the source changed during or just before the read, the spool could not keep up).

@@ -3,7 +3,7 @@
 # the shared filesystem once and Slurm's sbcast delivers it to every node, which unpacks its own
 # copy. The nodes here run in mount namespaces of their own with a private tmpfs at the tmpdir
 # base (cluster.sh node-restart NODE private), so one path is node-local as on a real cluster.
-# Without a node daemon (stopped here): with one, each node stages through its cache instead.
+# Without a node daemon (stopped here), but for the test that starts one in each node's namespace.
 
 load helpers
 
@@ -41,6 +41,7 @@ setup_file() {
 }
 
 teardown_file() {
+  for n in node1 node2; do "$CLUSTER" daemon-stop "$n"; done # one test starts them in the nodes' namespaces
   for n in node1 node2; do "$CLUSTER" node-restart "$n"; done
   TMPDIR_BASE="" set_tmpdir_config ""
   for n in node1 node2; do "$CLUSTER" daemon-start "$n"; done
@@ -173,6 +174,69 @@ EOF2
   echo "$LAST_OUTPUT" | grep -qx "small ok on node2"
   echo "$LAST_OUTPUT" | grep -q '^stagehand: node1: --stage-data: the broadcast of .*small.tar.gz failed (sbcast: cannot run sbcast: No such file or directory); every node reads the sources itself$'
   echo "$LAST_OUTPUT" | grep -q '^stagehand: node2: --stage-data: no broadcast arrived from the step.s first node within 30 s; reading the sources on this node$'
+}
+
+# Issue 25, item 1: the node cache and the read-once broadcast compose. Each node's daemon stages
+# its hits and reports its misses; the job broadcasts those (one read of shared storage for the
+# job) and each daemon stages from its node's copy, filling its cache from it. The copy passed
+# through the user's hands: its entry serves that user's later jobs only.
+@test "with a daemon on each node a cold two-node job reads once, both caches fill from the copies, and the user's next job hits on both" {
+  other=${STAGEHAND_TEST_USER}-2
+  id "$other" >/dev/null 2>&1 || useradd --create-home "$other"
+  cp "$WORK/bc-src/small.tar.gz" "$WORK/bc-src/d.tar.gz" # a new inode: a miss on both nodes
+  chown "$STAGEHAND_TEST_USER:" "$WORK/bc-src/d.tar.gz"
+  settle "$WORK/bc-src/d.tar.gz"
+  for n in node1 node2; do "$CLUSTER" daemon-start "$n"; done # in the nodes' namespaces
+  script dcheck.sh <<'EOF2'
+#!/bin/bash
+srun -N2 --ntasks-per-node=1 bash -c '
+  cmp <(seq 1 100000) "$SLURM_TMPDIR/d/s/numbers.txt" && echo "d ok on $SLURMD_NODENAME"
+  echo more >>"$SLURM_TMPDIR/d/s/numbers.txt" && echo "d writable on $SLURMD_NODENAME"
+  ls -A "$SLURM_TMPDIR" | grep -q "^\.stagehand-bcast" || echo "no copy left on $SLURMD_NODENAME"'
+EOF2
+  size=$(stat -c %s "$WORK/bc-src/d.tar.gz")
+  before=$(bytes_read)
+  submit -N2 --stage-data=bshared/d.tar.gz:d dcheck.sh
+  read=$(( $(bytes_read) - before ))
+  echo "cold: shared storage read $read bytes for a $size-byte archive on 2 nodes with a daemon each"
+  [ "$JOB_RC" -eq 0 ]
+  for n in node1 node2; do
+    echo "$LAST_OUTPUT" | grep -qx "d ok on $n"
+    echo "$LAST_OUTPUT" | grep -qx "d writable on $n"
+    echo "$LAST_OUTPUT" | grep -qx "no copy left on $n"
+  done
+  echo "$LAST_OUTPUT" | grep -Eq '^stagehand: node1: unpacked .*/d.tar.gz -> .*/d: 2 files, .* s, read once, broadcast by sbcast in [0-9.]+ s \(cache miss\)$'
+  echo "$LAST_OUTPUT" | grep -Eq '^stagehand: node2: unpacked .*/d.tar.gz -> .*/d: 2 files, .* s, from the broadcast \(sbcast\)(, waited [0-9.]+ s)? \(cache miss\)$'
+  [ "$read" -le $(( size * 105 / 100 )) ]
+  cached node1 d.tar.gz
+  cached node2 d.tar.gz
+
+  # The same user again, on both nodes: two hits, nothing read but the probes, nobody waits.
+  before=$(bytes_read)
+  submit -N2 --stage-data=bshared/d.tar.gz:d dcheck.sh
+  read=$(( $(bytes_read) - before ))
+  echo "warm: shared storage read $read bytes"
+  [ "$JOB_RC" -eq 0 ]
+  for n in node1 node2; do
+    echo "$LAST_OUTPUT" | grep -qx "d ok on $n"
+    echo "$LAST_OUTPUT" | grep -qx "d writable on $n"
+    echo "$LAST_OUTPUT" | grep -Eq "^stagehand: $n: [a-z]+ .*/d.tar.gz -> .*/d: 2 files, .*\(cache hit\)$"
+  done
+  ! echo "$LAST_OUTPUT" | grep -q 'waited' || false
+  [ "$read" -le $(( size / 20 )) ]
+
+  # Another user's job: the entries filled from this user's copies are not theirs. It reads the
+  # source itself (a miss), and gets the source's bytes.
+  rm -f /tmp/bcast-other.out
+  before=$(bytes_read)
+  runuser -u "$other" -- env SLURM_CONF="$SLURM_CONF" PATH="${STAGEHAND_SLURM_BIN:-/usr/bin}:/usr/bin:/bin" \
+    bash -c "cd /tmp && sbatch --wait -N1 -w node2 -o /tmp/bcast-other.out --stage-data='$WORK/bshared/d.tar.gz:d' \
+      --wrap 'seq 1 100000 | cmp - \"\$SLURM_TMPDIR/d/s/numbers.txt\" && echo other ok'"
+  cat /tmp/bcast-other.out
+  grep -qx "other ok" /tmp/bcast-other.out
+  grep -Eq '^stagehand: node2: unpacked .*/d.tar.gz -> .*/d: 2 files, .*\(cache miss\)$' /tmp/bcast-other.out
+  [ $(( $(bytes_read) - before )) -ge "$size" ]
+  for n in node1 node2; do "$CLUSTER" daemon-stop "$n"; done
 }
 
 @test "with the per-node (%n) layout nodes read for themselves, as the slurmd log says once" {

@@ -257,6 +257,13 @@ daemon_start() {
     # $hide, the jobs see what is there. unshare and sh exec: the pid stays the daemon's.
     wrap=(unshare --mount --propagation private sh -c 'mount -t tmpfs -o size=1m,mode=0755 hidden "$0" && exec "$@"' "$hide")
   fi
+  # A node restarted "private" has a mount namespace of its own: its daemon runs in it too (it
+  # must see the node's own tmpdir base, as on a real node).
+  local slurmd_pid
+  slurmd_pid=$(pid_of "$DIR/slurmd-$n.pid" slurmd)
+  if [ -n "$slurmd_pid" ] && [ "$(readlink "/proc/$slurmd_pid/ns/mnt")" != "$(readlink /proc/self/ns/mnt)" ]; then
+    wrap=(nsenter "--mount=/proc/$slurmd_pid/ns/mnt" "${wrap[@]}")
+  fi
   # The daemon asks slurmctld (squeue) whether jobs still run: it gets this cluster's SLURM_CONF.
   SLURM_CONF="$SLURM_CONF" setsid "${wrap[@]}" "$DIR/lib/stagehandd" --config "$DIR/etc/stagehand.toml" --node "$n" \
     >>"$DIR/log/stagehandd-$n.log" 2>&1 </dev/null 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- &

@@ -33,17 +33,6 @@ teardown_file() {
   fusermount -u "$STAGEHAND_CLUSTER_DIR/work/shared" 2>/dev/null || umount -l "$STAGEHAND_CLUSTER_DIR/work/shared" || true
 }
 
-# cached NODE NAME: waits until the cache of NODE holds a source whose path ends in NAME (a miss's
-# entry is made by the daemon's fill thread after the job has its data); fails after 60 s.
-cached() {
-  for _ in $(seq 1 300); do
-    "$STAGEHAND_BUILD_DIR/helper/stagehand" cache ls --json --config "$STAGEHAND_TEST_CONFIG" --node "$1" 2>/dev/null |
-      grep -q "/$2\"" && return 0
-    sleep 0.2
-  done
-  echo "cached: $2 never reached the cache of $1" >&2
-  return 1
-}
 bytes_read() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$WORK/shared/.sharedfs-stats"; }
 
 # A fresh copy of a source under the shared mount (new inode: a guaranteed miss).

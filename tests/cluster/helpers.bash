@@ -20,6 +20,18 @@ require_sharedfs() {
   [ -f "$SHAREDFS" ] || { echo "sharedfs.py not found at $SHAREDFS (set STAGEHAND_SHAREDFS)" >&2; return 1; }
 }
 
+# cached NODE NAME: waits (at most 60 s) until NODE's daemon lists an entry whose source ends in
+# /NAME (its fill runs after the job's reply).
+cached() {
+  for _ in $(seq 1 300); do
+    "$STAGEHAND_BUILD_DIR/helper/stagehand" cache ls --json --config "$STAGEHAND_TEST_CONFIG" --node "$1" 2>/dev/null |
+      grep -q "/$2\"" && return 0
+    sleep 0.2
+  done
+  echo "cached: $2 never reached the cache of $1" >&2
+  return 1
+}
+
 # Writes a batch script (from stdin) into the work directory, readable by the test user.
 script() {
   cat >"$WORK/$1"

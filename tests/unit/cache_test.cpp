@@ -89,6 +89,18 @@ TEST(CacheKey, AnyChangeIsAnotherKey)
             identify_file(fd.get(), d / "a.bin", UnpackMode::never)->key);
 }
 
+// An entry filled from a broadcast's copy serves its user only: another user's key, and the
+// plain key, differ.
+TEST(CacheKey, ADeliveredKeyIsTheUsersOwn)
+{
+  const std::string key(64, 'a');
+  EXPECT_EQ(delivered_key(key, 1001), delivered_key(key, 1001));
+  EXPECT_NE(delivered_key(key, 1001), delivered_key(key, 1002));
+  EXPECT_NE(delivered_key(key, 1001), key);
+  EXPECT_NE(delivered_key(key, 1001), delivered_key(std::string(64, 'b'), 1001));
+  EXPECT_EQ(delivered_key(key, 1001).size(), 64U);
+}
+
 TEST(CacheKey, ADirectoryKeyCoversEveryEntry)
 {
   TempDir d;

@@ -33,7 +33,7 @@ TEST(Frame, OversizedIsRefusedBeforeBuffering)
 
 TEST(Request, RoundTripOfEveryOperation)
 {
-  Stage stage{42, {SourceSpec{"data/x", "/d/x", "data/x", SourceKind::dir, Unpack::never}}, 1000};
+  Stage stage{42, {SourceSpec{"data/x", "/d/x", "data/x", SourceKind::dir, Unpack::never, ""}}, 1000, Misses::read};
   std::vector<Request> all = {RegisterJob{1, 1001, 1002}, EndJob{1, ".trash.job_1.3", 0, "", "", ""}, EndJob{2, "", 0, ".stageout.job_2.1.0", "out:/h/out", "/h"}, stage, StatusQuery{},
                               CacheList{}, CacheEvict{"/d/x", false}, CacheEvict{"", true}, Gc{true},
                               StageOutRetry{77}, CacheView{42, stage.sources}};
@@ -47,6 +47,37 @@ TEST(Request, RoundTripOfEveryOperation)
   EXPECT_EQ(s.sources[0].kind, SourceKind::dir);
   EXPECT_EQ(s.sources[0].unpack, Unpack::never);
   EXPECT_EQ(s.max_bytes, 1000U);
+}
+
+// A multi-node job's broadcast: hits first with misses reported, then the delivered copies.
+TEST(Request, StageCarriesMissesAndDeliveredCopies)
+{
+  Stage stage{7, {SourceSpec{"d.tar", "/s/d.tar", "d", SourceKind::file, Unpack::if_archive, ".stagehand-bcast-x.0"}}, 5,
+              Misses::report};
+  auto text = serialize(stage);
+  EXPECT_NE(text.find("\"misses\":\"report\""), std::string::npos) << text;
+  auto s = std::get<Stage>(*parse_request(text));
+  EXPECT_EQ(s.misses, Misses::report);
+  EXPECT_EQ(s.sources[0].delivered, ".stagehand-bcast-x.0");
+  // Without them (as every client before them sent): read every miss, read the source.
+  Stage plain{7, {SourceSpec{"d.tar", "/s/d.tar", "d", SourceKind::file, Unpack::if_archive, ""}}, 5, Misses::read};
+  text = serialize(plain);
+  EXPECT_EQ(text.find("misses"), std::string::npos);
+  EXPECT_EQ(text.find("delivered"), std::string::npos);
+  s = std::get<Stage>(*parse_request(text));
+  EXPECT_EQ(s.misses, Misses::read);
+  EXPECT_TRUE(s.sources[0].delivered.empty());
+  auto bad = parse_request(R"({"v":1,"op":"stage","job_id":1,"max_bytes":1,"misses":"skip","sources":[{"shown":"a","path":"/a","dest":"a","kind":"file","unpack":"auto"}]})");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("misses"), std::string::npos);
+}
+
+TEST(Reply, AnAbsentSourceRoundTrips)
+{
+  StageReply r{{StagedSource{"d.tar", "d", "not staged", 0, 0, 0.01, CacheOutcome::absent, ""}}};
+  auto parsed = parse_stage_reply(parse_reply_frame(serialize_result(r))->result_json);
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->staged[0].cache, CacheOutcome::absent);
 }
 
 TEST(Request, HostileInputIsRefusedWithTheField)

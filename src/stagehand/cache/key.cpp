@@ -104,6 +104,14 @@ void KeyBuilder::add(const std::string& rel, const struct stat& st)
 
 std::string KeyBuilder::key() { return m_hash.hex_digest(); }
 
+std::string delivered_key(const std::string& key, std::uint32_t uid)
+{
+  Sha256 h;
+  const std::string text = "delivered to uid " + std::to_string(uid) + ": " + key;
+  h.update(text.data(), text.size());
+  return h.hex_digest();
+}
+
 Result<SourceIdentity> identify_file(int fd, const std::string& canonical_path, UnpackMode unpack)
 {
   struct stat st {};

@@ -53,6 +53,12 @@ struct SourceIdentity
   std::int64_t newest_ns = 0;   // the latest mtime or ctime of any entry (ns since the epoch)
 };
 
+// The key of an entry filled from a copy of the source that passed through user `uid`'s hands (a
+// read-once broadcast's delivery in the job's directory): the same identity, scoped to that user.
+// The bytes are the user's word for the source's, so such an entry serves only that user's jobs;
+// entries the daemon read from the source itself (the plain key) serve everyone.
+std::string delivered_key(const std::string& key, std::uint32_t uid);
+
 // The racy-source rule (git's racy index): identity is metadata, so a file rewritten within one
 // timestamp tick of the stat that keyed it (same size, same mtime and ctime) keeps its key with other
 // bytes. A fill is published only when every entry's mtime and ctime are older than the window

@@ -22,7 +22,9 @@ Result<SourceSpec> parse_source(const json& j)
   SH_TRY(dest, f.str("dest"));
   SH_TRY(kind, f.str("kind"));
   SH_TRY(unpack, f.str("unpack"));
+  SH_TRY(delivered, j.contains("delivered") ? f.str("delivered") : Result<std::string>(std::string()));
   SourceSpec s;
+  s.delivered = *delivered;
   s.shown = *shown;
   s.path = *path;
   s.dest = *dest;
@@ -86,7 +88,11 @@ Result<Request> parse_object(const json& j)
     if (it == j.end() || !it->is_array() || it->empty() || it->size() > k_max_sources) {
       return bad("\"sources\" must be a list of 1 to " + std::to_string(k_max_sources) + " sources");
     }
-    Stage s{*job, {}, *max};
+    SH_TRY(misses, j.contains("misses") ? f.str("misses") : Result<std::string>(std::string("read")));
+    if (*misses != "read" && *misses != "report") {
+      return bad("\"misses\" must be \"read\" or \"report\"");
+    }
+    Stage s{*job, {}, *max, *misses == "report" ? Misses::report : Misses::read};
     for (const auto& item : *it) {
       SH_TRY(src, parse_source(item));
       s.sources.push_back(std::move(*src));
@@ -125,11 +131,15 @@ Result<Request> parse_object(const json& j)
 
 json source_json(const SourceSpec& s)
 {
-  return json{{"shown", s.shown},
-              {"path", s.path},
-              {"dest", s.dest},
-              {"kind", s.kind == SourceKind::dir ? "dir" : "file"},
-              {"unpack", s.unpack == Unpack::never ? "never" : "auto"}};
+  json j{{"shown", s.shown},
+         {"path", s.path},
+         {"dest", s.dest},
+         {"kind", s.kind == SourceKind::dir ? "dir" : "file"},
+         {"unpack", s.unpack == Unpack::never ? "never" : "auto"}};
+  if (!s.delivered.empty()) {
+    j["delivered"] = s.delivered;
+  }
+  return j;
 }
 
 } // namespace
@@ -181,6 +191,9 @@ std::string serialize(const Request& r)
                         [&](const Stage& x) {
                           j["job_id"] = x.job_id;
                           j["max_bytes"] = x.max_bytes;
+                          if (x.misses == Misses::report) {
+                            j["misses"] = "report";
+                          }
                           j["sources"] = json::array();
                           for (const auto& s : x.sources) {
                             j["sources"].push_back(source_json(s));

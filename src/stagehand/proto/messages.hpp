@@ -48,13 +48,22 @@ struct SourceSpec
   std::string dest;  // relative to SLURM_TMPDIR, normalised
   SourceKind kind = SourceKind::file;
   Unpack unpack = Unpack::if_archive;
+  // A file source's copy that the job's read-once broadcast delivered, relative to the job's
+  // directory: read instead of the source (whose open as the user stays the permission check and
+  // whose identity the key). Optional ("" = read the source).
+  std::string delivered;
 };
+
+// What a stage request does with a source that is neither cached nor being read on the node:
+// read it (the default), or leave it and say so (a multi-node job then broadcasts it).
+enum class Misses { read, report };
 
 struct Stage // the job's user (or root): stage these sources into the job's directory
 {
   std::uint32_t job_id = 0;
   std::vector<SourceSpec> sources;
   std::uint64_t max_bytes = 0;
+  Misses misses = Misses::read;
 };
 
 struct StatusQuery // anyone: what is on this node (a user sees only their own jobs)
@@ -111,7 +120,8 @@ struct Progress
   double seconds = 0;
 };
 
-enum class CacheOutcome { hit, miss, none };
+// `absent`: not staged, by a request with `misses = report` (nothing of it was made).
+enum class CacheOutcome { hit, miss, none, absent };
 const char* outcome_name(CacheOutcome c);
 
 struct StagedSource

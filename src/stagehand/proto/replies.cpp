@@ -36,6 +36,8 @@ const char* outcome_name(CacheOutcome c)
     return "cache miss";
   case CacheOutcome::none:
     return "no cache";
+  case CacheOutcome::absent:
+    return "not staged";
   }
   return "no cache";
 }
@@ -179,7 +181,10 @@ Result<StageReply> parse_stage_reply(std::string_view payload)
     SH_TRY(cache, f.str("cache"));
     SH_TRY(note, f.str("note", true));
     StagedSource s{*shown, *dest, *how, *files, *bytes, *secs, CacheOutcome::none, *note};
-    s.cache = *cache == "cache hit" ? CacheOutcome::hit : *cache == "cache miss" ? CacheOutcome::miss : CacheOutcome::none;
+    s.cache = *cache == "cache hit"    ? CacheOutcome::hit
+              : *cache == "cache miss" ? CacheOutcome::miss
+              : *cache == "not staged" ? CacheOutcome::absent
+                                       : CacheOutcome::none;
     r.staged.push_back(std::move(s));
   }
   return r;
