@@ -18,6 +18,8 @@
 #include "stagehand/tmpdir/views.hpp"
 #include "stagehand/util/escape.hpp"
 
+#include <slurm/slurm.h>
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -272,24 +274,32 @@ Result<std::vector<tmpdir::View>> views_for(const Config& config, const Job& job
 }
 
 // This node's name. slurmstepd sets SLURMD_NODENAME only after task_init_privileged, so until
-// then the environment holds the user's: the name is taken from the step's (or job's) node list at
-// this node's index, else the host name, and a candidate counts only where the base it names holds
+// then the environment holds the user's (a step launched from the batch script carries the batch
+// node's name): the name is taken first from the step's node list at this node's index (the job's
+// for the batch step, whose environment may carry a step list from where it was submitted), then
+// SLURMD_NODENAME, else the host name, and a candidate counts only where the base it names holds
 // this job's directory owned by its user (the prolog's, on this host).
 std::optional<std::string> this_node(spank_t sp, const Config& config, const Job& job)
 {
   std::vector<std::string> candidates;
-  if (auto n = task_env(sp, "SLURMD_NODENAME")) {
-    candidates.push_back(*n);
-  }
   std::uint32_t node_id = 0;
+  std::uint32_t step_id = 0;
   if (spank_get_item(sp, S_JOB_NODEID, &node_id) == ESPANK_SUCCESS) {
+    const bool batch = spank_get_item(sp, S_JOB_STEPID, &step_id) == ESPANK_SUCCESS &&
+                       (step_id == SLURM_BATCH_SCRIPT || step_id == SLURM_INTERACTIVE_STEP);
     for (const char* var : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
+      if (batch && std::string_view(var) == "SLURM_STEP_NODELIST") {
+        continue;
+      }
       auto list = task_env(sp, var);
       auto hosts = list ? ddp::expand_hostlist(*list) : Result<std::vector<std::string>>(Error::internal(""));
       if (hosts && node_id < hosts->size()) {
         candidates.push_back((*hosts)[node_id]);
       }
     }
+  }
+  if (auto n = task_env(sp, "SLURMD_NODENAME")) {
+    candidates.push_back(*n);
   }
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) == 0) {

@@ -58,6 +58,7 @@ struct FillWait
   bool published = false;
   std::shared_ptr<UniqueFd> spool_dir; // set once the spool holds the whole source: the fill's directory
   std::chrono::milliseconds read_time{0}; // how long the read took: how long a waiter waits for the entry
+  std::chrono::steady_clock::time_point patience_until{}; // set with spool_dir: the end of that wait, for every waiter
   std::condition_variable cv;
   std::uint64_t progress = 0;                        // the fill's bytes: read (a file), written (a directory)
   std::chrono::steady_clock::time_point progressed;  // when it last moved (or a directory's entries did)

@@ -233,7 +233,7 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
       // The source is in the spool, the entry not made yet. Linking the entry costs a fraction of
       // unpacking again: wait for it about as long as the read took (a cache that keeps up fills
       // in that time), then deliver from the spool rather than wait on a slow cache disk.
-      const auto patience = std::chrono::steady_clock::now() + wait->read_time + std::chrono::seconds(1);
+      const auto patience = wait->patience_until;
       while (!wait->done && std::chrono::steady_clock::now() < patience) {
         if (!wait->cv.wait_until(lock, std::min(patience, std::chrono::steady_clock::now() + k_keepalive),
                                  [&] { return wait->done; })) {
@@ -292,6 +292,7 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
       wait->spool_dir = std::make_shared<UniqueFd>(::fcntl(missed->spool->dir.get(), F_DUPFD_CLOEXEC, 0));
       wait->read_time = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::duration<double>(seconds() - identified));
+      wait->patience_until = std::chrono::steady_clock::now() + wait->read_time + std::chrono::seconds(1);
       wait->cv.notify_all();
       SpoolFill task;
       task.store = m_store;
@@ -363,6 +364,40 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
 
 namespace stagehand::daemon {
 
+void StageRun::await_fill_for_view(std::unique_lock<std::mutex>& lock, const std::string& key, const std::string& shown)
+{
+  auto it = m_d.m_fills.find(key);
+  if (it == m_d.m_fills.end()) {
+    it = m_d.m_fills.find(cache::delivered_key(key, m_job.uid));
+  }
+  if (it == m_d.m_fills.end()) {
+    return;
+  }
+  // Another job is reading this source: its entry may be a moment away, and a view of it costs
+  // this job nothing where a link or a delivery costs a pass over every file. Waited for: the
+  // read (at most k_view_read_wait: a long read's waiters stage the usual way, with progress lines
+  // in their output), then the entry, until the read's patience runs out (as stage requests do).
+  auto wait = it->second;
+  const auto t0 = Clock::now();
+  const auto read_deadline = t0 + k_view_read_wait;
+  auto keepalive = [&] {
+    lock.unlock();
+    m_out.progress(proto::Progress{shown, 0, 0, std::chrono::duration<double>(Clock::now() - t0).count()});
+    lock.lock();
+  };
+  while (!wait->done && !wait->spool_dir && Clock::now() < read_deadline) {
+    if (!wait->cv.wait_until(lock, std::min(read_deadline, Clock::now() + k_keepalive),
+                             [&] { return wait->done || wait->spool_dir != nullptr; })) {
+      keepalive();
+    }
+  }
+  while (wait->spool_dir && !wait->done && Clock::now() < wait->patience_until) {
+    if (!wait->cv.wait_until(lock, std::min(wait->patience_until, Clock::now() + k_keepalive), [&] { return wait->done; })) {
+      keepalive();
+    }
+  }
+}
+
 std::vector<proto::ViewEntry> StageRun::find_hits()
 {
   {
@@ -385,7 +420,8 @@ std::vector<proto::ViewEntry> StageRun::find_hits()
     if (!found) {
       spdlog::info("job {}: cache view: {}: {}", m_job.job_id, src.path, found.error().message);
     } else {
-      std::lock_guard lock(m_d.m_mutex);
+      std::unique_lock lock(m_d.m_mutex);
+      await_fill_for_view(lock, found->identity.key, src.shown);
       std::string entry = found->identity.key;
       auto meta = m_store && m_d.m_service ? m_store->lookup(entry)
                                            : Result<cache::EntryMeta>(Error::io("the node cache is off", ENOENT));

@@ -18,6 +18,7 @@
 #include <ctime>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -27,6 +28,7 @@ namespace stagehand::daemon {
 
 inline constexpr auto k_keepalive = std::chrono::seconds(5);
 inline constexpr auto k_stalled_fill = std::chrono::seconds(600); // a leader fill silent this long is given up on
+inline constexpr auto k_view_read_wait = std::chrono::seconds(30); // cache_view: how long it waits for another job's read
 
 // For each source, the job user's side opens and identifies it; a hit is linked into the job's
 // directory; a miss is read once by the service user's side, delivered to the job as the job user
@@ -61,6 +63,8 @@ private:
   // failure the child is killed (the job user may have stopped it: it runs with their uid).
   Result<ipc::Message> await(ipc::Child& child, const std::function<proto::Progress()>& status);
   Result<proto::StagedSource> stage_one(const proto::SourceSpec& src);
+  // cache_view: waits (bounded) for another job's read and fill of `key` on this node, if any.
+  void await_fill_for_view(std::unique_lock<std::mutex>& lock, const std::string& key, const std::string& shown);
   // Step 1 of a source: opened and identified by the job user's side.
   struct Identified
   {

@@ -58,6 +58,7 @@ teardown() {
     echo "---- submit output ----"; echo "${SUBMIT_OUTPUT:-}"
     echo "---- job output (job ${JOB_ID:-none}) ----"; echo "${LAST_OUTPUT:-}"
     echo "---- slurmd logs ----"; tail -n 30 "$STAGEHAND_CLUSTER_DIR"/log/slurmd-node*.log || true
+    echo "---- daemon logs ----"; tail -n 30 "$STAGEHAND_CLUSTER_DIR"/log/stagehandd-node*.log || true
   fi
   assert_nodes_healthy
 }
