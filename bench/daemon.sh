@@ -26,12 +26,23 @@
 # expects; a mismatch is printed and counted, never silently timed as the other kind.
 # Usage (root): bench/daemon.sh BUILD_DIR [ROUNDS] [FILES]   (ROUNDS: 3; FILES: 60000)
 #   STAGEHAND_BENCH_PHASES="a b crowd" (the default) picks the parts; STAGEHAND_BENCH_CROWDS="4 16".
+#   STAGEHAND_BENCH_SHAPE picks the source (the scaling table's shapes): "files" (the default, a tar
+#   of FILES x 2 KiB), "tar1g" (a tar of 8 x 128 MiB files), "shards" (a directory of 16 x 64 MiB
+#   files: staged as a directory). The 8 GiB tar of scale.sh does not fit here: source, spool,
+#   entry and the job's copy would take 32 GiB of this 24 GiB machine's tmpfs.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:?usage: daemon.sh BUILD_DIR [ROUNDS] [FILES]}" && pwd)
 rounds=${2:-3}
 files=${3:-60000}
 expect_files=$((files / 1000 * 1000))
+shape=${STAGEHAND_BENCH_SHAPE:-files}
+case $shape in
+  files) src=many.tar; what="$(printf "%'d" "$files") x 2 KiB files in a tar" ;;
+  tar1g) src=many.tar; expect_files=8; what="a tar of 8 x 128 MiB files" ;;
+  shards) src=shards; expect_files=16; what="a directory of 16 x 64 MiB shards" ;;
+  *) echo "daemon.sh: unknown STAGEHAND_BENCH_SHAPE $shape (files, tar1g, shards)" >&2; exit 2 ;;
+esac
 phases=${STAGEHAND_BENCH_PHASES:-a b crowd}
 crowds=${STAGEHAND_BENCH_CROWDS:-4 16}
 layouts=""
@@ -70,9 +81,15 @@ echo "daemon.sh: scratch on $(df --output=fstype "$STAGEHAND_SCRATCH" | tail -n1
 scontrol update PartitionName=debug OverSubscribe=FORCE:16
 
 mkdir -p "$B"
-bench_small_tree "$B/tree" "$files"
-tar -C "$B/tree" -cf "$B/many.tar" .
-rm -rf "$B/tree"
+case $shape in
+  files) bench_small_tree "$B/tree" "$files" ;;
+  tar1g) mkdir -p "$B/tree" && for i in $(seq 1 8); do head -c 128M /dev/urandom >"$B/tree/part$i"; done ;;
+  shards) mkdir -p "$B/shards" && for i in $(seq 1 16); do head -c 64M /dev/urandom >"$B/shards/shard$i"; done ;;
+esac
+if [ "$shape" != shards ]; then
+  tar -C "$B/tree" -cf "$B/many.tar" .
+  rm -rf "$B/tree"
+fi
 chown -R "$STAGEHAND_TEST_USER:" "$B"
 results=$B/times
 : >"$results"
@@ -81,8 +98,8 @@ cd "$B"
 # The test user's srun (or any client), in $B.
 as_user() { runuser -u "$STAGEHAND_TEST_USER" -- env SLURM_CONF="$SLURM_CONF" PATH="$PATH" "$@"; }
 
-# fresh NAME: a fresh copy of many.tar (a key no cache has seen), the test user's.
-fresh() { cp many.tar "$1" && chown "$STAGEHAND_TEST_USER:" "$1"; }
+# fresh NAME: a fresh copy of the source (a key no cache has seen), the test user's.
+fresh() { cp -r "$src" "$1" && chown -R "$STAGEHAND_TEST_USER:" "$1"; }
 
 # use_daemon off|a|b: node1's daemon stopped, or started again with that layout's cache_dir.
 use_daemon() {
@@ -152,7 +169,7 @@ if [ -n "$layouts" ]; then
   sleep 3 # (a source modified within 2 s of its staging is not cached: the racy-source rule)
   for l in $layouts; do
     use_daemon "$l"
-    step "$l-warmup" miss "w$l" --stage-data="many.tar:w$l"
+    step "$l-warmup" miss "w$l" --stage-data="$src:w$l"
     # (and the entry is where the layout says: the daemon took the cache_dir it was given)
     d=$([ "$l" = a ] && echo "${tmpfs_cache//%n/node1}" || echo "$disk_cache/node1")
     # A miss's entry is filled after its job has the data (off the job's path): wait for it.
@@ -172,7 +189,7 @@ if [ -n "$layouts" ]; then
       for what in $([ $((i % 2)) = 1 ] && echo miss hit || echo hit miss); do
         case $what in
           miss) step "$l-miss" miss "m$l$i" --stage-data="miss-$l-$i.tar:m$l$i" ;;
-          hit) step "$l-hit" hit "h$l$i" --stage-data="many.tar:h$l$i" ;;
+          hit) step "$l-hit" hit "h$l$i" --stage-data="$src:h$l$i" ;;
         esac
       done
       rm -f "nd-$l-$i.tar" "miss-$l-$i.tar"
@@ -249,7 +266,7 @@ if [ -n "$bad" ]; then
   tail -n 5 <<<"$bad" | sed 's/^/  | /' >&2
 fi
 
-python3 - "$results" "$rounds" "$files" "$mismatches" <<'PY'
+python3 - "$results" "$rounds" "$what" "$mismatches" <<'PY'
 import statistics, sys
 steps, summ, words = {}, {}, {}
 for line in open(sys.argv[1]):
@@ -259,7 +276,7 @@ for line in open(sys.argv[1]):
         summ.setdefault(key, []).append(float(s))
     words.setdefault(key, []).append(w)
 med = lambda d, k: statistics.median(d[k]) if d.get(k) else float("nan")
-print(f"daemon cache: {int(sys.argv[3]):,} x 2 KiB files in a tar on tmpfs, one srun step on node1, "
+print(f"daemon cache: {sys.argv[3]} on tmpfs, one srun step on node1, "
       f"{sys.argv[2]} rounds interleaved; medians in seconds: the step's wall time / its summary line's staging time")
 names = {"a": "(a) cache_dir on the scratch tmpfs", "b": "(b) scratch on tmpfs, cache_dir on the node's disk"}
 for l in "ab":

@@ -7,10 +7,12 @@
 #include "stage_out.hpp"
 
 #include "stagehand/cache/fill.hpp"
+#include "stagehand/cache/spool.hpp"
 #include "stagehand/cache/store.hpp"
 #include "stagehand/config/config.hpp"
 #include "stagehand/gc/collect.hpp"
 #include "stagehand/ipc/child.hpp"
+#include "stagehand/ipc/shared_memory.hpp"
 #include "stagehand/proto/messages.hpp"
 #include "stagehand/registry/registry.hpp"
 #include "stagehand/util/fd.hpp"
@@ -64,6 +66,22 @@ struct FillWait
   std::chrono::steady_clock::time_point progressed;  // when it last moved (or a directory's entries did)
 };
 
+// A cache fill that follows a miss's spool as the read writes it, so that the entry is ready
+// about when the job's own copy is (spool_fill.cpp). Started by the fill thread (a child outlives
+// no request thread: its parent-death signal is its parent thread's); the miss gives its verdict
+// on the spool through `verdict`, and hands it to the fill thread with the spool, or abandons it.
+struct FollowFill
+{
+  UniqueFd dir;       // the fill's directory (its own descriptor)
+  bool tree = false;  // a directory's tar stream, else an archive's bytes
+  std::uint64_t room = 0;
+  std::string source; // the canonical path, for messages
+  std::optional<ipc::SharedMemory<cache::SpoolVerdict>> verdict;
+  // Guarded by Daemon::m_mutex:
+  std::optional<ipc::Child> child; // once started
+  bool abandoned = false;          // the miss ended without a spool worth filling from
+};
+
 // A miss's spool waiting to become a cache entry (spool_fill.cpp).
 struct SpoolFill
 {
@@ -79,6 +97,7 @@ struct SpoolFill
   std::uint64_t room = 0;
   std::shared_ptr<FillWait> wait;
   std::uint32_t job_id = 0;
+  std::shared_ptr<FollowFill> follow; // the fill already following the spool, if one started
 };
 
 class Daemon
@@ -162,7 +181,12 @@ private:
   void queue_spool_fill_locked(SpoolFill task);
   void end_spool_fill_locked(SpoolFill& task, bool published);
   void fill_loop();
-  Result<cache::FillResult> fill_from_spool(const SpoolFill& task, const ipc::Credentials& service);
+  Result<cache::FillResult> fill_from_spool(SpoolFill& task, const ipc::Credentials& service);
+  // The fill thread starts the fills misses asked to follow their spools (m_follow_starts).
+  void start_follow_fills_locked(std::unique_lock<std::mutex>& lock);
+  Result<ipc::Child> spawn_follower(FollowFill& f, const ipc::Credentials& service);
+  // A fill child's answer, waited for while the fill thread keeps starting followers.
+  Result<cache::FillResult> await_fill_child(ipc::Child& child);
   enum class Publish { published, lost_race, not_cached };
   Publish publish_spool_fill(SpoolFill& task, const cache::FillResult& fr);
   void write_metrics();
@@ -198,6 +222,7 @@ private:
   std::shared_ptr<StageOutQueue> m_stage_out; // --stage-out copies after the jobs (own lock)
 
   std::deque<SpoolFill> m_spool_fills; // for the fill thread
+  std::deque<std::shared_ptr<FollowFill>> m_follow_starts; // for the fill thread to start
   std::condition_variable m_fill_cv;
   std::thread m_fill_thread;
 

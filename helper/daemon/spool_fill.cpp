@@ -1,26 +1,51 @@
-// stagehandd's fill thread: a cache miss's spool (stage_miss.cpp) becomes a cache entry here,
-// after the job that read it has its data. One fill at a time, as the service user; the entry is
-// measured, sealed and published as any fill. A fill that cannot be made (the daemon stopping,
-// too many waiting, an error) is dropped: the next job's miss reads the source again.
+// stagehandd's fill thread: a cache miss's spool (stage_miss.cpp) becomes a cache entry here.
+// An archive's or a tree's spool is unpacked as it is written, by a child this thread starts when
+// the miss begins (it follows the spool: the entry is ready about when the job's own copy is);
+// a zip's or a plain file's after the read. Entries are published one at a time, as the service
+// user, measured and sealed as any fill. A fill that cannot be made (the daemon stopping, too many
+// waiting, an error) is dropped: the next job's miss reads the source again.
 #include "child_reply.hpp"
 #include "daemon.hpp"
 
 #include "stagehand/cache/fill.hpp"
 #include "stagehand/cache/spool.hpp"
+#include "stagehand/fs/remove_tree.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <fcntl.h>
-#include <cerrno>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <thread>
 
 namespace stagehand::daemon {
 
 namespace {
 
 constexpr std::size_t k_max_waiting_fills = 64; // spools on the cache's disk, each at most its size
-constexpr auto k_fill_poll = std::chrono::milliseconds(1000);
+constexpr auto k_fill_poll = std::chrono::milliseconds(100); // also how soon a follower starts meanwhile
+
+// In a fill child: behind the jobs for CPU and disk (nice 10, the lowest best-effort I/O
+// priority), yet never starved on a busy node (best effort).
+void behind_the_jobs()
+{
+  errno = 0;
+  if (::nice(10) == -1 && errno != 0) { /* stays at the daemon's priority */ }
+  (void)::syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0, (2 << 13) | 7 /* IOPRIO_CLASS_BE, level 7 */);
+}
+
+Result<cache::FillResult> fill_reply(const ipc::Message& m)
+{
+  auto reply = child_reply(m);
+  if (!reply) {
+    return reply.error();
+  }
+  return cache::FillResult{(*reply)["how"].get<std::string>(), (*reply)["files"].get<std::uint64_t>(),
+                           (*reply)["bytes"].get<std::uint64_t>()};
+}
 
 } // namespace
 
@@ -46,6 +71,10 @@ void Daemon::queue_spool_fill_locked(SpoolFill task)
 
 void Daemon::end_spool_fill_locked(SpoolFill& task, bool published)
 {
+  if (task.follow) {
+    task.follow->abandoned = true;
+    task.follow->child.reset(); // killed, if it still runs
+  }
   if (task.fill.dir.valid() || !task.fill.name.empty()) {
     remove_later_locked(task.store, task.fill); // by the GC thread
   }
@@ -66,13 +95,18 @@ void Daemon::fill_loop()
 {
   std::unique_lock lock(m_mutex);
   for (;;) {
-    m_fill_cv.wait(lock, [&] { return m_stopping || !m_spool_fills.empty(); });
+    m_fill_cv.wait(lock, [&] { return m_stopping || !m_spool_fills.empty() || !m_follow_starts.empty(); });
     if (m_stopping) {
       for (auto& task : m_spool_fills) {
         end_spool_fill_locked(task, false);
       }
       m_spool_fills.clear();
+      m_follow_starts.clear();
       return;
+    }
+    start_follow_fills_locked(lock);
+    if (m_spool_fills.empty()) {
+      continue;
     }
     SpoolFill task = std::move(m_spool_fills.front());
     m_spool_fills.pop_front();
@@ -96,21 +130,118 @@ void Daemon::fill_loop()
   }
 }
 
-Result<cache::FillResult> Daemon::fill_from_spool(const SpoolFill& task, const ipc::Credentials& service)
+void Daemon::start_follow_fills_locked(std::unique_lock<std::mutex>& lock)
+{
+  while (!m_follow_starts.empty()) {
+    auto f = std::move(m_follow_starts.front());
+    m_follow_starts.pop_front();
+    if (f->abandoned || !m_service || m_stopping) {
+      continue;
+    }
+    const ipc::Credentials service = *m_service;
+    lock.unlock();
+    auto child = spawn_follower(*f, service);
+    lock.lock();
+    if (!child) {
+      spdlog::info("{}: the cache's fill does not follow the read ({}); it is filled after it", f->source,
+                   child.error().message);
+    } else if (!f->abandoned) {
+      f->child = std::move(*child);
+    }
+    // (abandoned meanwhile: the child is killed as `child` goes)
+  }
+}
+
+Result<ipc::Child> Daemon::spawn_follower(FollowFill& f, const ipc::Credentials& service)
+{
+  const bool tree = f.tree;
+  const std::uint64_t room = f.room;
+  const std::string source = f.source;
+  auto child = ipc::spawn_as(service, {f.dir.get(), f.verdict->fd()}, [&](int sock, const std::vector<int>& kept) {
+    behind_the_jobs();
+    struct sigaction ign {};
+    ign.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ign, nullptr); // the unpacking may stop reading: the feeder's write says so
+    auto verdict = ipc::SharedMemory<cache::SpoolVerdict>::attach(kept[1]);
+    int p[2];
+    if (!verdict || ::pipe2(p, O_CLOEXEC) != 0) {
+      (void)ipc::send_message(sock, child_error(verdict ? Error::from_errno("pipe") : verdict.error()));
+      return 1;
+    }
+    UniqueFd rd(p[0]);
+    UniqueFd wr(p[1]);
+    Status fed = ok_status();
+    std::thread feeder([&] {
+      fed = cache::follow_spool(kept[0], wr.get(), *verdict->get());
+      wr.reset();
+    });
+    auto r = tree ? cache::fill_from_stream(rd.get(), kept[0], room, source)
+                  : cache::fill_from_archive_stream(rd.get(), kept[0], room, source);
+    rd.reset(); // a feeder blocked on the pipe ends
+    feeder.join();
+    if (!r || (!fed && r->files == 0)) {
+      (void)ipc::send_message(sock, child_error(!r ? r.error() : fed.error()));
+      return 1;
+    }
+    // (an unpacking that ended at the archive's end marker before the spool's padding: complete)
+    ::unlinkat(kept[0], cache::k_spool_name, 0); // the fill's room back before it is measured
+    (void)ipc::send_message(sock, nlohmann::json{{"ok", true}, {"how", r->how}, {"files", r->files}, {"bytes", r->bytes}}.dump());
+    return 0;
+  });
+  if (child) {
+    f.verdict->handed_out();
+  }
+  return child;
+}
+
+Result<cache::FillResult> Daemon::await_fill_child(ipc::Child& child)
+{
+  for (;;) {
+    auto m = ipc::receive_message(child.sock(), k_fill_poll);
+    if (m) {
+      (void)child.wait();
+      return fill_reply(*m);
+    }
+    std::unique_lock lock(m_mutex);
+    if (m.error().code != ETIMEDOUT || m_stopping) {
+      lock.unlock();
+      child.kill();
+      return m_stopping ? Error::io("the daemon is stopping", EINTR) : child.why_closed(m.error());
+    }
+    start_follow_fills_locked(lock);
+  }
+}
+
+Result<cache::FillResult> Daemon::fill_from_spool(SpoolFill& task, const ipc::Credentials& service)
 {
   if (task.plain) {
     return cache::fill_from_plain_spool(task.fill.dir.get(), cache::k_spool_name, task.mode);
+  }
+  std::optional<ipc::Child> follower;
+  if (task.follow) {
+    std::lock_guard lock(m_mutex);
+    follower = std::move(task.follow->child);
+    task.follow->child.reset();
+  }
+  if (follower) {
+    auto followed = await_fill_child(*follower);
+    if (followed || m_stopping) {
+      return followed;
+    }
+    // What it left is removed with a fill made again from the spool (still there: a follower
+    // removes it only when it succeeds).
+    spdlog::info("job {}: {}: the fill that followed the read failed ({}); filling from the spool", task.job_id,
+                 task.source, followed.error().message);
+    if (auto st = fs::remove_tree(task.fill.dir.get(), cache::k_data_name); !st && st.error().code != ENOENT) {
+      return st.error();
+    }
   }
   UniqueFd spool(::openat(task.fill.dir.get(), cache::k_spool_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (!spool.valid()) {
     return Error::from_errno("the spool");
   }
   auto child = ipc::spawn_as(service, {spool.get(), task.fill.dir.get()}, [&](int sock, const std::vector<int>& kept) {
-    // Off every job's path: behind the jobs for CPU and disk (nice 10, the lowest best-effort I/O
-    // priority), yet never starved on a busy node (best effort).
-    errno = 0;
-    if (::nice(10) == -1 && errno != 0) { /* stays at the daemon's priority */ }
-    (void)::syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0, (2 << 13) | 7 /* IOPRIO_CLASS_BE, level 7 */);
+    behind_the_jobs(); // off every job's path
     auto r = task.tree ? cache::fill_from_stream(kept[0], kept[1], task.room, task.source)
                        : cache::fill_from_file(kept[0], kept[1], task.unpack, task.room, task.source);
     ::unlinkat(kept[1], cache::k_spool_name, 0); // the fill's room back before it is measured
@@ -125,23 +256,7 @@ Result<cache::FillResult> Daemon::fill_from_spool(const SpoolFill& task, const i
     return child.error();
   }
   spool.reset();
-  for (;;) {
-    auto m = ipc::receive_message(child->sock(), k_fill_poll);
-    if (m) {
-      (void)child->wait();
-      auto reply = child_reply(*m);
-      if (!reply) {
-        return reply.error();
-      }
-      return cache::FillResult{(*reply)["how"].get<std::string>(), (*reply)["files"].get<std::uint64_t>(),
-                               (*reply)["bytes"].get<std::uint64_t>()};
-    }
-    std::lock_guard lock(m_mutex);
-    if (m.error().code != ETIMEDOUT || m_stopping) {
-      child->kill();
-      return m_stopping ? Error::io("the daemon is stopping", EINTR) : child->why_closed(m.error());
-    }
-  }
+  return await_fill_child(*child);
 }
 
 Daemon::Publish Daemon::publish_spool_fill(SpoolFill& task, const cache::FillResult& fr)

@@ -307,6 +307,7 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
       task.room = room;
       task.wait = wait;
       task.job_id = m_job.job_id;
+      task.follow = std::move(missed->follow);
       m_d.queue_spool_fill_locked(std::move(task));
     }
     delivered = missed->delivered;

@@ -102,7 +102,41 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
       spdlog::warn("job {}: {}: no cache fill ({})", m_job.job_id, src.path, begun.error().message);
     }
   }
+  // The cache's fill follows the spool as it is written (an archive or a tree: what is unpacked;
+  // a zip is read whole first, a plain file's spool becomes its entry as it is).
+  std::shared_ptr<FollowFill> follow;
+  if (fill && !d.seek_first && d.content != stage::StreamContent::plain_file) {
+    if (auto v = ipc::SharedMemory<cache::SpoolVerdict>::make()) {
+      follow = std::make_shared<FollowFill>();
+      follow->dir = UniqueFd(::fcntl(fill->dir.get(), F_DUPFD_CLOEXEC, 0));
+      follow->tree = src.kind == proto::SourceKind::dir;
+      follow->room = d.room;
+      follow->source = src.path;
+      follow->verdict.emplace(std::move(*v));
+      std::lock_guard lock(m_d.m_mutex);
+      m_d.m_follow_starts.push_back(follow);
+      m_d.m_fill_cv.notify_all();
+    }
+  }
+  auto abandon_follow = [&] {
+    if (!follow) {
+      return;
+    }
+    follow->verdict->get()->state.store(static_cast<std::uint64_t>(cache::SpoolState::dropped));
+    std::optional<ipc::Child> running;
+    {
+      std::lock_guard lock(m_d.m_mutex);
+      follow->abandoned = true;
+      running = std::move(follow->child);
+      follow->child.reset();
+    }
+    if (running) {
+      running->kill(); // before its directory goes
+    }
+    follow.reset();
+  };
   auto drop_fill = [&] {
+    abandon_follow();
     if (fill) {
       std::lock_guard lock(m_d.m_mutex);
       m_d.remove_later_locked(m_store, *fill); // by the GC thread
@@ -303,6 +337,10 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
   if (out.why_uncached.empty() && fill) {
     out.spool = std::move(fill);
     out.spool_bytes = (*teed)["bytes"].get<std::uint64_t>();
+    if (follow) {
+      follow->verdict->get()->state.store(static_cast<std::uint64_t>(cache::SpoolState::complete));
+      out.follow = std::move(follow);
+    }
   } else {
     drop_fill();
   }

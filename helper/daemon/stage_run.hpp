@@ -102,6 +102,7 @@ private:
     std::optional<cache::Fill> spool;
     std::uint64_t spool_bytes = 0;
     std::string why_uncached;
+    std::shared_ptr<FollowFill> follow; // with `spool`: the fill following it, if one was asked for
   };
   Result<ipc::Child> spawn_delivery(int in_fd, const Delivery& d);
   Result<stage::Delivered> delivered_by(const ipc::Message& m) const;

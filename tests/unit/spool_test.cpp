@@ -13,6 +13,7 @@
 #include <future>
 #include <random>
 #include <string>
+#include <thread>
 
 using namespace stagehand;
 
@@ -194,4 +195,69 @@ TEST(Spool, WithoutASpoolOnlyTheJobReads)
   ASSERT_TRUE(run.result) << run.result.error().message;
   EXPECT_TRUE(run.delivered == content);
   EXPECT_EQ(run.result->bytes, content.size());
+}
+
+namespace {
+
+// A spool written in pieces by one thread while follow_spool copies it to a pipe another reads:
+// what the reader got, and follow_spool's answer. `end` is the verdict after the last piece.
+struct Followed
+{
+  std::string got;
+  Status status = ok_status();
+};
+
+Followed follow(const std::string& content, cache::SpoolState end, bool make_spool = true)
+{
+  char tmpl[] = "/tmp/stagehand-follow-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  int p[2];
+  EXPECT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  UniqueFd rd(p[0]);
+  UniqueFd wr(p[1]);
+  cache::SpoolVerdict verdict;
+  auto reader = std::async(std::launch::async, [&] { return read_to_end(rd.get()); });
+  auto follower = std::async(std::launch::async, [&] {
+    auto st = cache::follow_spool(dir_fd.get(), wr.get(), verdict);
+    wr.reset();
+    return st;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20)); // the follower waits for the spool
+  if (make_spool) {
+    UniqueFd spool(::openat(dir_fd.get(), cache::k_spool_name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    for (std::size_t at = 0; at < content.size(); at += 300000) {
+      const auto piece = content.substr(at, 300000);
+      EXPECT_EQ(::write(spool.get(), piece.data(), piece.size()), static_cast<ssize_t>(piece.size()));
+      std::this_thread::sleep_for(std::chrono::milliseconds(5)); // the follower catches up, waits
+    }
+  }
+  verdict.state.store(static_cast<std::uint64_t>(end));
+  Followed out;
+  out.status = follower.get();
+  out.got = reader.get();
+  ::unlinkat(dir_fd.get(), cache::k_spool_name, 0);
+  ::rmdir(dir.c_str());
+  return out;
+}
+
+} // namespace
+
+// A cache fill follows its spool as the read writes it: every byte, ending with the verdict.
+TEST(Spool, AFollowerGetsEveryByteOfAGrowingSpoolOnceItIsComplete)
+{
+  const std::string content = random_bytes(3 * 1024 * 1024 + 17);
+  auto f = follow(content, cache::SpoolState::complete);
+  ASSERT_TRUE(f.status) << f.status.error().message;
+  EXPECT_TRUE(f.got == content);
+}
+
+TEST(Spool, AFollowerOfADroppedSpoolFails)
+{
+  auto f = follow(random_bytes(1024 * 1024), cache::SpoolState::dropped);
+  ASSERT_FALSE(f.status);
+  EXPECT_NE(f.status.error().message.find("given up"), std::string::npos);
+  auto none = follow("", cache::SpoolState::dropped, false); // the tee could not make it
+  ASSERT_FALSE(none.status);
+  EXPECT_NE(none.status.error().message.find("not made"), std::string::npos);
 }

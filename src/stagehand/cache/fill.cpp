@@ -125,4 +125,10 @@ Result<FillResult> fill_from_stream(int stream_fd, int fill_dir_fd, std::uint64_
   return r;
 }
 
+Result<FillResult> fill_from_archive_stream(int stream_fd, int fill_dir_fd, std::uint64_t max_bytes,
+                                            const std::string& shown)
+{
+  return unpack_into(stream_fd, fill_dir_fd, max_bytes, shown);
+}
+
 } // namespace stagehand::cache

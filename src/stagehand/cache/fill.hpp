@@ -53,4 +53,9 @@ Result<FillResult> fill_from_plain_spool(int fill_dir_fd, const char* spool_name
 Result<FillResult> fill_from_stream(int stream_fd, int fill_dir_fd, std::uint64_t max_bytes, const std::string& shown,
                                     stage::WorkCounters* counters = nullptr);
 
+// An archive arriving as a stream on `stream_fd` (a file source's bytes as its spool is written:
+// the fill follows the read): unpacked into `fill_dir_fd`/data, as fill_from_file unpacks it.
+Result<FillResult> fill_from_archive_stream(int stream_fd, int fill_dir_fd, std::uint64_t max_bytes,
+                                            const std::string& shown);
+
 } // namespace stagehand::cache

@@ -1,6 +1,7 @@
 // The one read of a cache miss, to the job and to the spool.
 #include "stagehand/cache/spool.hpp"
 
+#include "stagehand/fs/io.hpp"
 #include "stagehand/util/fd.hpp"
 
 #include <fcntl.h>
@@ -10,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 namespace stagehand::cache {
@@ -208,6 +210,51 @@ Result<TeeResult> copy_loop(int in_fd, Tee& t)
 }
 
 } // namespace
+
+Status follow_spool(int dir_fd, int out_fd, const SpoolVerdict& verdict)
+{
+  constexpr auto k_poll = std::chrono::milliseconds(2);
+  auto state = [&] { return static_cast<SpoolState>(verdict.state.load(std::memory_order_acquire)); };
+  UniqueFd spool;
+  while (!spool.valid()) { // the tee makes it
+    spool = UniqueFd(::openat(dir_fd, k_spool_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (spool.valid()) {
+      break;
+    }
+    if (errno != ENOENT || state() != SpoolState::writing) {
+      return Error::io("the spool was not made", errno == ENOENT ? EIO : errno);
+    }
+    std::this_thread::sleep_for(k_poll);
+  }
+  std::vector<char> buf(k_chunk);
+  for (;;) {
+    // The verdict is read before the read that finds the end: a "complete" seen then means the
+    // end found after it is the spool's end.
+    const SpoolState before = state();
+    const ssize_t n = ::read(spool.get(), buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      return Error::from_errno("the spool");
+    }
+    if (n > 0) {
+      if (auto st = fs::write_all(out_fd, std::string_view(buf.data(), static_cast<std::size_t>(n)), "the fill"); !st) {
+        return st;
+      }
+      continue;
+    }
+    switch (before) {
+    case SpoolState::complete:
+      return ok_status();
+    case SpoolState::dropped:
+      return Error::io("the spool was given up", EIO);
+    case SpoolState::writing:
+      std::this_thread::sleep_for(k_poll);
+      break;
+    }
+  }
+}
 
 Result<TeeResult> tee_source(int in_fd, int deliver_fd, int spool_fd, const SpoolPolicy& policy,
                              stage::WorkCounters* counters)

@@ -8,6 +8,7 @@
 #include "stagehand/stage/counters.hpp"
 #include "stagehand/util/result.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -35,5 +36,20 @@ struct TeeResult
 // follows the bytes read. An error is a read of the source failing.
 Result<TeeResult> tee_source(int in_fd, int deliver_fd, int spool_fd, const SpoolPolicy& policy,
                              stage::WorkCounters* counters = nullptr);
+
+// The daemon's word on a spool still being written, for a fill that follows it as it grows
+// (shared memory: the daemon writes it once it knows, the follower reads it).
+enum class SpoolState : std::uint64_t { writing = 0, complete = 1, dropped = 2 };
+struct SpoolVerdict
+{
+  std::atomic<std::uint64_t> state{0}; // a SpoolState
+};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "SpoolVerdict lives in shared memory");
+
+// Copies the spool `k_spool_name` in `dir_fd` to `out_fd` (a pipe to the fill's unpacking) as it
+// is written: at its end it waits (polling) for more or for the verdict. `complete`: what is left
+// is copied and the copy ends (Ok). `dropped`, or the spool never appearing before the verdict:
+// an error. A reader gone from `out_fd` (EPIPE) ends the copy with an error too.
+Status follow_spool(int dir_fd, int out_fd, const SpoolVerdict& verdict);
 
 } // namespace stagehand::cache
