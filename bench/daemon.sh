@@ -38,9 +38,9 @@ files=${3:-60000}
 expect_files=$((files / 1000 * 1000))
 shape=${STAGEHAND_BENCH_SHAPE:-files}
 case $shape in
-  files) src=many.tar; what="$(printf "%'d" "$files") x 2 KiB files in a tar" ;;
-  tar1g) src=many.tar; expect_files=8; what="a tar of 8 x 128 MiB files" ;;
-  shards) src=shards; expect_files=16; what="a directory of 16 x 64 MiB shards" ;;
+  files) src=many.tar; shape_desc="$(printf "%'d" "$files") x 2 KiB files in a tar" ;;
+  tar1g) src=many.tar; expect_files=8; shape_desc="a tar of 8 x 128 MiB files" ;;
+  shards) src=shards; expect_files=16; shape_desc="a directory of 16 x 64 MiB shards" ;;
   *) echo "daemon.sh: unknown STAGEHAND_BENCH_SHAPE $shape (files, tar1g, shards)" >&2; exit 2 ;;
 esac
 phases=${STAGEHAND_BENCH_PHASES:-a b crowd}
@@ -192,7 +192,7 @@ if [ -n "$layouts" ]; then
           hit) step "$l-hit" hit "h$l$i" --stage-data="$src:h$l$i" ;;
         esac
       done
-      rm -f "nd-$l-$i.tar" "miss-$l-$i.tar"
+      rm -rf "nd-$l-$i.tar" "miss-$l-$i.tar"
     done
     echo "daemon.sh: round $i of $rounds done" >&2
   done
@@ -241,7 +241,7 @@ crowd() {
     words+="${s#* },"
   done
   echo "crowd-$k $(((last - t0) / 1000)) $slowest ${words%,}" >>"$results"
-  rm -f "$tar" release crowd.*.out
+  rm -rf "$tar" release crowd.*.out
 }
 
 case " $phases " in
@@ -266,7 +266,7 @@ if [ -n "$bad" ]; then
   tail -n 5 <<<"$bad" | sed 's/^/  | /' >&2
 fi
 
-python3 - "$results" "$rounds" "$what" "$mismatches" <<'PY'
+python3 - "$results" "$rounds" "$shape_desc" "$mismatches" <<'PY'
 import statistics, sys
 steps, summ, words = {}, {}, {}
 for line in open(sys.argv[1]):

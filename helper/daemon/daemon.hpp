@@ -52,22 +52,8 @@ struct Counters
   std::uint64_t fills_dropped = 0; // misses delivered but not cached: the spool could not keep up, a fill failed
 };
 
-// One fill in progress; requests for the same key wait for it (single flight): for the entry, or
-// (once the source has been read whole) for the spool to deliver from.
-struct FillWait
-{
-  bool done = false;
-  bool published = false;
-  std::shared_ptr<UniqueFd> spool_dir; // set once the spool holds the whole source: the fill's directory
-  std::chrono::milliseconds read_time{0}; // how long the read took: how long a waiter waits for the entry
-  std::chrono::steady_clock::time_point patience_until{}; // set with spool_dir: the end of that wait, for every waiter
-  std::condition_variable cv;
-  std::uint64_t progress = 0;                        // the fill's bytes: read (a file), written (a directory)
-  std::chrono::steady_clock::time_point progressed;  // when it last moved (or a directory's entries did)
-};
-
 // A cache fill that follows a miss's spool as the read writes it, so that the entry is ready
-// about when the job's own copy is (spool_fill.cpp). Started by the fill thread (a child outlives
+// about when the job's own copy is, for the jobs waiting for it (spool_fill.cpp). Started by the fill thread (a child outlives
 // no request thread: its parent-death signal is its parent thread's); the miss gives its verdict
 // on the spool through `verdict`, and hands it to the fill thread with the spool, or abandons it.
 struct FollowFill
@@ -80,6 +66,24 @@ struct FollowFill
   // Guarded by Daemon::m_mutex:
   std::optional<ipc::Child> child; // once started
   bool abandoned = false;          // the miss ended without a spool worth filling from
+};
+
+// One fill in progress; requests for the same key wait for it (single flight): for the entry, or
+// (once the source has been read whole) for the spool to deliver from.
+struct FillWait
+{
+  bool done = false;
+  bool published = false;
+  std::shared_ptr<UniqueFd> spool_dir; // set once the spool holds the whole source: the fill's directory
+  std::chrono::milliseconds read_time{0}; // how long the read took: how long a waiter waits for the entry
+  std::chrono::steady_clock::time_point patience_until{}; // set with spool_dir: the end of that wait, for every waiter
+  std::condition_variable cv;
+  std::uint64_t progress = 0;                        // the fill's bytes: read (a file), written (a directory)
+  std::chrono::steady_clock::time_point progressed;  // when it last moved (or a directory's entries did)
+  // While the leader reads: its fill, to start following the spool when a second job waits (a
+  // fill beside the leader's own copy competes with it for cores; only a crowd gains from it).
+  std::shared_ptr<FollowFill> follow;
+  bool follow_asked = false;
 };
 
 // A miss's spool waiting to become a cache entry (spool_fill.cpp).
@@ -222,6 +226,10 @@ private:
   std::shared_ptr<StageOutQueue> m_stage_out; // --stage-out copies after the jobs (own lock)
 
   std::deque<SpoolFill> m_spool_fills; // for the fill thread
+  // A job waits for `w`'s entry: its fill follows the spool from now on (once).
+  void ask_follow_locked(FillWait& w);
+  // The leader's fill that may follow; started at once when a job waits already.
+  void offer_follow_locked(FillWait& w, std::shared_ptr<FollowFill> f);
   std::deque<std::shared_ptr<FollowFill>> m_follow_starts; // for the fill thread to start
   std::condition_variable m_fill_cv;
   std::thread m_fill_thread;

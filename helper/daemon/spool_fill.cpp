@@ -130,6 +130,23 @@ void Daemon::fill_loop()
   }
 }
 
+void Daemon::ask_follow_locked(FillWait& w)
+{
+  if (!w.follow_asked) {
+    w.follow_asked = true;
+    offer_follow_locked(w, w.follow);
+  }
+}
+
+void Daemon::offer_follow_locked(FillWait& w, std::shared_ptr<FollowFill> f)
+{
+  w.follow = std::move(f);
+  if (w.follow && w.follow_asked) {
+    m_follow_starts.push_back(w.follow);
+    m_fill_cv.notify_all();
+  }
+}
+
 void Daemon::start_follow_fills_locked(std::unique_lock<std::mutex>& lock)
 {
   while (!m_follow_starts.empty()) {
@@ -146,6 +163,7 @@ void Daemon::start_follow_fills_locked(std::unique_lock<std::mutex>& lock)
       spdlog::info("{}: the cache's fill does not follow the read ({}); it is filled after it", f->source,
                    child.error().message);
     } else if (!f->abandoned) {
+      spdlog::info("{}: a job waits for it: the cache's fill follows the read", f->source);
       f->child = std::move(*child);
     }
     // (abandoned meanwhile: the child is killed as `child` goes)

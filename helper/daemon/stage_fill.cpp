@@ -1,6 +1,6 @@
 // stagehandd's stage request, per source: the job user's side opens and identifies it (a child with
 // their credentials), a hit is linked into the job's directory, a miss is read once and delivered
-// (stage_miss.cpp), with the cache filled from the same read after the job has its data.
+// (stage_miss.cpp), with the cache filled from the same read, published after the job has its data.
 #include "child_reply.hpp"
 #include "stage_run.hpp"
 
@@ -214,6 +214,7 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
     }
     if (auto it = m_d.m_fills.find(own_key); it != m_d.m_fills.end() && attempt < 3) {
       auto wait = it->second;
+      m_d.ask_follow_locked(*wait);
       while (!wait->done && !wait->spool_dir) {
         if (std::chrono::steady_clock::now() - wait->progressed > k_stalled_fill) {
           return Error::io("another job's read of this source has made no progress for " +
@@ -281,6 +282,7 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
                                    own_key});
     lock.lock();
     m_fill_wait.reset();
+    wait->follow.reset(); // the read is over: a fill not started yet starts from the whole spool
     if (!missed || !missed->spool) {
       wait->done = true;
       wait->cv.notify_all();
@@ -379,6 +381,7 @@ void StageRun::await_fill_for_view(std::unique_lock<std::mutex>& lock, const std
   // read (at most k_view_read_wait: a long read's waiters stage the usual way, with progress lines
   // in their output), then the entry, until the read's patience runs out (as stage requests do).
   auto wait = it->second;
+  m_d.ask_follow_locked(*wait);
   const auto t0 = Clock::now();
   const auto read_deadline = t0 + k_view_read_wait;
   auto keepalive = [&] {

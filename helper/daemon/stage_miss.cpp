@@ -1,9 +1,10 @@
 // stagehandd's cache miss: the source is read once, by the service user's side, and every byte
 // goes at once to the job (unpacked or copied into its directory by a child with the job user's
 // credentials, as staging without the daemon would) and to a spool in the cache's fill directory.
-// The job's reply does not wait for the cache: the spool is unpacked into an entry afterwards, by
-// the fill thread (spool_fill.cpp). Jobs asking for the same source meanwhile deliver from the
-// spool: no second read of the shared filesystem.
+// The job's reply does not wait for the cache: the spool is unpacked into an entry by a fill the
+// fill thread runs beside the read (it follows the spool as it grows) or after it (a zip, a plain
+// file), at a lower priority (spool_fill.cpp). Jobs asking for the same source meanwhile wait for
+// that entry or deliver from the spool: no second read of the shared filesystem.
 #include "child_reply.hpp"
 #include "stage_run.hpp"
 
@@ -114,8 +115,9 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
       follow->source = src.path;
       follow->verdict.emplace(std::move(*v));
       std::lock_guard lock(m_d.m_mutex);
-      m_d.m_follow_starts.push_back(follow);
-      m_d.m_fill_cv.notify_all();
+      if (m_fill_wait) {
+        m_d.offer_follow_locked(*m_fill_wait, follow); // started when a second job waits for this source
+      }
     }
   }
   auto abandon_follow = [&] {

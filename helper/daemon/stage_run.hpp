@@ -32,8 +32,9 @@ inline constexpr auto k_view_read_wait = std::chrono::seconds(30); // cache_view
 
 // For each source, the job user's side opens and identifies it; a hit is linked into the job's
 // directory; a miss is read once by the service user's side, delivered to the job as the job user
-// and spooled for the cache, which is filled after the reply (single flight: jobs asking
-// meanwhile deliver from the spool). Any failure removes what this request made.
+// and spooled for the cache, whose fill follows the spool and is published after the reply (single
+// flight: jobs asking meanwhile wait for the entry or deliver from the spool). Any failure removes
+// what this request made.
 class StageRun
 {
 public:

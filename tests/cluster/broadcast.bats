@@ -196,16 +196,21 @@ srun -N2 --ntasks-per-node=1 bash -c '
   ls -A "$SLURM_TMPDIR" | grep -q "^\.stagehand-bcast" || echo "no copy left on $SLURMD_NODENAME"'
 EOF2
   size=$(stat -c %s "$WORK/bc-src/d.tar.gz")
-  before=$(bytes_read)
-  submit -N2 --stage-data=bshared/d.tar.gz:d dcheck.sh
-  read=$(( $(bytes_read) - before ))
-  echo "cold: shared storage read $read bytes for a $size-byte archive on 2 nodes with a daemon each"
-  [ "$JOB_RC" -eq 0 ]
-  for n in node1 node2; do
-    echo "$LAST_OUTPUT" | grep -qx "d ok on $n"
-    echo "$LAST_OUTPUT" | grep -qx "d writable on $n"
-    echo "$LAST_OUTPUT" | grep -qx "no copy left on $n"
-  done
+  # run_dcheck WHAT: the 2-node job; `read` the bytes shared storage served; each node's content
+  # right, changeable, and no broadcast copy left.
+  run_dcheck() {
+    before=$(bytes_read)
+    submit -N2 --stage-data=bshared/d.tar.gz:d dcheck.sh
+    read=$(( $(bytes_read) - before ))
+    echo "$1: shared storage read $read bytes for a $size-byte archive on 2 nodes with a daemon each"
+    [ "$JOB_RC" -eq 0 ]
+    for n in node1 node2; do
+      echo "$LAST_OUTPUT" | grep -qx "d ok on $n"
+      echo "$LAST_OUTPUT" | grep -qx "d writable on $n"
+      echo "$LAST_OUTPUT" | grep -qx "no copy left on $n"
+    done
+  }
+  run_dcheck cold
   echo "$LAST_OUTPUT" | grep -Eq '^stagehand: node1: unpacked .*/d.tar.gz -> .*/d: 2 files, .* s, read once, broadcast by sbcast in [0-9.]+ s \(cache miss\)$'
   echo "$LAST_OUTPUT" | grep -Eq '^stagehand: node2: unpacked .*/d.tar.gz -> .*/d: 2 files, .* s, from the broadcast \(sbcast\)(, waited [0-9.]+ s)? \(cache miss\)$'
   [ "$read" -le $(( size * 105 / 100 )) ]
@@ -213,14 +218,8 @@ EOF2
   cached node2 d.tar.gz
 
   # The same user again, on both nodes: two hits, nothing read but the probes, nobody waits.
-  before=$(bytes_read)
-  submit -N2 --stage-data=bshared/d.tar.gz:d dcheck.sh
-  read=$(( $(bytes_read) - before ))
-  echo "warm: shared storage read $read bytes"
-  [ "$JOB_RC" -eq 0 ]
+  run_dcheck warm
   for n in node1 node2; do
-    echo "$LAST_OUTPUT" | grep -qx "d ok on $n"
-    echo "$LAST_OUTPUT" | grep -qx "d writable on $n"
     echo "$LAST_OUTPUT" | grep -Eq "^stagehand: $n: [a-z]+ .*/d.tar.gz -> .*/d: 2 files, .*\(cache hit\)$"
   done
   ! echo "$LAST_OUTPUT" | grep -q 'waited' || false

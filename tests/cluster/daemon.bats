@@ -257,6 +257,36 @@ print(sum(x['bytes'] for x in e))" "$output")
   for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
 }
 
+# Issue 25, item 3: a job that waits for another's read of the same source has the cache's fill
+# follow that read (unpacking the spool as it grows) instead of starting after it.
+@test "a job waiting for another's slow read: the cache's fill follows the read; both jobs and the next get the source's bytes" {
+  fusermount -u "$WORK/shared"
+  setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" --mbps 40 >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
+  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+  as_user "head -c 64M /dev/urandom >cache-src/follow.bin && tar -C cache-src -cf cache-src/follow.tar follow.bin"
+  settle "$WORK/cache-src/follow.tar"
+  want=$(sha256sum "$WORK/cache-src/follow.bin" | cut -c1-64)
+  log=$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log
+  first=$(as_user "sbatch --parsable -N1 -w node1 --stage-data=shared/follow.tar:f -o out.%j --wrap 'sha256sum \$SLURM_TMPDIR/f/follow.bin'")
+  for _ in $(seq 1 100); do ls "$STAGEHAND_CLUSTER_DIR"/cache/node1/tmp/fill.*/spool >/dev/null 2>&1 && break; sleep 0.05; done
+  ls "$STAGEHAND_CLUSTER_DIR"/cache/node1/tmp/fill.*/spool # the first job is reading
+  second=$(as_user "sbatch --parsable -N1 -w node1 --stage-data=shared/follow.tar:f -o out.%j --wrap 'sha256sum \$SLURM_TMPDIR/f/follow.bin'")
+  wait_job_done "$first"
+  wait_job_done "$second"
+  for id in "$first" "$second"; do
+    cat "$WORK/out.$id"
+    grep -q "^$want " "$WORK/out.$id"
+  done
+  grep -q "follow.tar: a job waits for it: the cache's fill follows the read" "$log"
+  grep -q "cached .*follow.tar" "$log"
+  submit -N1 -w node1 --stage-data=shared/follow.tar:f --wrap "'sha256sum \$SLURM_TMPDIR/f/follow.bin'"
+  echo "$LAST_OUTPUT" | grep -q 'shared/follow.tar -> .*(cache hit)$'
+  echo "$LAST_OUTPUT" | grep -q "^$want "
+  fusermount -u "$WORK/shared"
+  setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
+  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+}
+
 @test "a source the daemon cannot see (hidden from it, as a unit's sandbox would) stages without the cache: the job runs" {
   as_user "mkdir -p hidden-src && head -c 300000 /dev/urandom >hidden-src/blob.bin && tar -C hidden-src -cf hidden-src/h.tar blob.bin"
   "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-stop node1
