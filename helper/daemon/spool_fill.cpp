@@ -1,7 +1,7 @@
-// stagehandd's fill thread: a cache miss's spool (stage_miss.cpp) becomes a cache entry here.
-// An archive's or a tree's spool is unpacked as it is written, by a child this thread starts when
-// the miss begins (it follows the spool: the entry is ready about when the job's own copy is);
-// a zip's or a plain file's after the read. Entries are published one at a time, as the service
+// stagehandd's fill thread: a cache miss's spool (stage_miss.cpp) becomes a cache entry here,
+// after the read; or, once another job waits for the source, an archive's or a tree's spool is
+// unpacked as it is written, by a child this thread starts then (it follows the spool: the entry
+// is ready about when the leader's own copy is). A lone miss's fill never competes with its job. Entries are published one at a time, as the service
 // user, measured and sealed as any fill. A fill that cannot be made (the daemon stopping, too many
 // waiting, an error) is dropped: the next job's miss reads the source again.
 #include "child_reply.hpp"

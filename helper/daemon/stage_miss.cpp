@@ -2,8 +2,8 @@
 // goes at once to the job (unpacked or copied into its directory by a child with the job user's
 // credentials, as staging without the daemon would) and to a spool in the cache's fill directory.
 // The job's reply does not wait for the cache: the spool is unpacked into an entry by a fill the
-// fill thread runs beside the read (it follows the spool as it grows) or after it (a zip, a plain
-// file), at a lower priority (spool_fill.cpp). Jobs asking for the same source meanwhile wait for
+// fill thread runs after the read, or beside it (following the spool as it grows) once another
+// job waits for this source, at a lower priority (spool_fill.cpp). Jobs asking for the same source meanwhile wait for
 // that entry or deliver from the spool: no second read of the shared filesystem.
 #include "child_reply.hpp"
 #include "stage_run.hpp"
