@@ -217,6 +217,8 @@ private:
   std::uint64_t m_registry_generation = 0;
   Counters m_counters;
   std::map<std::string, std::shared_ptr<FillWait>> m_fills; // by key
+  std::condition_variable m_fills_cv;                        // a read began (an entry in m_fills)
+  std::map<std::string, std::chrono::steady_clock::time_point> m_view_claims; // cache_view: misses a starting job will read
   std::set<std::string> m_fill_dirs;                         // tmp/ names in use
   std::vector<TmpName> m_removals;                           // for the GC thread to remove
   std::map<std::string, int> m_pins;                         // keys being materialised

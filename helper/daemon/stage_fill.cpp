@@ -274,6 +274,8 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
     auto wait = std::make_shared<FillWait>();
     wait->progressed = std::chrono::steady_clock::now();
     m_d.m_fills[own_key] = wait;
+    m_d.m_view_claims.erase(key); // the claim, if this job made one at task start, is kept
+    m_d.m_fills_cv.notify_all();
     m_fill_wait = wait;
     const ipc::Credentials service = *m_d.m_service;
     lock.unlock();
@@ -369,12 +371,32 @@ namespace stagehand::daemon {
 
 void StageRun::await_fill_for_view(std::unique_lock<std::mutex>& lock, const std::string& key, const std::string& shown)
 {
-  auto it = m_d.m_fills.find(key);
+  const std::string mine = cache::delivered_key(key, m_job.uid);
+  auto reading = [&] {
+    auto it = m_d.m_fills.find(key);
+    return it != m_d.m_fills.end() ? it : m_d.m_fills.find(mine);
+  };
+  auto it = reading();
   if (it == m_d.m_fills.end()) {
-    it = m_d.m_fills.find(cache::delivered_key(key, m_job.uid));
-  }
-  if (it == m_d.m_fills.end()) {
-    return;
+    // Nobody reads it yet. Jobs that start together all ask here before any has begun to read:
+    // the first is the one that will (it claims the source); the others wait, briefly, for its
+    // read to begin, and then for its entry, as for any read under way.
+    const auto now = Clock::now();
+    std::erase_if(m_d.m_view_claims, [&](const auto& c) { return now - c.second > k_view_claim; });
+    if (m_d.m_view_claims.emplace(key, now).second) {
+      m_claimed = true;
+      return; // ours to read
+    }
+    if (m_claimed) {
+      return; // this job reads another source first: it never waits on a read that may wait on it
+    }
+    const auto until = now + k_view_claim_wait;
+    while ((it = reading()) == m_d.m_fills.end() && Clock::now() < until) {
+      m_d.m_fills_cv.wait_until(lock, until);
+    }
+    if (it == m_d.m_fills.end()) {
+      return;
+    }
   }
   // Another job is reading this source: its entry may be a moment away, and a view of it costs
   // this job nothing where a link or a delivery costs a pass over every file. Waited for: the
@@ -425,13 +447,21 @@ std::vector<proto::ViewEntry> StageRun::find_hits()
       spdlog::info("job {}: cache view: {}: {}", m_job.job_id, src.path, found.error().message);
     } else {
       std::unique_lock lock(m_d.m_mutex);
-      await_fill_for_view(lock, found->identity.key, src.shown);
-      std::string entry = found->identity.key;
-      auto meta = m_store && m_d.m_service ? m_store->lookup(entry)
-                                           : Result<cache::EntryMeta>(Error::io("the node cache is off", ENOENT));
-      if (!meta && m_store && m_d.m_service) { // filled for this user from a broadcast's copy
-        entry = cache::delivered_key(found->identity.key, m_job.uid);
-        meta = m_store->lookup(entry);
+      std::string entry;
+      auto look = [&] {
+        entry = found->identity.key;
+        auto m = m_store && m_d.m_service ? m_store->lookup(entry)
+                                          : Result<cache::EntryMeta>(Error::io("the node cache is off", ENOENT));
+        if (!m && m_store && m_d.m_service) { // filled for this user from a broadcast's copy
+          entry = cache::delivered_key(found->identity.key, m_job.uid);
+          m = m_store->lookup(entry);
+        }
+        return m;
+      };
+      auto meta = look();
+      if (!meta && m_store && m_d.m_service) {
+        await_fill_for_view(lock, found->identity.key, src.shown);
+        meta = look();
       }
       if (meta) {
         hit = proto::ViewEntry{entry, meta->files, meta->bytes, meta->how};

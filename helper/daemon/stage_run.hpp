@@ -29,6 +29,8 @@ namespace stagehand::daemon {
 inline constexpr auto k_keepalive = std::chrono::seconds(5);
 inline constexpr auto k_stalled_fill = std::chrono::seconds(600); // a leader fill silent this long is given up on
 inline constexpr auto k_view_read_wait = std::chrono::seconds(30); // cache_view: how long it waits for another job's read
+inline constexpr auto k_view_claim = std::chrono::seconds(10);     // cache_view: a miss's claim to be read, kept this long
+inline constexpr auto k_view_claim_wait = std::chrono::seconds(3); // cache_view: how long for the claimer's read to begin
 
 // For each source, the job user's side opens and identifies it; a hit is linked into the job's
 // directory; a miss is read once by the service user's side, delivered to the job as the job user
@@ -126,6 +128,7 @@ private:
   std::vector<std::string> m_pinned;
   std::uint64_t m_total = 0;
   std::uint64_t m_staging_id = 0;
+  bool m_claimed = false; // cache_view: this job claimed a source to read
 };
 
 } // namespace stagehand::daemon

@@ -219,3 +219,21 @@ TOML
   echo "$LAST_OUTPUT" | grep -qx "mode $STAGEHAND_TEST_USER 640 .*ckpt.pt" # others may not read it: a copy, the user's
   [ -z "$(overlays_under_scratch)" ]
 }
+
+# Issue 25, item 3: jobs that start together on a source nobody has cached yet. The first to ask
+# at task start reads it; the others wait for that read and its entry, and are shown views: one
+# read, no second pass over the files.
+@test "4 jobs started together on a fresh source: one reads it, the other three are shown views" {
+  as_user "mkdir -p crowd-src/c && for i in \$(seq 1 200); do head -c 20000 /dev/urandom >crowd-src/c/f\$i; done && tar -C crowd-src -cf crowd.tar c"
+  settle "$WORK/crowd.tar"
+  want=$(cd "$WORK/crowd-src" && find c -type f -exec sha256sum {} + | LC_ALL=C sort | sha256sum | cut -c1-64)
+  ids=()
+  for i in 1 2 3 4; do
+    ids+=("$(as_user "sbatch --parsable -N1 -n1 -w node1 --stage-data=crowd.tar:c -o out.%j --wrap 'cd \$SLURM_TMPDIR/c && find c -type f -exec sha256sum {} + | LC_ALL=C sort | sha256sum'")")
+  done
+  for id in "${ids[@]}"; do wait_job_done "$id"; done
+  all=$(for id in "${ids[@]}"; do cat "$WORK/out.$id"; done); echo "$all"
+  [ "$(echo "$all" | grep -c "^$want ")" -eq 4 ]
+  [ "$(echo "$all" | grep -c '(cache miss)$')" -eq 1 ]
+  [ "$(echo "$all" | grep -c 'shown as your own files (cache view) (cache hit)$')" -eq 3 ]
+}
