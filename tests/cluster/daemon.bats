@@ -318,6 +318,56 @@ print(sum(x['bytes'] for x in e))" "$output")
   [ ! -e "$SCRATCH/node1/.trash.job_424242.1" ]
 }
 
+# Issue 25, item 1: a stage request may name a broadcast's delivered copy to read in the source's
+# place. The job user's side opens it below the job's directory: an escape, a symlink to a root-only
+# file or a FIFO is not used (the source is read); a copy the user rewrote is the user's own bytes
+# and fills an entry for that user alone: another user's job gets the source's bytes.
+@test "hostile delivered copies: an escape, a symlink, a FIFO are not read; a rewritten copy reaches no other user" {
+  other=${STAGEHAND_TEST_USER}-2
+  as_user "mkdir -p deliv && for i in 1 2 3 4; do head -c 300000 /dev/urandom >deliv/s\$i.bin; done"
+  settle "$WORK/deliv"
+  cat >"$WORK/deliv.py" <<'PY'
+import json, os, socket, struct, sys
+sock, job, work = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+tmp = os.environ["SLURM_TMPDIR"]
+def stage(src, dest, delivered):
+    s = socket.socket(socket.AF_UNIX); s.connect(sock)
+    b = json.dumps({"v": 1, "op": "stage", "job_id": job, "max_bytes": 1 << 30,
+                    "sources": [{"shown": src, "path": f"{work}/deliv/{src}", "dest": dest, "kind": "file",
+                                 "unpack": "auto", "delivered": delivered}]}).encode()
+    s.sendall(struct.pack(">I", len(b)) + b)
+    while True:
+        n = struct.unpack(">I", s.recv(4, socket.MSG_WAITALL))[0]
+        r = json.loads(s.recv(n, socket.MSG_WAITALL))
+        if r.get("type") == "result":
+            print(dest, r.get("ok"), r.get("error", ""), flush=True)
+            return
+os.symlink("/etc/shadow", f"{tmp}/link")
+os.mkfifo(f"{tmp}/fifo")
+with open(f"{tmp}/poison", "wb") as f:
+    f.write(b"P" * os.path.getsize(f"{work}/deliv/s4.bin"))
+stage("s1.bin", "d1", "../../../../etc/shadow")
+stage("s2.bin", "d2", "link")
+stage("s3.bin", "d3", "fifo")
+stage("s4.bin", "d4", "poison")
+PY
+  chmod 0644 "$WORK/deliv.py"
+  submit -N1 -w node1 --tmpdir --wrap "'python3 $WORK/deliv.py $STAGEHAND_CLUSTER_DIR/run/node1.sock \$SLURM_JOB_ID $WORK && cd \$SLURM_TMPDIR && sha256sum d1 d2 d3 d4'"
+  [ "$JOB_RC" -eq 0 ]
+  for i in 1 2 3 4; do echo "$LAST_OUTPUT" | grep -qx "d$i True "; done
+  for i in 1 2 3; do
+    echo "$LAST_OUTPUT" | grep -qx "$(sha256sum "$WORK/deliv/s$i.bin" | cut -c1-64)  d$i" # the source's bytes
+  done
+  echo "$LAST_OUTPUT" | grep -qx "$(head -c 300000 /dev/zero | tr '\0' P | sha256sum | cut -c1-64)  d4" # the user's own
+  cached node1 s4.bin # the user's entry, from the rewritten copy
+  rm -f /tmp/deliv-other.out
+  runuser -u "$other" -- env SLURM_CONF="$SLURM_CONF" PATH="${STAGEHAND_SLURM_BIN:-/usr/bin}:/usr/bin:/bin" \
+    bash -c "cd /tmp && sbatch --wait -N1 -w node1 -o /tmp/deliv-other.out --stage-data='$WORK/deliv/s4.bin:d4' --wrap 'sha256sum \"\$SLURM_TMPDIR/d4\"'"
+  cat /tmp/deliv-other.out
+  grep -q "^$(sha256sum "$WORK/deliv/s4.bin" | cut -c1-64) " /tmp/deliv-other.out
+  grep -q '(cache miss)$' /tmp/deliv-other.out
+}
+
 @test "another user: random bytes, truncated and huge requests, 200 idle connections; gc and evict refused" {
   sock="$STAGEHAND_CLUSTER_DIR/run/node1.sock"
   cat >"$WORK/hostile.py" <<'PY'
