@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <sstream>
 #include <thread>
 
 namespace stagehand::cli {
@@ -197,21 +198,8 @@ std::vector<bool> sent_by_reader(const stage::StageRequest& a, int root_fd, cons
     }
     return sent;
   }
-  std::size_t pos = at + 5;
-  const std::size_t end = text.find('\n', pos);
-  while (pos < end && pos < text.size()) {
-    while (pos < end && text[pos] == ' ') {
-      ++pos;
-    }
-    std::size_t i = 0;
-    bool digits = false;
-    while (pos < end && text[pos] >= '0' && text[pos] <= '9' && i < sources.size()) {
-      i = i * 10 + static_cast<std::size_t>(text[pos++] - '0');
-      digits = true;
-    }
-    if (!digits) {
-      break;
-    }
+  std::istringstream line(text.substr(at + 5, text.find('\n', at + 5) - (at + 5)));
+  for (std::size_t i = 0; line >> i;) {
     if (i < sources.size()) {
       sent[i] = true;
     }

@@ -24,11 +24,7 @@ setup_file() {
   # Fill node1's cache: every test below is a hit.
   runuser -u "$STAGEHAND_TEST_USER" -- env SLURM_CONF="$SLURM_CONF" PATH="${STAGEHAND_SLURM_BIN:-/usr/bin}:/usr/bin:/bin" \
     bash -c "cd '$W' && sbatch --wait -N1 -w node1 -o /dev/null --stage-data=views.tar:o --wrap true"
-  for _ in $(seq 1 300); do # a miss's entry is made after its job has the data
-    "$STAGEHAND_BUILD_DIR/helper/stagehand" cache ls --json --config "$STAGEHAND_TEST_CONFIG" --node node1 | grep -q views.tar && return 0
-    sleep 0.2
-  done
-  return 1
+  cached node1 views.tar # a miss's entry is made after its job has the data
 }
 
 # A held job a failed test left: cancelled, so that the next test has the node.
