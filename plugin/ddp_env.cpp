@@ -127,11 +127,15 @@ int export_ddp_env(spank_t sp, const Config& config, std::optional<ddp::Mode> re
 {
   auto plan = ddp::plan_task(config.ddp, spank_lookup(sp), requested);
   if (!plan) {
-    // Every task of the step fails the same way: one line, from rank 0 (SLURM_PROCID, which
-    // slurmstepd sets for this task with the het offset).
-    if (task_env(sp, "SLURM_PROCID").value_or("0") == "0") {
-      const std::string& m = plan.error().message;
-      slurm_error("stagehand: %s%s", m.starts_with("--ddp-env") ? "" : "--ddp-env: ", m.c_str());
+    // Every task of the step fails the same way: one line for the user, from rank 0
+    // (SLURM_PROCID, which slurmstepd sets for this task with the het offset); the other tasks
+    // say it in their node's slurmd log only, so a node whose tasks end first is not silent there.
+    const std::string& m = plan.error().message;
+    const char* prefix = m.starts_with("--ddp-env") ? "" : "--ddp-env: ";
+    if (auto rank = task_env(sp, "SLURM_PROCID").value_or("0"); rank == "0") {
+      slurm_error("stagehand: %s%s", prefix, m.c_str());
+    } else {
+      slurm_info("stagehand: task %s: %s%s", rank.c_str(), prefix, m.c_str());
     }
     return -1;
   }

@@ -81,11 +81,34 @@ EOF
   assert_all_ranks_agree "$LAST_OUTPUT" 4
 }
 
+@test "heterogeneous step that srun makes itself (srun --ddp-env A : B outside an allocation), and salloc A : B: one world of 4" {
+  # Seen before: "heterogeneous step: cannot read SLURM_JOB_NODELIST_HET_GROUP_0" on one node and
+  # only Slurm's "task_init() failed" on the other (srun's own het job sets only the _PACK_GROUP_
+  # names). --ddp-env given once, on the first component, applies to the whole step.
+  echo_rank='bash -c "echo addr \$RANK \$WORLD_SIZE \$MASTER_ADDR \$MASTER_PORT \$SLURMD_NODENAME"'
+  run as_user "timeout 120 srun -N1 -n2 -w node2 --ddp-env $echo_rank : -N1 -n2 -w node1 $echo_rank 2>&1;
+               timeout 120 srun -N1 -n2 -w node2 --ddp-env python3 allreduce.py : -N1 -n2 -w node1 python3 allreduce.py 2>&1"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  ! echo "$output" | grep -q 'stagehand' || false
+  [ "$(echo "$output" | grep -Ec '^addr [0-3] 4 node2 [0-9]+ node[12]$')" -eq 4 ]
+  echo "$output" | grep -Eq '^addr 0 4 node2 [0-9]+ node2$'
+  [ "$(echo "$output" | grep '^addr ' | cut -d' ' -f5 | sort -u | wc -l)" -eq 1 ]
+  assert_all_ranks_agree "$output" 4
+  # salloc makes the het job, its srun --het-group=0,1 the step.
+  run as_user "timeout 120 salloc -Q -N1 -n2 -w node2 : -N1 -n2 -w node1 srun --het-group=0,1 --ddp-env python3 allreduce.py 2>&1"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  assert_all_ranks_agree "$output" 4
+}
+
 @test "--ddp-env=torchrun with several tasks on a node: the step is refused with one line" {
   submit -N2 -n4 --wrap "'srun --ddp-env=torchrun true'"
   [ "$JOB_RC" -ne 0 ]
   [ "$(echo "$LAST_OUTPUT" | grep -c 'stagehand:')" -eq 1 ]
   echo "$LAST_OUTPUT" | grep -q 'stagehand: --ddp-env=torchrun: this step has 4 tasks on 2 nodes; torchrun starts the workers itself, so start one torchrun per node (srun --ntasks-per-node=1)'
+  # The other tasks say it in their node's slurmd log (node2 has no rank 0 here).
+  grep -q 'stagehand: task [1-3]: --ddp-env=torchrun: this step has 4 tasks on 2 nodes' "$STAGEHAND_CLUSTER_DIR/log/slurmd-node2.log"
 }
 
 @test "torchrun mode: PET_NODE_RANK, is_host, rendezvous timeouts and PET_LOCAL_ADDR from the template" {

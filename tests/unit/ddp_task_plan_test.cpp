@@ -133,11 +133,13 @@ TEST(TaskPlan, InteractiveStepsGetJobLevelValues)
 }
 
 // Item 14. Recorded: `srun --het-group=0,1 --ddp-env` over two components of 2 tasks each
-// (het: group 0 on node1; het-reversed: group 0 on node2). The spank items are per component
-// (each has a rank 0 and a task count of 2); one world of 4 is expected.
+// (het: group 0 on node1; het-reversed: group 0 on node2), and `srun -w node2 … : -w node1 …` run
+// outside an allocation (het-srun: srun makes the het job, and sets only the _PACK_GROUP_ names).
+// The spank items are per component (each has a rank 0 and a task count of 2); one world of 4.
 TEST(TaskPlan, HeterogeneousStepIsOneWorld)
 {
-  for (const auto& [name, rank0_node] : {std::pair{"het", "node1"}, std::pair{"het-reversed", "node2"}}) {
+  for (const auto& [name, rank0_node] :
+       {std::pair{"het", "node1"}, std::pair{"het-reversed", "node2"}, std::pair{"het-srun", "node2"}}) {
     auto ranks = recorded_step(name);
     ASSERT_EQ(ranks.size(), 4U);
     std::set<std::string> seen_ranks, ports, addrs, ids, component_ranks;

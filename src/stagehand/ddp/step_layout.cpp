@@ -97,10 +97,15 @@ Status apply_het_environment(StepLayout& s, const EnvLookup& env)
   if (s.global_task_id >= s.ntasks || s.node_id >= s.nnodes) {
     return Error::internal("heterogeneous step: SLURM_PROCID or SLURM_NODEID out of range");
   }
+  // sbatch and salloc set both names of group 0's node list; an `srun A : B` that makes its own
+  // het job sets only the old one (Slurm's _PACK_GROUP_, still so in 25.11).
   auto group0 = env("SLURM_JOB_NODELIST_HET_GROUP_0");
+  if (!group0) {
+    group0 = env("SLURM_JOB_NODELIST_PACK_GROUP_0");
+  }
   auto first = group0 ? first_host(*group0) : Result<std::string>(Error::internal(""));
   if (!first) {
-    return Error::internal("heterogeneous step: cannot read SLURM_JOB_NODELIST_HET_GROUP_0");
+    return Error::internal("heterogeneous step: cannot read SLURM_JOB_NODELIST_HET_GROUP_0 (nor _PACK_GROUP_0)");
   }
   s.rank0_host = *first;
   s.heterogeneous = true;
