@@ -72,6 +72,11 @@ int stepd_privileged(spank_t sp, int ac, char** av);
 int job_prolog(spank_t sp, int ac, char** av);
 int job_epilog(spank_t sp, int ac, char** av);
 
+// job_namespace.cpp: the line saying that Slurm's per-job private directories (namespace/tmpfs)
+// hide [tmpdir] base from the jobs, or nothing. `slurm_conf`: the path of slurm.conf where the
+// caller knows it (a task's SLURM_CONF); otherwise slurmd's -f, SLURM_CONF, /etc/slurm/slurm.conf.
+std::optional<std::string> base_hidden_by_job_namespace(const Config& config, std::optional<std::string> slurm_conf);
+
 // task_init_privileged (cache_views.cpp, root): shows this job's cache hits on this node as its
 // user's own files (once per node per job); never fails the task. task_views(): the destinations
 // shown so, for this task's staging helper.

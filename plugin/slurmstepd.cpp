@@ -84,6 +84,10 @@ int export_tmpdir(spank_t sp, const Config& config, std::string& path, std::stri
   auto base = tmpdir::base_path(config, node);
   auto dir = base ? tmpdir::find_job_dir(*base, job_id, ::getuid()) : Result<std::string>(base.error());
   if (!dir) {
+    if (auto hidden = base_hidden_by_job_namespace(config, task_env(sp, "SLURM_CONF"))) {
+      slurm_error("stagehand: --tmpdir: no scratch directory on node %s: %s", node.c_str(), hidden->c_str());
+      return -1;
+    }
     slurm_error("stagehand: --tmpdir: no scratch directory on node %s: %s (the node's prolog did not make it; "
                 "see the slurmd log)",
                 node.c_str(), escape_control(dir.error().message).c_str());

@@ -35,6 +35,9 @@ __attribute__((visibility("default"))) int slurm_spank_init(spank_t sp, int ac, 
     if (spank_context() == S_CTX_SLURMD) { // once per slurmd start (and reconfigure)
       if (auto config = load(ac, av)) {
         log_broadcast_layout(*config);
+        if (auto hidden = base_hidden_by_job_namespace(*config, std::nullopt)) {
+          slurm_error("stagehand: %s", hidden->c_str());
+        }
       }
       return 0;
     }

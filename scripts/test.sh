@@ -9,7 +9,9 @@
 #        CPU goes on with: the 22.05 unit tests; Slurm 25.11.7 (built once per machine, cached by
 #        sha256); the 25.11 build and unit tests; the 25.11 cluster suite (two more lanes); the
 #        ASan+UBSan build and unit tests, then a subset of the cluster suite under them (a lane);
-#        the fuzz targets (corpus replayed, 10 s each)
+#        the fuzz targets (corpus replayed, 10 s each); Slurm 24.11.7 and 23.11.11 (each built
+#        once per machine), a build against each and its unit tests, then a cluster smoke on a
+#        cluster of that release (a lane each; scripts/ci/release.sh)
 #     3. when every lane has ended: the packages (.deb checked, installed, used by a two-node job,
 #        purged; the .deb again as an admin runs it, under Debian's systemd as PID 1 of a
 #        throw-away overlay guest; the RPM)
@@ -128,13 +130,13 @@ declare -A FILE_SECONDS=(
   [broadcast.bats]=60 [daemon.bats]=110 [ddp.bats]=50 [ddp_steps.bats]=35 [export_none.bats]=5
   [fault.bats]=35 [progress.bats]=80 [root_paths.bats]=65 [stage.bats]=30 [stage_engine.bats]=25
   [stage_grammar.bats]=12 [stage_out.bats]=150 [tmpdir.bats]=28 [prolog_scripts.bats]=65 [daemon_load.bats]=70
-  [stuck_child.bats]=45 [tmpdir_mounts.bats]=20 [views.bats]=60
+  [stuck_child.bats]=45 [tmpdir_mounts.bats]=20 [views.bats]=60 [namespace_tmpfs.bats]=25
 )
-# suite_half 1|2: the files of that half, greedily by time.
+# suite_half 1|2 RELEASE: the files of that half for that release (tests/cluster/files_for.sh:
+# a file may require a later Slurm), greedily by time.
 suite_half() {
-  local want=$1 f t a=0 b=0 sorted
-  sorted=$(for f in "$root"/tests/cluster/*.bats; do
-    f=$(basename "$f")
+  local want=$1 release=$2 f t a=0 b=0 sorted
+  sorted=$("$root/tests/cluster/files_for.sh" "$release" 2>/dev/null | while read -r f; do
     echo "${FILE_SECONDS[$f]:-120} $f"
   done | sort -rn)
   while read -r t f; do
@@ -147,8 +149,10 @@ suite_half() {
     fi
   done <<<"$sorted"
 }
-mapfile -t half1 < <(suite_half 1)
-mapfile -t half2 < <(suite_half 2)
+mapfile -t half1 < <(suite_half 1 22.05)
+mapfile -t half2 < <(suite_half 2 22.05)
+mapfile -t half1_current < <(suite_half 1 25.11)
+mapfile -t half2_current < <(suite_half 2 25.11)
 
 # phase NAME COMMAND...: a foreground phase, after checking that no lane has failed meanwhile.
 phase() {
@@ -165,6 +169,7 @@ export STAGEHAND_TEST_TMP=$CI_TMP/unit
 mkdir -p "$STAGEHAND_TEST_TMP"
 
 phase "build (Debian's Slurm 22.05)" "$ci/build.sh" "$build"
+"$root/tests/cluster/files_for.sh" 22.05 2>&1 >/dev/null | while read -r line; do ci_summary_line "  $line"; done
 ci_lane "cluster tests (Slurm 22.05), half 1" 0 "$ci/cluster.sh" "$build" "${half1[@]}"
 ci_lane "cluster tests (Slurm 22.05), half 2" 1 "$ci/cluster.sh" "$build" "${half2[@]}"
 phase "unit tests (Slurm 22.05)" "$ci/unit.sh" "$build"
@@ -175,12 +180,19 @@ if [ "$mode" = full ]; then
   slurm_prefix=$(cat "$slurm_prefix_file")
   rm -f "$slurm_prefix_file"
   phase "build (Slurm 25.11)" "$ci/build.sh" "$build_current" -DSLURM_ROOT="$slurm_prefix"
-  ci_lane "cluster tests (Slurm 25.11), half 1" 2 "$ci/cluster.sh" "$build_current" "${half1[@]}"
-  ci_lane "cluster tests (Slurm 25.11), half 2" 3 "$ci/cluster.sh" "$build_current" "${half2[@]}"
+  ci_lane "cluster tests (Slurm 25.11), half 1" 2 "$ci/cluster.sh" "$build_current" "${half1_current[@]}"
+  ci_lane "cluster tests (Slurm 25.11), half 2" 3 "$ci/cluster.sh" "$build_current" "${half2_current[@]}"
   phase "unit tests (Slurm 25.11)" "$ci/unit.sh" "$build_current"
   phase "sanitizers: build, unit tests (ASan+UBSan)" "$ci/sanitize.sh" "$build" unit
   ci_lane "sanitizers: cluster subset (ASan+UBSan)" 4 "$ci/sanitize.sh" "$build" cluster
   phase "fuzzing (corpus replayed, then ${STAGEHAND_FUZZ_SECONDS:-10} s a target)" "$ci/fuzz.sh" "$build"
+  # The other releases of the README's support table: a build, its unit tests, the cluster smoke.
+  lane=5
+  for version in 24.11.7 23.11.11; do
+    phase "Slurm $version: build, unit tests" "$ci/release.sh" "$version" "$build-slurm$version" build
+    ci_lane "cluster smoke (Slurm $version)" "$lane" "$ci/release.sh" "$version" "$build-slurm$version" smoke
+    lane=$((lane + 1))
+  done
 fi
 
 ci_log "waiting for the lanes"

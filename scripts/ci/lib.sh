@@ -236,3 +236,27 @@ ci_ccache_stats() {
     $1 == "cache_miss" { miss += $2 }
     END { printf "ccache: %d of %d compilations served from the cache\n", hit, hit + miss }'
 }
+
+# ci_smoke_tests files|filter: the cluster smoke a release beside the two fully tested ones gets
+# (release.sh, scripts/slurm-matrix.sh): --tmpdir on two nodes, --stage-data through the daemon
+# (a miss, then a hit), --ddp-env with PyTorch's all_reduce (a plain step, a heterogeneous one
+# made by srun), --stage-out. The files, one a line, or the regex of the test names (bats
+# --filter); each name must match exactly one test (release.sh checks the count bats plans).
+CI_SMOKE=(
+  "tmpdir.bats|2-node job: each node has its own directory, owned by the user, mode 0700"
+  "daemon.bats|a second job on the node is a cache hit with identical content"
+  "ddp.bats|srun -N2 -n4 --ddp-env: PyTorch gloo all_reduce with init_method=env://"
+  "ddp_steps.bats|heterogeneous step that srun makes itself"
+  "stage_out.bats|a job that ends normally leaves out/ in DEST"
+)
+ci_smoke_tests() {
+  local entry
+  case "$1" in
+    files) for entry in "${CI_SMOKE[@]}"; do echo "${entry%%|*}"; done ;;
+    filter)
+      local names=()
+      for entry in "${CI_SMOKE[@]}"; do names+=("$(printf '%s' "${entry#*|}" | sed 's/[][\.*^$()+?{}|]/\\&/g')"); done
+      (IFS='|'; echo "^(${names[*]})")
+      ;;
+  esac
+}

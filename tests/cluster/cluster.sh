@@ -17,6 +17,12 @@
 #   cluster.sh node-start NODE | controller-start
 #                                start a slurmd or slurmctld again that a test stopped
 #   cluster.sh sweep             kill what names STAGEHAND_CLUSTER_DIR, detach mounts below it
+#   cluster.sh namespace tmpfs|none
+#                                Slurm's per-job private directories on or off (namespace/tmpfs
+#                                from 25.11, job_container/tmpfs before; PrologFlags=Contain) and
+#                                slurmctld and both slurmd restarted: no job may be running. The
+#                                private directory (job_container.conf Dirs=) is $DIR/private: a
+#                                site's is /tmp, but this cluster's own files may lie under /tmp
 #   cluster.sh node-restart NODE [private]  restart NODE's slurmd; "private": in a mount namespace
 #                                of its own with a private tmpfs at $SCRATCH/local, so that one
 #                                path is node-local as on a real cluster (sbcast writes one path
@@ -41,6 +47,9 @@ TEST_USER=${STAGEHAND_TEST_USER:-stagehand-test}
 SERVICE_USER=${STAGEHAND_SERVICE_USER:-stagehand}
 NODES=(node1 node2)
 HOST=$(hostname -s)
+# namespace/tmpfs's BasePath (`cluster.sh namespace tmpfs`): Slurm refuses one under /tmp or
+# /dev/shm, where this cluster's directory may be; one per cluster, by its ports.
+NS_BASE=/run/stagehand-cluster-ns/$PORT
 
 log() { echo "cluster: $*" >&2; }
 die() { echo "cluster: error: $*" >&2; exit 1; }
@@ -323,6 +332,38 @@ wait_idle() {
   return 1
 }
 
+# namespace_set tmpfs|none: see the usage at the top.
+namespace_set() {
+  local mode=$1 n version key
+  eval "$(print_env)"
+  sed -i '/^NamespaceType=/d; /^JobContainerType=/d; s/^PrologFlags=.*/PrologFlags=Alloc/' "$DIR/etc/slurm.conf"
+  rm -f "$DIR/etc/job_container.conf"
+  case "$mode" in
+    none) ;;
+    tmpfs)
+      rm -rf "$DIR/private"
+      mkdir -p "$DIR/private" "$NS_BASE"
+      echo "$NS_BASE" >"$DIR/etc/ns-base"
+      chmod 1777 "$DIR/private"
+      chmod 0700 "$NS_BASE"
+      version=$("$SLURM_SBIN/slurmd" -V | awk '{ split($2, v, "."); print v[1] * 100 + v[2] }')
+      key=JobContainerType=job_container/tmpfs
+      [ "$version" -lt 2511 ] || key=NamespaceType=namespace/tmpfs
+      sed -i 's/^PrologFlags=.*/PrologFlags=Alloc,Contain/' "$DIR/etc/slurm.conf"
+      echo "$key" >>"$DIR/etc/slurm.conf"
+      # BasePath gets /NODENAME appended by a Slurm built with --enable-multiple-slurmd.
+      printf 'AutoBasePath=true\nBasePath=%s\nDirs=%s\n' "$NS_BASE" "$DIR/private" >"$DIR/etc/job_container.conf"
+      chmod 0644 "$DIR/etc/job_container.conf"
+      ;;
+    *) die "namespace: tmpfs or none, not '$mode'" ;;
+  esac
+  kill_pidfile "$DIR/slurmctld.pid" slurmctld
+  for n in "${NODES[@]}"; do kill_pidfile "$DIR/slurmd-$n.pid" slurmd; done
+  start_controller
+  for n in "${NODES[@]}"; do start_node "$n"; done
+  wait_idle
+}
+
 cmd_start() {
   local mode=copy
   if [ "${1:-}" = --installed ]; then
@@ -440,10 +481,17 @@ sweep() {
     cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue # (gone meanwhile: skipped)
     if [[ "$cmd" == *"$DIR/"* || "$cmd" == *"$base/"* ]]; then kill -9 "$pid" 2>/dev/null || true; fi
   done
+  # And namespace/tmpfs's BasePath, where `cluster.sh namespace tmpfs` put it (the jobs' mounts).
+  local ns
+  ns=$(cat "$DIR/etc/ns-base" 2>/dev/null || true)
   while read -r m; do
     m=$(printf '%b' "$m") # findmnt -r writes a space as \x20
-    if [[ "$m" == "$base/"* ]]; then umount -l "$m" 2>/dev/null || true; fi
+    if [[ "$m" == "$base/"* || ( -n "$ns" && "$m" == "$ns/"* ) ]]; then umount -l "$m" 2>/dev/null || true; fi
   done < <(findmnt -rn -o TARGET | sort -r)
+  if [ -n "$ns" ]; then
+    rm -rf --one-file-system "$ns"
+    rm -f "$DIR/etc/ns-base"
+  fi
 }
 
 case "${1:-}" in
@@ -456,6 +504,7 @@ case "${1:-}" in
   node-start) eval "$(print_env)"; start_node "${2:?node}" </dev/null >/dev/null 2>&1 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- ;;
   controller-start) eval "$(print_env)"; start_controller </dev/null >/dev/null 2>&1 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- ;;
   node-restart) node_restart "${2:?node}" "${3:-}" ;;
+  namespace) namespace_set "${2:?tmpfs or none}" </dev/null >/dev/null 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- ;;
   sweep) sweep ;; # (also for test.sh: its whole tmpfs, unit tests' leftovers included)
-  *) echo "usage: cluster.sh start [--installed] PLUGIN_SO | stop | env | daemon-start NODE | daemon-stop NODE [SIGNAL] | node-start NODE | controller-start | node-restart NODE [private] | sweep" >&2; exit 2 ;;
+  *) echo "usage: cluster.sh start [--installed] PLUGIN_SO | stop | env | daemon-start NODE | daemon-stop NODE [SIGNAL] | node-start NODE | controller-start | node-restart NODE [private] | namespace tmpfs|none | sweep" >&2; exit 2 ;;
 esac

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts the local two-node cluster with the built plugin, runs the bats cluster tests, and
 # always stops the cluster. Fails when any test fails or is skipped.
-# Usage: run.sh BUILD_DIR [FILE.bats ...]   (default: every .bats file here)
+# Usage: run.sh BUILD_DIR [FILE.bats ...]   (default: every .bats file here that the cluster's
+# Slurm release runs: tests/cluster/files_for.sh)
 # (STAGEHAND_SLURM_PREFIX: the Slurm to run, the one BUILD_DIR was configured against; see cluster.sh)
 # (STAGEHAND_BATS_FILTER: only the tests whose names match this regex, as bats --filter; for working
 # on one test, never in CI)
@@ -10,7 +11,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:?usage: run.sh BUILD_DIR [FILE.bats ...]}" && pwd)
 shift
 files=("$@")
-[ ${#files[@]} -gt 0 ] || files=("$here"/*.bats)
 
 [ "$(id -u)" -eq 0 ] || { echo "cluster tests: must run as root (they start slurmd)" >&2; exit 1; }
 # Run the Slurm the build was configured against (cmake -DSLURM_ROOT), unless told otherwise.
@@ -32,6 +32,9 @@ trap 'exec >/dev/null 2>&1; exit 129' HUP
 trap '"$here/cluster.sh" stop' EXIT
 "$here/cluster.sh" start "$build/plugin/stagehand.so"
 eval "$("$here/cluster.sh" env)"
+if [ ${#files[@]} -eq 0 ]; then # every file this release runs (files_for.sh says which it leaves out)
+  mapfile -t files < <("$here/files_for.sh" "$("$STAGEHAND_SLURM_BIN/sinfo" -V | cut -d' ' -f2)" | sed "s|^|$here/|")
+fi
 
 export PATH="$build/helper:$PATH"
 export STAGEHAND_BUILD_DIR=$build
