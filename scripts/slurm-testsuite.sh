@@ -21,7 +21,8 @@
 #             default = true in stagehand.toml, and --ddp-env through Slurm's SPANK option
 #             variable SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_ddp_env in the submitting
 #             environment (what a site's profile script would export)
-# STAGEHAND_TESTSUITE_PASSES picks passes (default "without with forced").
+# STAGEHAND_TESTSUITE_PASSES picks passes (default "without with forced");
+# STAGEHAND_TESTSUITE_TIMEOUT bounds each test file (default 600 s).
 #
 # Prints a table (test, one column a pass: passed, failed, skipped, error) and writes it with the
 # JUnit files to STAGEHAND_TESTSUITE_OUT (default /tmp/stagehand-testsuite-results). Exit status 1
@@ -33,7 +34,8 @@
 # line (this Slurm's clients first in PATH where SLURM_CONF is this cluster's) go at exit.
 # The cluster: STAGEHAND_CLUSTER_DIR (default /tmp/stagehand-testsuite), STAGEHAND_CLUSTER_PORT
 # (default 47717). Needs sudo and the python modules of the testsuite (apt-get install sudo python3-pytest
-# python3-jsondiff python3-requests).
+# python3-jsondiff python3-requests python3-pexpect mariadb-client-core: the suite restores an
+# accounting database with mysql after each test, and finds none here).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:?usage: slurm-testsuite.sh BUILD_DIR TESTSUITE_DIR [TEST ...]}" && pwd)
@@ -41,8 +43,9 @@ suite=$(cd "${2:?usage: slurm-testsuite.sh BUILD_DIR TESTSUITE_DIR [TEST ...]}" 
 shift 2
 [ "$(id -u)" -eq 0 ] || { echo "slurm-testsuite.sh: run as root" >&2; exit 1; }
 [ -f "$suite/lib/atf.py" ] && [ -d "$suite/tests" ] || { echo "slurm-testsuite.sh: $suite is not Slurm's testsuite/python (no lib/atf.py, tests/)" >&2; exit 1; }
-command -v pytest-3 >/dev/null && command -v sudo >/dev/null ||
-  { echo "slurm-testsuite.sh: needs pytest-3 and sudo (apt-get install sudo python3-pytest python3-jsondiff python3-requests)" >&2; exit 1; }
+command -v pytest-3 >/dev/null && command -v sudo >/dev/null && command -v mysql >/dev/null &&
+  /usr/bin/python3 -c 'import jsondiff, requests, pexpect' 2>/dev/null ||
+  { echo "slurm-testsuite.sh: needs pytest-3 and sudo (apt-get install sudo python3-pytest python3-jsondiff python3-requests python3-pexpect mariadb-client-core)" >&2; exit 1; }
 
 # The default subset: what a two-node cluster without accounting (slurmdbd) can serve, for the
 # parts of Slurm a SPANK plugin reaches: job submission and steps, arrays, heterogeneous jobs,
@@ -117,9 +120,10 @@ chown "$STAGEHAND_TEST_USER:" "$work"
 cp -r "$suite" "$work/python"
 chown -R "$STAGEHAND_TEST_USER:" "$work/python"
 
-# The testsuite reads TmpFS (it makes and removes each node's directory); the daemons it starts
-# read the file again.
+# The testsuite reads TmpFS (it makes and removes the directory of each node) and expects the
+# nodes it adds (node3, ...) in the partition; the daemons it starts read the file again.
 echo "TmpFS=$STAGEHAND_CLUSTER_DIR/spool/%n/tmp" >>"$SLURM_CONF"
+sed -i 's/^PartitionName=debug Nodes=[^ ]*/PartitionName=debug Nodes=ALL/' "$SLURM_CONF"
 mkdir -p "$STAGEHAND_CLUSTER_DIR"/spool/{node1,node2}/tmp
 
 plugstack_line=$(cat "$STAGEHAND_CLUSTER_DIR/etc/plugstack.conf")
@@ -153,14 +157,14 @@ for pass in "${passes[@]}"; do
     runuser -u "$STAGEHAND_TEST_USER" -- env -i HOME="$work" USER="$STAGEHAND_TEST_USER" LOGNAME="$STAGEHAND_TEST_USER" \
       PATH="$path" \
       SLURM_CONF="$SLURM_CONF" SLURM_TESTSUITE_CONF="$conf" "${extra[@]}" \
-      bash -c "cd '$work/python' && timeout 900 pytest-3 --auto-config -p no:cacheprovider -q \
+      bash -c "cd '$work/python' && timeout ${STAGEHAND_TESTSUITE_TIMEOUT:-600} pytest-3 --auto-config -p no:cacheprovider -q \
         --junitxml='$out/$pass.${t%.py}.xml' 'tests/$t'" >"$out/$pass.${t%.py}.log" 2>&1 || status=$?
     echo "   $t: exit $status in $((SECONDS - start)) s"
   done
 done
 
 # The table: one row per test case, one column per pass.
-python3 - "$out" "${passes[@]}" <<'PY' | tee "$out/table.txt"
+/usr/bin/python3 - "$out" "${passes[@]}" <<'PY' | tee "$out/table.txt"
 import glob, os, sys
 import xml.etree.ElementTree as ET
 out, passes = sys.argv[1], sys.argv[2:]

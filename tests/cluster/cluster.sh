@@ -186,6 +186,7 @@ $(cat "$DIR/etc/daemon.toml.part")
 TOML
   chmod 0644 "$DIR/etc/stagehand.toml"
 
+  # (No single quote in it: Slurm's python testsuite rewrites it with `echo '...'`.)
   cat >"$DIR/etc/slurm.conf" <<CONF
 # Test cluster (written by tests/cluster/cluster.sh).
 ClusterName=stagehandtest
@@ -199,7 +200,7 @@ CredType=cred/munge
 StateSaveLocation=$DIR/ctld
 SlurmdSpoolDir=$DIR/spool/%n
 SlurmctldPidFile=$DIR/slurmctld.pid
-# Job ids of their own too (tests find a job's slurmstepd by "[JOBID."): 1, 100001, 200001, ...
+# Job ids of their own too (tests find the slurmstepd of a job by "[JOBID."): 1, 100001, 200001, ...
 FirstJobId=$(( PORT > 46817 ? (PORT - 46817) / 100 * 100000 + 1 : 1 ))
 SlurmdPidFile=$DIR/slurmd-%n.pid
 SlurmctldLogFile=$DIR/log/slurmctld.log
@@ -213,8 +214,8 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SwitchType=switch/none
 MpiDefault=none
-# Every step gets ports of its own (SLURM_STEP_RESV_PORTS): --ddp-env's MASTER_PORT then comes
-# from them. A range per cluster (inside this cluster's block of 100 ports), so that test
+# Every step gets ports of its own (SLURM_STEP_RESV_PORTS): MASTER_PORT of --ddp-env then comes
+# from them. A range per cluster (inside the block of 100 ports of this cluster), so that test
 # clusters running side by side never hand out the same port.
 MpiParams=ports=$((PORT + 10))-$((PORT + 99))
 # salloc without a command starts its shell in an interactive step on the first node.
@@ -455,9 +456,10 @@ cmd_stop() {
     done
   fi
   for n in "${NODES[@]}"; do daemon_stop "$n"; kill_pidfile "$DIR/slurmd-$n.pid" slurmd; done
-  # Steps left behind: only ours, recognised by the SLURM_CONF they inherited from our slurmd.
+  # Steps left behind, and daemons of this cluster that another started (Slurm's own testsuite
+  # starts `slurmd -N node3` ...): only ours, recognised by the SLURM_CONF in their environment.
   local pid
-  for pid in $(pgrep -f '^slurmstepd:' || true); do
+  for pid in $(pgrep -f '^slurmstepd:' || true) $(pgrep -x slurmd || true) $(pgrep -x slurmctld || true); do
     if grep -qxz "SLURM_CONF=$DIR/etc/slurm.conf" "/proc/$pid/environ" 2>/dev/null; then
       kill -9 "$pid" 2>/dev/null || true
     fi
