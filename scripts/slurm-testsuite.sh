@@ -86,7 +86,7 @@ profile=/etc/profile.d/stagehand-testsuite.sh
 
 cleanup() {
   "$cluster" stop >/dev/null 2>&1 || true
-  rm -f "$sudoers" "$profile"
+  rm -f "$sudoers" "$profile" "$STAGEHAND_CLUSTER_DIR"/etc/*.orig-atf
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -123,6 +123,9 @@ chown -R "$STAGEHAND_TEST_USER:" "$work/python"
 # The testsuite reads TmpFS (it makes and removes the directory of each node) and expects the
 # nodes it adds (node3, ...) in the partition; the daemons it starts read the file again.
 echo "TmpFS=$STAGEHAND_CLUSTER_DIR/spool/%n/tmp" >>"$SLURM_CONF"
+# (A backup the suite left, stopped midway, would be put back over this file after the first test
+# that changes it.)
+rm -f "$STAGEHAND_CLUSTER_DIR"/etc/*.orig-atf
 sed -i 's/^PartitionName=debug Nodes=[^ ]*/PartitionName=debug Nodes=ALL/' "$SLURM_CONF"
 mkdir -p "$STAGEHAND_CLUSTER_DIR"/spool/{node1,node2}/tmp
 
@@ -172,7 +175,9 @@ results = {}
 for p in passes:
     for f in sorted(glob.glob(os.path.join(out, p + ".test_*.xml"))):
         for case in ET.parse(f).getroot().iter("testcase"):
-            name = case.get("classname", "").split(".")[-1] + "::" + case.get("name", "")
+            parts = case.get("classname", "").split(".")
+            module = [i for i, part in enumerate(parts) if part.startswith("test_")]
+            name = "::".join(parts[module[0] if module else -1:] + [case.get("name", "")])
             kind = "passed"
             for child in case:
                 if child.tag in ("failure", "error", "skipped"):
