@@ -64,6 +64,14 @@ teardown() {
 }
 
 bytes_read() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$WORK/bshared/.sharedfs-stats"; }
+# submit_counted ARGS...: submit (ARGS to sbatch); `read` is then the bytes shared storage served
+# meanwhile.
+submit_counted() {
+  local before
+  before=$(bytes_read)
+  submit "$@"
+  read=$(( $(bytes_read) - before ))
+}
 
 # The job's check on each node: the parts' checksums, and nothing of the broadcast left behind.
 write_check() {
@@ -78,9 +86,7 @@ EOF2
 @test "a two-node job reads a 256 MiB archive from shared storage once; both nodes hold identical content" {
   write_check
   size=$(stat -c %s "$WORK/bc-src/big.tar")
-  before=$(bytes_read)
-  submit -N2 --stage-data=bshared/big.tar:big check-nodes.sh
-  read=$(( $(bytes_read) - before ))
+  submit_counted -N2 --stage-data=bshared/big.tar:big check-nodes.sh
   echo "shared storage read $read bytes for a $size-byte archive on 2 nodes"
   [ "$JOB_RC" -eq 0 ]
   for n in node1 node2; do
@@ -99,9 +105,7 @@ srun -N2 --ntasks-per-node=1 --stage-data=bshared/small.tar.gz:small bash -c '
   cmp <(seq 1 100000) "$SLURM_TMPDIR/small/s/numbers.txt" && echo "small ok on $SLURMD_NODENAME"'
 EOF2
   size=$(stat -c %s "$WORK/bc-src/small.tar.gz")
-  before=$(bytes_read)
-  submit -N2 step.sh
-  read=$(( $(bytes_read) - before ))
+  submit_counted -N2 step.sh
   [ "$JOB_RC" -eq 0 ]
   echo "$LAST_OUTPUT" | grep -qx "small ok on node1"
   echo "$LAST_OUTPUT" | grep -qx "small ok on node2"
@@ -199,9 +203,7 @@ EOF2
   # run_dcheck WHAT: the 2-node job; `read` the bytes shared storage served; each node's content
   # right, changeable, and no broadcast copy left.
   run_dcheck() {
-    before=$(bytes_read)
-    submit -N2 --stage-data=bshared/d.tar.gz:d dcheck.sh
-    read=$(( $(bytes_read) - before ))
+    submit_counted -N2 --stage-data=bshared/d.tar.gz:d dcheck.sh
     echo "$1: shared storage read $read bytes for a $size-byte archive on 2 nodes with a daemon each"
     [ "$JOB_RC" -eq 0 ]
     for n in node1 node2; do
@@ -246,9 +248,7 @@ EOF2
   logged=$(grep -c 'differs per node' "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log")
   write_check
   size=$(stat -c %s "$WORK/bc-src/big.tar")
-  before=$(bytes_read)
-  submit -N2 --stage-data=bshared/big.tar:big check-nodes.sh
-  read=$(( $(bytes_read) - before ))
+  submit_counted -N2 --stage-data=bshared/big.tar:big check-nodes.sh
   [ "$JOB_RC" -eq 0 ]
   echo "$LAST_OUTPUT" | grep -qx "content ok on node1"
   echo "$LAST_OUTPUT" | grep -qx "content ok on node2"
