@@ -493,9 +493,12 @@ TEST(OverlayView, RefusesATargetThatIsNotAnEmptyDirectoryOfItsOwn)
   });
 }
 
-// O(1) in files: mounting and unmounting the view of a 60,000-file tree against
-// hard-linking its 60,000 files one by one (what a cache hit does today), and
-// against the view of a 1-file tree.
+// O(1) in files: the view of a 60,000-file tree is made without touching the
+// tree. No directory of it is listed (atime, on a strictatime tmpfs), no entry
+// is changed or linked (ctime, links), and the view takes as many inodes as the
+// view of a 1-file tree. How long it takes is printed, never asserted (tests
+// do not assert on wall time); bench/cache.sh measures hits at 60,000 and
+// 600,000 files against cp and tar.
 TEST(OverlayView, MountingIsO1InFiles)
 {
   STAGEHAND_REQUIRE_ROOT();
@@ -503,6 +506,10 @@ TEST(OverlayView, MountingIsO1InFiles)
   in_private_mounts([&](Outcome& o) {
     Layout l;
     if (!make_layout(tmp / "fs", l, o) || !supported(l, o)) {
+      return;
+    }
+    if (::mount(nullptr, l.fs.c_str(), nullptr, MS_REMOUNT | MS_STRICTATIME, "size=512m,mode=0755") != 0) {
+      o.check(false, std::string("remount strictatime: ") + std::strerror(errno));
       return;
     }
     using Clock = std::chrono::steady_clock;
@@ -521,9 +528,35 @@ TEST(OverlayView, MountingIsO1InFiles)
         ::close(fd);
       }
     }
-    auto view_ms = [&](int n) {
+    // Every directory's atime and ctime and every file's ctime and links, by
+    // name: reading them lists nothing.
+    auto tree_state = [&] {
+      std::vector<std::string> out;
+      out.reserve(k_dirs * (k_per_dir + 1));
+      auto times = [](const struct timespec& t) { return std::to_string(t.tv_sec) + "." + std::to_string(t.tv_nsec); };
+      for (int i = 0; i < k_dirs; ++i) {
+        const std::string dir = l.tree() + "/d" + std::to_string(i);
+        const struct stat d = lstat_of(dir);
+        out.push_back(dir + " atime " + times(d.st_atim) + " ctime " + times(d.st_ctim));
+        for (int j = 0; j < k_per_dir; ++j) {
+          const std::string f = dir + "/f" + std::to_string(j);
+          const struct stat st = lstat_of(f);
+          out.push_back(f + " ctime " + times(st.st_ctim) + " nlink " + std::to_string(st.st_nlink));
+        }
+      }
+      return out;
+    };
+    auto inodes_used = [&] {
+      struct statvfs v {};
+      ::statvfs(l.fs.c_str(), &v);
+      return static_cast<long long>(v.f_files) - static_cast<long long>(v.f_ffree);
+    };
+    // Mounts job n's view, counts the inodes it took, unmounts it.
+    auto view = [&](int n, long long& inodes) {
       const auto t0 = Clock::now();
+      const long long before = inodes_used();
       auto st = mount_view(l, n, k_job);
+      inodes = inodes_used() - before;
       UniqueFd parent(fd_of(l.job(n)));
       auto un = fs::unmount_overlay_view(parent.get(), "data");
       const double t = ms(Clock::now() - t0);
@@ -531,31 +564,27 @@ TEST(OverlayView, MountingIsO1InFiles)
               "view " + std::to_string(n) + ": " + (st ? "" : st.error().message) + (un ? "" : un.error().message));
       return t;
     };
+    const auto before = tree_state();
+    long long first = 0; // the first view on a fresh filesystem takes one inode more than the rest (measured): left out
+    view(0, first);
     std::vector<double> views;
+    std::vector<long long> view_inodes;
     for (int n = 1; n <= 5; ++n) {
-      views.push_back(view_ms(n));
+      long long inodes = 0;
+      views.push_back(view(n, inodes));
+      view_inodes.push_back(inodes);
     }
-    std::sort(views.begin(), views.end());
-
-    // Today's hit: the directories made, each file linked.
-    const auto t0 = Clock::now();
-    const std::string dest = l.fs + "/jobs/linked";
-    ::mkdir(dest.c_str(), 0700);
-    UniqueFd src(fd_of(l.tree(), O_RDONLY | O_DIRECTORY));
-    UniqueFd dst(fd_of(dest, O_RDONLY | O_DIRECTORY));
-    int linked = 0;
-    for (int i = 0; i < k_dirs; ++i) {
-      const std::string dn = "d" + std::to_string(i);
-      ::mkdirat(dst.get(), dn.c_str(), 0755);
-      UniqueFd sd(::openat(src.get(), dn.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-      UniqueFd dd(::openat(dst.get(), dn.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-      for (int j = 0; j < k_per_dir; ++j) {
-        const std::string f = "f" + std::to_string(j);
-        linked += ::linkat(sd.get(), f.c_str(), dd.get(), f.c_str(), 0) == 0;
+    const auto after = tree_state();
+    std::size_t changed = 0;
+    for (std::size_t i = 0; i < before.size() && i < after.size(); ++i) {
+      if (before[i] != after[i]) {
+        if (changed++ == 0) {
+          o.check(false, "the view touched the tree: " + before[i] + " became " + after[i]);
+        }
       }
     }
-    const double link_ms = ms(Clock::now() - t0);
-    CHECK(o, linked == k_dirs * k_per_dir);
+    CHECK(o, changed == 0);
+    std::sort(views.begin(), views.end());
 
     // The same view of a 1-file tree.
     UniqueFd cache(fd_of(l.cache(), O_RDONLY | O_DIRECTORY));
@@ -563,19 +592,29 @@ TEST(OverlayView, MountingIsO1InFiles)
     make_dir(l.tree(), 0755, k_service);
     put(l.tree() + "/f", "x", 0644, k_service);
     std::vector<double> small;
+    std::vector<long long> small_inodes;
     for (int n = 11; n <= 15; ++n) {
-      small.push_back(view_ms(n));
+      long long inodes = 0;
+      small.push_back(view(n, inodes));
+      small_inodes.push_back(inodes);
     }
     std::sort(small.begin(), small.end());
+    // Each view made the same directories (job<n>, data, scratch and the
+    // layers in it), whatever the tree holds.
+    CHECK(o, view_inodes == small_inodes);
+    CHECK(o, view_inodes.front() > 0 && view_inodes.front() < 20);
+    auto join = [](const std::vector<long long>& v) {
+      std::string out;
+      for (long long x : v) {
+        out += (out.empty() ? "" : ",") + std::to_string(x);
+      }
+      return out;
+    };
     std::ostringstream r;
     r.precision(2);
     r << std::fixed << "60,000 files on tmpfs: view mount+unmount median " << views[2] << " ms (min " << views[0]
-      << ", max " << views[4] << "), 1-file tree " << small[2] << " ms; linkat of the 60,000 files " << link_ms
-      << " ms\n";
+      << ", max " << views[4] << "), 1-file tree " << small[2] << " ms; inodes per view " << join(view_inodes)
+      << " and " << join(small_inodes) << "; no entry of the tree listed, changed or linked\n";
     o.report += r.str();
-    // O(1): the 60,000-file view costs as little as the 1-file one (a margin
-    // for noisy shared cores).
-    CHECK(o, views[2] < 10 * small[2] + 5);
-    CHECK(o, views[2] * 10 < link_ms);
   });
 }
