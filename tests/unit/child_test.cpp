@@ -107,7 +107,7 @@ TEST(ChildWait, WaitIsBoundedAndKillsAChildThatNeverExits)
   ASSERT_TRUE(ipc::receive_message(child->sock(), 10s));
   const auto t0 = Clock::now();
   auto ended = child->wait(300ms);
-  EXPECT_LT(seconds_since(t0), 30.0); // bounded, not forever: a loaded CI machine is slow;
+  EXPECT_LT(seconds_since(t0), 30.0); // bounded, not forever (a loaded CI machine is slow)
   ASSERT_FALSE(ended);
   EXPECT_EQ(ended.error().code, ETIMEDOUT);
   EXPECT_EQ(ended.error().message, "a child of user attacker did not exit within 300 ms of its last word: killed");
