@@ -112,10 +112,10 @@ ensure_hosts() {
 }
 
 # The cluster's block of ports kept out of the kernel's ephemeral ports: the steps' reserved ports
-# (MpiParams=ports=), as the README asks of a site (else any outgoing connection on the host may
-# hold one, and --ddp-env's check that MASTER_PORT can be bound rightly fails the step), and the
-# daemons' own, which a restarted slurmd or slurmctld must bind again while other clusters beside
-# it make connections.
+# (MpiParams=ports=), as docs/admin-guide.md asks of a site (else any outgoing connection on the
+# host may hold one, and --ddp-env's check that MASTER_PORT can be bound rightly fails the step),
+# and the daemons' own, which a restarted slurmd or slurmctld must bind again while other clusters
+# beside it make connections.
 reserve_step_ports() {
   local f=/proc/sys/net/ipv4/ip_local_reserved_ports range="$PORT-$((PORT + 99))" cur
   cur=$(cat "$f" 2>/dev/null) || return 0

@@ -412,7 +412,7 @@ EOF
   # Two starts (enable --now, restart), each said.
   [ "$(grep -c "listening on /run/stagehand/stagehandd.sock (requests at once: [0-9]*, [0-9]* per user" <<<"$log")" -ge 2 ]
   grep -Eq "node $NODE: base /local/stagehand, cache /local/stagehand-cache " <<<"$log"
-  # README: "For each staged source it logs where the time went".
+  # docs/admin-guide.md: "For each staged source it logs where the time went".
   grep -Eq "job $miss: $WORKDIR/data/tree\.tar\.gz \(cache miss\): [0-9.]+ s: identified in [0-9.]+ s, delivered in [0-9.]+ s, linked in [0-9.]+ s\$" <<<"$log"
   grep -Eq "job $hit: $WORKDIR/data/tree\.tar\.gz \(cache hit\): [0-9.]+ s: identified in [0-9.]+ s, found in [0-9.]+ s, linked in [0-9.]+ s\$" <<<"$log"
   grep -Eq "reloaded $CONFIG\$" <<<"$log"

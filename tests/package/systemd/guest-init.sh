@@ -31,8 +31,8 @@ mount -t overlay stagehand-guest -o "lowerdir=/,upperdir=$W/t/upper,workdir=$W/t
 R=$W/t/root
 
 # The guest's network namespace has only its loopback; its Slurm ports (slurmctld 48817, slurmd
-# 48818, the steps' 48830-48899) are kept out of its ephemeral ports, as the README asks of a site.
-# (/proc/sys/net is this namespace's, not the host's.)
+# 48818, the steps' 48830-48899) are kept out of its ephemeral ports, as docs/admin-guide.md asks
+# of a site. (/proc/sys/net is this namespace's, not the host's.)
 echo 48817-48916 >/proc/sys/net/ipv4/ip_local_reserved_ports
 # And an IPv4 address besides 127.0.0.1: Slurm resolves even "127.0.0.1" with AF_INET and
 # AI_ADDRCONFIG, which glibc answers only where some address other than 127.0.0.1 is configured
