@@ -121,7 +121,7 @@ std::vector<proto::SourceSpec> candidates(const std::vector<stage::StageSpec>& s
     }
     // Root never looks at the source (a user's hung filesystem would hold this task child in the
     // kernel): the daemon's side, as the job user, finds whether it is a file or a directory.
-    out.push_back(proto::SourceSpec{s.src, s.src, dest, proto::SourceKind::file, proto::Unpack::if_archive, ""});
+    out.push_back(proto::SourceSpec{s.src, s.src, dest, stage::SourceKind::file, stage::Unpack::if_archive, ""});
   }
   return out;
 }

@@ -165,7 +165,7 @@ std::uint64_t size_at(int root_fd, const std::string& name)
   return ::fstatat(root_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
 }
 
-bool is_file(const stage::CheckedSource& s) { return !s.is_dir; }
+bool is_file(const stage::CheckedSource& s) { return s.kind == stage::SourceKind::file; }
 
 // The sources with each wanted file source that has a delivered copy read from it.
 Delivery from_copies(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources,
@@ -215,7 +215,7 @@ Delivery read_and_broadcast(const stage::StageRequest& a, int root_fd, const std
   std::string sent_list;
   for (std::size_t i = 0; i < sources.size(); ++i) {
     const auto& s = sources[i];
-    if (s.is_dir || !wanted[i]) {
+    if (s.kind == stage::SourceKind::dir || !wanted[i]) {
       continue;
     }
     // Opened the one way every source is (no FIFO, no symlink, allowed_roots on what is open);
@@ -274,7 +274,7 @@ Delivery await_delivery(const stage::StageRequest& a, int root_fd, const std::ve
   std::uint64_t total = 0;
   for (std::size_t i = 0; i < sources.size(); ++i) {
     const auto& s = sources[i];
-    if (!s.is_dir && wanted[i]) {
+    if (s.kind == stage::SourceKind::file && wanted[i]) {
       shown += (shown.empty() ? "" : ",") + s.shown;
       total += s.bytes;
     }

@@ -73,8 +73,7 @@ DaemonOutcome stage_via_daemon(const stage::StageRequest& a, const std::vector<s
   for (std::size_t i = 0; i < sources.size(); ++i) {
     const auto& s = sources[i];
     req.sources.push_back(proto::SourceSpec{s.shown, s.path, s.dest,
-                                            s.is_dir ? proto::SourceKind::dir : proto::SourceKind::file,
-                                            s.mode == stage::Unpack::never ? proto::Unpack::never : proto::Unpack::if_archive,
+                                            s.kind, s.mode,
                                             i < ask.copies.size() ? ask.copies[i] : ""});
   }
   ipc::CallOptions options;
@@ -258,7 +257,7 @@ int stage_run_checked(const std::vector<std::string>& args)
   // the file sources it would read; those are broadcast (read once for the job) and the daemon
   // then stages them from the delivered copies, filling its cache from them.
   const bool broadcasts = a.bcast != stage::BcastRole::none &&
-                          std::any_of(sources->begin(), sources->end(), [](const auto& s) { return !s.is_dir; });
+                          std::any_of(sources->begin(), sources->end(), [](const auto& s) { return s.kind == stage::SourceKind::file; });
   if (daemon && std::find(todo.begin(), todo.end(), true) != todo.end()) {
     std::string failure;
     DaemonAsk ask;

@@ -97,7 +97,7 @@ struct SpoolFill
   bool plain = false; // a file's bytes that are not unpacked: the spool is the entry's file
   mode_t mode = 0;    // that file's mode
   std::uint64_t spool_bytes = 0;
-  cache::UnpackMode unpack = cache::UnpackMode::if_archive;
+  stage::Unpack unpack = stage::Unpack::if_archive;
   std::uint64_t room = 0;
   std::shared_ptr<FillWait> wait;
   std::uint32_t job_id = 0;

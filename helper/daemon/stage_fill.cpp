@@ -30,21 +30,6 @@ namespace stagehand::daemon {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-namespace {
-
-
-cache::SourceShape shape_of(const proto::SourceSpec& s)
-{
-  return s.kind == proto::SourceKind::dir ? cache::SourceShape::dir : cache::SourceShape::file;
-}
-
-cache::UnpackMode unpack_of(const proto::SourceSpec& s)
-{
-  return s.unpack == proto::Unpack::never ? cache::UnpackMode::never : cache::UnpackMode::if_archive;
-}
-
-} // namespace
-
 Result<StageRun::Identified> StageRun::identify(const proto::SourceSpec& src, const std::function<double()>& seconds)
 {
   std::vector<std::string> roots;
@@ -53,19 +38,19 @@ Result<StageRun::Identified> StageRun::identify(const proto::SourceSpec& src, co
     roots = m_d.m_config.stage.allowed_roots;
   }
   // A delivered copy of a file source is opened by the same child, below the job's directory.
-  const bool copy_wanted = !src.delivered.empty() && src.kind == proto::SourceKind::file && m_job_fd.valid();
+  const bool copy_wanted = !src.delivered.empty() && src.kind == stage::SourceKind::file && m_job_fd.valid();
   std::vector<int> keep;
   if (copy_wanted) {
     keep.push_back(m_job_fd.get());
   }
   auto ident_child = ipc::spawn_as(m_user, keep, [&](int sock, const std::vector<int>& kept) {
-    auto fd = cache::open_source(src.path, src.shown, shape_of(src), roots);
+    auto fd = cache::open_source(src.path, src.shown, src.kind, roots);
     if (!fd) {
       (void)ipc::send_message(sock, child_error(fd.error()));
       return 1;
     }
-    auto id = shape_of(src) == cache::SourceShape::dir ? cache::identify_tree(fd->get(), src.path, src.shown)
-                                                       : cache::identify_file(fd->get(), src.path, unpack_of(src));
+    auto id = src.kind == stage::SourceKind::dir ? cache::identify_tree(fd->get(), src.path, src.shown)
+                                                       : cache::identify_file(fd->get(), src.path, src.unpack);
     if (!id) {
       (void)ipc::send_message(sock, child_error(id.error()));
       return 1;
@@ -83,7 +68,7 @@ Result<StageRun::Identified> StageRun::identify(const proto::SourceSpec& src, co
     const int content_fd = copy.valid() ? copy.get() : fd->get();
     bool archive = false; // the content decides, as staging without the daemon does
     bool zip = false;
-    if (shape_of(src) == cache::SourceShape::file && unpack_of(src) == cache::UnpackMode::if_archive) {
+    if (src.kind == stage::SourceKind::file && src.unpack == stage::Unpack::if_archive) {
       auto kind = stage::probe_archive(content_fd);
       archive = kind && *kind == stage::ArchiveKind::archive;
       char magic[2] = {};
@@ -125,9 +110,9 @@ Result<StageRun::Identified> StageRun::identify(const proto::SourceSpec& src, co
   }
   cache::SourceIdentity identity{(*ident)["key"].get<std::string>(), (*ident)["files"].get<std::uint64_t>(),
                                  (*ident)["bytes"].get<std::uint64_t>(), (*ident)["newest_ns"].get<std::int64_t>()};
-  if (src.kind == proto::SourceKind::file) {
+  if (src.kind == stage::SourceKind::file) {
     // A file's key needs only fstat: taken here from the descriptor, not from the user's side.
-    auto mine = cache::identify_file(src_fd.get(), src.path, unpack_of(src));
+    auto mine = cache::identify_file(src_fd.get(), src.path, src.unpack);
     if (!mine) {
       return mine.error();
     }
@@ -170,7 +155,7 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
   // source's, so they fill an entry for this user's jobs only.
   const std::string own_key = copy_fd.valid() ? cache::delivered_key(key, m_job.uid) : key;
   const std::uint64_t src_bytes = identity.bytes;
-  if (src.kind == proto::SourceKind::dir && src_bytes > room) {
+  if (src.kind == stage::SourceKind::dir && src_bytes > room) {
     return Error::limit(src.shown + ": " + std::to_string(src_bytes) + " bytes, more than the " +
                         std::to_string(room) + " left under [stage] max_bytes (limit)");
   }
@@ -179,11 +164,11 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
   proto::StagedSource out{src.shown, src.dest, "copied", 0, 0, 0, proto::CacheOutcome::hit, ""};
   Delivery delivery;
   delivery.src = &src;
-  delivery.content = src.kind == proto::SourceKind::dir ? stage::StreamContent::tree
+  delivery.content = src.kind == stage::SourceKind::dir ? stage::StreamContent::tree
                      : found->archive                    ? stage::StreamContent::archive
                                                         : stage::StreamContent::plain_file;
   (void)::fstat(src_fd.get(), &delivery.file_stat);
-  delivery.unpack = unpack_of(src);
+  delivery.unpack = src.unpack;
   delivery.room = room;
   delivery.seek_first = found->zip;
   // What staging may create (and so remove again), looked at before anything is.
@@ -265,7 +250,7 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
       break;
     }
     // Ours to read, unless the job would rather broadcast it (the summary says nothing was staged).
-    if (m_request.misses == proto::Misses::report && src.kind == proto::SourceKind::file && !copy_fd.valid()) {
+    if (m_request.misses == proto::Misses::report && src.kind == stage::SourceKind::file && !copy_fd.valid()) {
       out.cache = proto::CacheOutcome::absent;
       out.how = "not staged";
       out.seconds = seconds();
@@ -303,11 +288,11 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
       task.fill = std::move(*missed->spool);
       task.key = own_key;
       task.source = src.path;
-      task.tree = src.kind == proto::SourceKind::dir;
+      task.tree = src.kind == stage::SourceKind::dir;
       task.plain = delivery.content == stage::StreamContent::plain_file;
       task.mode = delivery.file_stat.st_mode;
       task.spool_bytes = missed->spool_bytes;
-      task.unpack = unpack_of(src);
+      task.unpack = src.unpack;
       task.room = room;
       task.wait = wait;
       task.job_id = m_job.job_id;
@@ -438,7 +423,7 @@ std::vector<proto::ViewEntry> StageRun::find_hits()
     auto found = identify(src, seconds);
     if (!found) { // root does not look at the source: a directory is asked for as a file first
       proto::SourceSpec other = src;
-      other.kind = src.kind == proto::SourceKind::file ? proto::SourceKind::dir : proto::SourceKind::file;
+      other.kind = src.kind == stage::SourceKind::file ? stage::SourceKind::dir : stage::SourceKind::file;
       if (auto again = identify(other, seconds)) {
         found = std::move(again);
       }

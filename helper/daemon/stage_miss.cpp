@@ -110,7 +110,7 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
     if (auto v = ipc::SharedMemory<cache::SpoolVerdict>::make()) {
       follow = std::make_shared<FollowFill>();
       follow->dir = UniqueFd(::fcntl(fill->dir.get(), F_DUPFD_CLOEXEC, 0));
-      follow->tree = src.kind == proto::SourceKind::dir;
+      follow->tree = src.kind == stage::SourceKind::dir;
       follow->room = d.room;
       follow->source = src.path;
       follow->verdict.emplace(std::move(*v));
@@ -159,7 +159,7 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
   // A directory arrives from the job user's reader as a tar stream; a file is read as it is.
   UniqueFd tree_rd;
   std::optional<ipc::Child> reader;
-  if (src.kind == proto::SourceKind::dir) {
+  if (src.kind == stage::SourceKind::dir) {
     if (::pipe2(p, O_CLOEXEC) != 0) {
       return fail(Error::from_errno("pipe"));
     }

@@ -84,7 +84,7 @@ private:
     const proto::SourceSpec* src = nullptr;
     stage::StreamContent content = stage::StreamContent::plain_file;
     struct stat file_stat {}; // a plain file's mode and times
-    cache::UnpackMode unpack = cache::UnpackMode::if_archive;
+    stage::Unpack unpack = stage::Unpack::if_archive;
     std::uint64_t room = 0;
     bool seek_first = false; // a zip: read whole before it is unpacked (its index is at its end)
   };

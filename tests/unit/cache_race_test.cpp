@@ -170,7 +170,7 @@ TEST(CacheRace, ASourceModifiedWithinTheWindowIsNotPublishedOneOlderIs)
   write_file(d / "a.bin", "0123456789");
   const struct timespec written = realtime_now();
   UniqueFd fd(::open((d / "a.bin").c_str(), O_RDONLY | O_CLOEXEC));
-  auto id = identify_file(fd.get(), d / "a.bin", UnpackMode::if_archive);
+  auto id = identify_file(fd.get(), d / "a.bin", stage::Unpack::if_archive);
   ASSERT_TRUE(id);
   // A fill starting now: the file was written just before it.
   EXPECT_EQ(publish_refusal(PublishCheck{true, id->newest_ns, realtime_now(), 10, 100}),

@@ -43,7 +43,7 @@ namespace {
 std::string file_key(const std::string& path)
 {
   UniqueFd fd(::open(path.c_str(), O_RDONLY));
-  auto id = identify_file(fd.get(), path, UnpackMode::if_archive);
+  auto id = identify_file(fd.get(), path, stage::Unpack::if_archive);
   EXPECT_TRUE(id);
   return id ? id->key : "";
 }
@@ -83,10 +83,10 @@ TEST(CacheKey, AnyChangeIsAnotherKey)
   EXPECT_NE(file_key(d / "a.bin"), k2);
   // The path and the unpack mode are part of the key.
   UniqueFd fd(::open((d / "a.bin").c_str(), O_RDONLY));
-  EXPECT_NE(identify_file(fd.get(), d / "a.bin", UnpackMode::never)->key,
-            identify_file(fd.get(), d / "a.bin", UnpackMode::if_archive)->key);
-  EXPECT_NE(identify_file(fd.get(), d / "other", UnpackMode::never)->key,
-            identify_file(fd.get(), d / "a.bin", UnpackMode::never)->key);
+  EXPECT_NE(identify_file(fd.get(), d / "a.bin", stage::Unpack::never)->key,
+            identify_file(fd.get(), d / "a.bin", stage::Unpack::if_archive)->key);
+  EXPECT_NE(identify_file(fd.get(), d / "other", stage::Unpack::never)->key,
+            identify_file(fd.get(), d / "a.bin", stage::Unpack::never)->key);
 }
 
 // An entry filled from a broadcast's copy serves its user only: another user's key, and the
@@ -134,24 +134,24 @@ TEST(CacheSource, FifosDevicesAndEscapesAreRefusedAtOnce)
 {
   TempDir d;
   ASSERT_EQ(::mkfifo((d / "fifo").c_str(), 0644), 0);
-  auto fifo = open_source(d / "fifo", "data/x", SourceShape::file); // must not hang
+  auto fifo = open_source(d / "fifo", "data/x", stage::SourceKind::file); // must not hang
   ASSERT_FALSE(fifo);
   EXPECT_NE(fifo.error().message.find("FIFO"), std::string::npos);
-  EXPECT_FALSE(open_source("/dev/null", "dev", SourceShape::file));
+  EXPECT_FALSE(open_source("/dev/null", "dev", stage::SourceKind::file));
   write_file(d / "f", "x");
-  EXPECT_FALSE(open_source(d / "f", "f", SourceShape::dir)); // changed kind since submission
+  EXPECT_FALSE(open_source(d / "f", "f", stage::SourceKind::dir)); // changed kind since submission
   // allowed_roots is checked on where the descriptor really is: a symlinked parent out is refused,
   // and a symlink in the source's own place is never followed.
   ::mkdir((d / "allowed").c_str(), 0755);
   ::symlink(d.path().c_str(), (d / "allowed/link").c_str());
-  auto out = open_source(d / "allowed/link/f", "allowed/link/f", SourceShape::file, {d / "allowed"});
+  auto out = open_source(d / "allowed/link/f", "allowed/link/f", stage::SourceKind::file, {d / "allowed"});
   ASSERT_FALSE(out);
   EXPECT_NE(out.error().message.find("allowed_roots"), std::string::npos);
   ::symlink((d / "f").c_str(), (d / "allowed/f").c_str());
-  auto swapped = open_source(d / "allowed/f", "allowed/f", SourceShape::file, {d / "allowed"});
+  auto swapped = open_source(d / "allowed/f", "allowed/f", stage::SourceKind::file, {d / "allowed"});
   ASSERT_FALSE(swapped);
   EXPECT_EQ(swapped.error().message, "allowed/f: is a symlink now, not what was checked: refused");
-  EXPECT_TRUE(open_source(d / "f", "f", SourceShape::file, {d.path()}));
+  EXPECT_TRUE(open_source(d / "f", "f", stage::SourceKind::file, {d.path()}));
 }
 
 TEST(CacheStore, PublishLookupEvictAndSweep)
@@ -278,7 +278,7 @@ TEST(CacheFill, ArchivesUnpackReadOnlyAndTreesStreamIdentical)
   ::mkdir((d / "fill1").c_str(), 0700);
   UniqueFd tar(::open((d / "a.tar").c_str(), O_RDONLY));
   UniqueFd f1 = open_dir(d / "fill1");
-  auto r = fill_from_file(tar.get(), f1.get(), UnpackMode::if_archive, 1 << 20, "a.tar");
+  auto r = fill_from_file(tar.get(), f1.get(), stage::Unpack::if_archive, 1 << 20, "a.tar");
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->how, "unpacked");
   struct stat st {};
@@ -288,7 +288,7 @@ TEST(CacheFill, ArchivesUnpackReadOnlyAndTreesStreamIdentical)
   // :copy keeps an archive packed.
   ::mkdir((d / "fill2").c_str(), 0700);
   UniqueFd f2 = open_dir(d / "fill2");
-  auto copied = fill_from_file(tar.get(), f2.get(), UnpackMode::never, 1 << 20, "a.tar");
+  auto copied = fill_from_file(tar.get(), f2.get(), stage::Unpack::never, 1 << 20, "a.tar");
   ASSERT_TRUE(copied);
   EXPECT_EQ(copied->how, "copied");
   run("cmp '" + (d / "a.tar") + "' '" + (d / "fill2/data") + "'");
@@ -316,7 +316,7 @@ TEST(CacheFill, ArchivesUnpackReadOnlyAndTreesStreamIdentical)
   // The limit holds while writing.
   ::mkdir((d / "fill4").c_str(), 0700);
   UniqueFd f4 = open_dir(d / "fill4");
-  auto small = fill_from_file(tar.get(), f4.get(), UnpackMode::if_archive, 1, "a.tar");
+  auto small = fill_from_file(tar.get(), f4.get(), stage::Unpack::if_archive, 1, "a.tar");
   ASSERT_FALSE(small);
   EXPECT_EQ(small.error().kind, ErrorKind::limit);
 }

@@ -33,7 +33,7 @@ TEST(Frame, OversizedIsRefusedBeforeBuffering)
 
 TEST(Request, RoundTripOfEveryOperation)
 {
-  Stage stage{42, {SourceSpec{"data/x", "/d/x", "data/x", SourceKind::dir, Unpack::never, ""}}, 1000, Misses::read};
+  Stage stage{42, {SourceSpec{"data/x", "/d/x", "data/x", stage::SourceKind::dir, stage::Unpack::never, ""}}, 1000, Misses::read};
   std::vector<Request> all = {RegisterJob{1, 1001, 1002}, EndJob{1, ".trash.job_1.3", 0, "", "", ""}, EndJob{2, "", 0, ".stageout.job_2.1.0", "out:/h/out", "/h"}, stage, StatusQuery{},
                               CacheList{}, CacheEvict{"/d/x", false}, CacheEvict{"", true}, Gc{true},
                               StageOutRetry{77}, CacheView{42, stage.sources}};
@@ -44,15 +44,15 @@ TEST(Request, RoundTripOfEveryOperation)
     EXPECT_STREQ(op_name(*parsed), op_name(r));
   }
   auto s = std::get<Stage>(*parse_request(serialize(stage)));
-  EXPECT_EQ(s.sources[0].kind, SourceKind::dir);
-  EXPECT_EQ(s.sources[0].unpack, Unpack::never);
+  EXPECT_EQ(s.sources[0].kind, stage::SourceKind::dir);
+  EXPECT_EQ(s.sources[0].unpack, stage::Unpack::never);
   EXPECT_EQ(s.max_bytes, 1000U);
 }
 
 // A multi-node job's broadcast: hits first with misses reported, then the delivered copies.
 TEST(Request, StageCarriesMissesAndDeliveredCopies)
 {
-  Stage stage{7, {SourceSpec{"d.tar", "/s/d.tar", "d", SourceKind::file, Unpack::if_archive, ".stagehand-bcast-x.0"}}, 5,
+  Stage stage{7, {SourceSpec{"d.tar", "/s/d.tar", "d", stage::SourceKind::file, stage::Unpack::if_archive, ".stagehand-bcast-x.0"}}, 5,
               Misses::report};
   auto text = serialize(stage);
   EXPECT_NE(text.find("\"misses\":\"report\""), std::string::npos) << text;
@@ -60,7 +60,7 @@ TEST(Request, StageCarriesMissesAndDeliveredCopies)
   EXPECT_EQ(s.misses, Misses::report);
   EXPECT_EQ(s.sources[0].delivered, ".stagehand-bcast-x.0");
   // Without them (as every client before them sent): read every miss, read the source.
-  Stage plain{7, {SourceSpec{"d.tar", "/s/d.tar", "d", SourceKind::file, Unpack::if_archive, ""}}, 5, Misses::read};
+  Stage plain{7, {SourceSpec{"d.tar", "/s/d.tar", "d", stage::SourceKind::file, stage::Unpack::if_archive, ""}}, 5, Misses::read};
   text = serialize(plain);
   EXPECT_EQ(text.find("misses"), std::string::npos);
   EXPECT_EQ(text.find("delivered"), std::string::npos);

@@ -164,7 +164,7 @@ TEST(StageCheck, DestinationsAndSizes)
   ASSERT_TRUE(ok) << ok.error().message;
   ASSERT_EQ(ok->size(), 3U);
   EXPECT_EQ((*ok)[0].dest, "data/tree");
-  EXPECT_TRUE((*ok)[0].is_dir);
+  EXPECT_EQ((*ok)[0].kind, stage::SourceKind::dir);
   EXPECT_EQ((*ok)[0].bytes, 1000U);
   EXPECT_EQ((*ok)[1].dest, "x/y.bin");
   EXPECT_EQ((*ok)[2].dest, "pack"); // absolute: basename without the archive suffix

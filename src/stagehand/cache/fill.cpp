@@ -68,7 +68,7 @@ std::string publish_refusal(const PublishCheck& c)
   return "";
 }
 
-Result<FillResult> fill_from_file(int src_fd, int fill_dir_fd, UnpackMode unpack, std::uint64_t max_bytes,
+Result<FillResult> fill_from_file(int src_fd, int fill_dir_fd, stage::Unpack unpack, std::uint64_t max_bytes,
                                   const std::string& shown)
 {
   if (::lseek(src_fd, 0, SEEK_SET) != 0) {
@@ -76,7 +76,7 @@ Result<FillResult> fill_from_file(int src_fd, int fill_dir_fd, UnpackMode unpack
   }
   FillResult result;
   bool archive = false;
-  if (unpack == UnpackMode::if_archive) {
+  if (unpack == stage::Unpack::if_archive) {
     auto kind = stage::probe_archive(src_fd);
     archive = kind && *kind == stage::ArchiveKind::archive;
   }

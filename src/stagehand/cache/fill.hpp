@@ -39,7 +39,7 @@ std::string publish_refusal(const PublishCheck& c);
 
 // A regular file source open at `src_fd`: unpacked when its content is an archive (and `unpack`
 // allows), else copied, into `fill_dir_fd`/data. `max_bytes` bounds the bytes written.
-Result<FillResult> fill_from_file(int src_fd, int fill_dir_fd, UnpackMode unpack, std::uint64_t max_bytes,
+Result<FillResult> fill_from_file(int src_fd, int fill_dir_fd, stage::Unpack unpack, std::uint64_t max_bytes,
                                   const std::string& shown);
 
 // A spool that already is a plain copy of a file source (no archive to unpack): it becomes the

@@ -78,12 +78,12 @@ Result<UniqueFd> open_walked(const fs::WalkEntry& e, const std::string& shown, s
   return fd;
 }
 
-KeyBuilder::KeyBuilder(const std::string& canonical_path, SourceShape shape, UnpackMode unpack)
+KeyBuilder::KeyBuilder(const std::string& canonical_path, stage::SourceKind shape, stage::Unpack unpack)
 {
   m_hash.field_u64(k_key_version);
   m_hash.field(canonical_path);
-  m_hash.field(shape == SourceShape::dir ? "dir" : "file");
-  m_hash.field(unpack == UnpackMode::never ? "never" : "auto");
+  m_hash.field(shape == stage::SourceKind::dir ? "dir" : "file");
+  m_hash.field(unpack == stage::Unpack::never ? "never" : "auto");
 }
 
 void KeyBuilder::add(const std::string& rel, const struct stat& st)
@@ -112,7 +112,7 @@ std::string delivered_key(const std::string& key, std::uint32_t uid)
   return h.hex_digest();
 }
 
-Result<SourceIdentity> identify_file(int fd, const std::string& canonical_path, UnpackMode unpack)
+Result<SourceIdentity> identify_file(int fd, const std::string& canonical_path, stage::Unpack unpack)
 {
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -121,7 +121,7 @@ Result<SourceIdentity> identify_file(int fd, const std::string& canonical_path, 
   if (!S_ISREG(st.st_mode)) {
     return Error::refused(canonical_path + ": not a regular file or directory");
   }
-  KeyBuilder k(canonical_path, SourceShape::file, unpack);
+  KeyBuilder k(canonical_path, stage::SourceKind::file, unpack);
   k.add("", st);
   return SourceIdentity{k.key(), k.files(), k.bytes(), k.newest_ns()};
 }
@@ -132,7 +132,7 @@ Result<SourceIdentity> identify_tree(int dir_fd, const std::string& canonical_pa
   if (::fstat(dir_fd, &root) != 0) {
     return Error::from_errno(shown);
   }
-  KeyBuilder k(canonical_path, SourceShape::dir, UnpackMode::never);
+  KeyBuilder k(canonical_path, stage::SourceKind::dir, stage::Unpack::never);
   k.add("", root);
   auto st = fs::walk_tree(dir_fd, [&](const fs::WalkEntry& e) -> Result<fs::WalkControl> {
     if (!S_ISREG(e.st.st_mode) && !S_ISDIR(e.st.st_mode)) {

@@ -4,6 +4,7 @@
 // gives another key. SHA-256, so that no user can make their source collide with another's.
 #pragma once
 
+#include "stagehand/stage/kinds.hpp"
 #include "stagehand/util/result.hpp"
 #include "stagehand/util/sha256.hpp"
 
@@ -23,13 +24,10 @@ struct WalkEntry;
 
 namespace stagehand::cache {
 
-enum class SourceShape { file, dir };
-enum class UnpackMode { if_archive, never };
-
 class KeyBuilder
 {
 public:
-  KeyBuilder(const std::string& canonical_path, SourceShape shape, UnpackMode unpack);
+  KeyBuilder(const std::string& canonical_path, stage::SourceKind shape, stage::Unpack unpack);
   // Adds one entry ("" for the source itself) with its lstat.
   void add(const std::string& rel, const struct stat& st);
   std::string key(); // 64 hex digits
@@ -69,7 +67,7 @@ inline constexpr std::chrono::seconds k_racy_window{2};
 bool changed_near(const SourceIdentity& id, const struct timespec& started);
 
 // As the user (in the user-side child): the identity of the regular file open at `fd`.
-Result<SourceIdentity> identify_file(int fd, const std::string& canonical_path, UnpackMode unpack);
+Result<SourceIdentity> identify_file(int fd, const std::string& canonical_path, stage::Unpack unpack);
 
 // As the user: the identity of the directory open at `dir_fd`, walking it with bounded fds. The
 // caller's own open of each regular file and directory is the permission check, and the key is made

@@ -36,10 +36,10 @@ bool same_file(const struct stat& a, const struct stat& b)
 
 } // namespace
 
-Result<UniqueFd> open_source(const std::string& path, const std::string& shown, SourceShape expected,
+Result<UniqueFd> open_source(const std::string& path, const std::string& shown, stage::SourceKind expected,
                              const std::vector<std::string>& allowed_roots)
 {
-  auto opened = stage::open_source(path, expected == SourceShape::dir ? stage::SourceKind::dir : stage::SourceKind::file,
+  auto opened = stage::open_source(path, expected,
                                    allowed_roots);
   if (!opened) {
     if (opened.error().code == ENOENT) {
@@ -62,7 +62,7 @@ Result<StreamResult> stream_tree(int dir_fd, int out_fd, const std::string& cano
   if (::fstat(dir_fd, &root) != 0) {
     return Error::from_errno(shown);
   }
-  KeyBuilder key(canonical_path, SourceShape::dir, UnpackMode::never);
+  KeyBuilder key(canonical_path, stage::SourceKind::dir, stage::Unpack::never);
   key.add("", root);
   StreamResult result;
   std::vector<char> buf(1U << 20);

@@ -12,7 +12,7 @@
 namespace stagehand::cache {
 
 // stage::open_source for the daemon's user side, errors naming the source as `shown`.
-Result<UniqueFd> open_source(const std::string& path, const std::string& shown, SourceShape expected,
+Result<UniqueFd> open_source(const std::string& path, const std::string& shown, stage::SourceKind expected,
                              const std::vector<std::string>& allowed_roots = {});
 
 struct StreamResult

@@ -32,16 +32,16 @@ Result<SourceSpec> parse_source(const json& j)
     return bad("\"path\" must be absolute");
   }
   if (*kind == "file") {
-    s.kind = SourceKind::file;
+    s.kind = stage::SourceKind::file;
   } else if (*kind == "dir") {
-    s.kind = SourceKind::dir;
+    s.kind = stage::SourceKind::dir;
   } else {
     return bad("\"kind\" must be \"file\" or \"dir\"");
   }
   if (*unpack == "auto") {
-    s.unpack = Unpack::if_archive;
+    s.unpack = stage::Unpack::if_archive;
   } else if (*unpack == "never") {
-    s.unpack = Unpack::never;
+    s.unpack = stage::Unpack::never;
   } else {
     return bad("\"unpack\" must be \"auto\" or \"never\"");
   }
@@ -134,8 +134,8 @@ json source_json(const SourceSpec& s)
   json j{{"shown", s.shown},
          {"path", s.path},
          {"dest", s.dest},
-         {"kind", s.kind == SourceKind::dir ? "dir" : "file"},
-         {"unpack", s.unpack == Unpack::never ? "never" : "auto"}};
+         {"kind", s.kind == stage::SourceKind::dir ? "dir" : "file"},
+         {"unpack", s.unpack == stage::Unpack::never ? "never" : "auto"}};
   if (!s.delivered.empty()) {
     j["delivered"] = s.delivered;
   }

@@ -2,6 +2,7 @@
 // these structs, never bytes; the fuzz target drives parse_request with arbitrary input.
 #pragma once
 
+#include "stagehand/stage/kinds.hpp"
 #include "stagehand/util/result.hpp"
 
 #include <cstdint>
@@ -38,16 +39,13 @@ struct EndJob // root: the job's epilog ran; its directory was renamed to `trash
   std::string stage_out_dir; // where the log goes when DEST cannot take it
 };
 
-enum class SourceKind { file, dir };
-enum class Unpack { if_archive, never };
-
 struct SourceSpec
 {
   std::string shown; // as the user wrote it
   std::string path;  // canonical absolute path
   std::string dest;  // relative to SLURM_TMPDIR, normalised
-  SourceKind kind = SourceKind::file;
-  Unpack unpack = Unpack::if_archive;
+  stage::SourceKind kind = stage::SourceKind::file;
+  stage::Unpack unpack = stage::Unpack::if_archive;
   // A file source's copy that the job's read-once broadcast delivered, relative to the job's
   // directory: read instead of the source (whose open as the user stays the permission check and
   // whose identity the key). Optional ("" = read the source).

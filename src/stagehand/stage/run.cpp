@@ -176,29 +176,29 @@ Result<Staged> stage_one(const CheckedSource& src, int tmpdir_fd, const StageLim
   }
   // The one way every path opens a source: no FIFO can hang us, allowed_roots holds for what is
   // really open.
-  auto in = open_source(src.path, src.is_dir ? SourceKind::dir : SourceKind::file, limits.allowed_roots);
+  auto in = open_source(src.path, src.kind, limits.allowed_roots);
   if (!in) {
     return in.error().code == ENOENT ? Error::refused("vanished since submission", ENOENT) : in.error();
   }
   struct stat in_st {};
   const std::uint64_t in_size =
-    !src.is_dir && ::fstat(in->fd.get(), &in_st) == 0 && S_ISREG(in_st.st_mode) ? static_cast<std::uint64_t>(in_st.st_size) : 0;
+    src.kind == SourceKind::file && ::fstat(in->fd.get(), &in_st) == 0 && S_ISREG(in_st.st_mode) ? static_cast<std::uint64_t>(in_st.st_size) : 0;
   // A file's progress is its offset; a directory's, the bytes its copy has written so far, of the
   // total its check on this node measured.
   WorkCounters tree_done;
   const std::optional<ProgressScope> progress =
-    src.is_dir ? std::optional<ProgressScope>(std::in_place, limits.progress, src.shown,
+    src.kind == SourceKind::dir ? std::optional<ProgressScope>(std::in_place, limits.progress, src.shown,
                                               [&tree_done] { return tree_done.bytes.load(std::memory_order_relaxed); },
                                               src.bytes)
                : std::optional<ProgressScope>(std::in_place, limits.progress, src.shown, in->fd.get(), in_size);
   Staged out;
   // The content decides, here too: a file is unpacked only if it really is an archive.
   bool unpack = false;
-  if (!src.is_dir && src.unpack) {
+  if (src.kind == SourceKind::file && src.unpack) {
     auto kind = probe_archive(in->fd.get());
     unpack = kind && *kind == ArchiveKind::archive;
   }
-  if (!src.is_dir && !unpack) {
+  if (src.kind == SourceKind::file && !unpack) {
     UniqueFd file(::openat(parent->get(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!file.valid()) {
       return errno == EEXIST ? exists_already(src.dest) : Error::from_errno("cannot create $SLURM_TMPDIR/" + src.dest);
@@ -217,7 +217,7 @@ Result<Staged> stage_one(const CheckedSource& src, int tmpdir_fd, const StageLim
     return made_dir.error();
   }
   UniqueFd dest = std::move(*made_dir);
-  if (src.is_dir) {
+  if (src.kind == SourceKind::dir) {
     CopyStats stats;
     stats.counters = &tree_done;
     if (auto st = copy_tree(in->fd.get(), dest.get(), room, stats, src.shown); !st) {

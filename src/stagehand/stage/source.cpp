@@ -17,7 +17,7 @@ bool path_under(const std::string& path, const std::string& root)
   return path == r || (path.size() > r.size() && path.compare(0, r.size(), r) == 0 && (r == "/" || path[r.size()] == '/'));
 }
 
-Result<OpenedSource> open_source(const std::string& path, SourceKind expected,
+Result<OpenedSource> open_source(const std::string& path, std::optional<SourceKind> expected,
                                  const std::vector<std::string>& allowed_roots)
 {
   OpenedSource out;
@@ -45,7 +45,7 @@ Result<OpenedSource> open_source(const std::string& path, SourceKind expected,
   if (type != S_IFREG && type != S_IFDIR) {
     return Error::refused("not a regular file or directory", EINVAL);
   }
-  if (expected != SourceKind::any && out.is_dir() != (expected == SourceKind::dir)) {
+  if (expected && out.is_dir() != (*expected == SourceKind::dir)) {
     return Error::refused(std::string("changed from ") + (out.is_dir() ? "a file to a directory" : "a directory to a file") +
                             " since submission",
                           EINVAL);

@@ -2,17 +2,17 @@
 // the job, and the daemon's user side.
 #pragma once
 
+#include "stagehand/stage/kinds.hpp"
 #include "stagehand/util/fd.hpp"
 #include "stagehand/util/result.hpp"
 
 #include <sys/stat.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace stagehand::stage {
-
-enum class SourceKind { any, file, dir };
 
 struct OpenedSource
 {
@@ -23,11 +23,11 @@ struct OpenedSource
 
 // Opens `path` once with O_NONBLOCK | O_NOFOLLOW (a FIFO swapped in cannot hang us, a symlink
 // swapped in is not followed) and decides on the descriptor: a FIFO, device or socket is refused at
-// once; `expected` other than any must match; with `allowed_roots`, the path the descriptor really
+// once; `expected`, when given, must match; with `allowed_roots`, the path the descriptor really
 // has (/proc/self/fd) must lie under one, so a rename or symlink swap of a parent after an earlier
 // check cannot escape them. Errors are refusals whose message is the reason alone (callers name
 // the source) and whose code is the errno (ENOENT: it is gone).
-Result<OpenedSource> open_source(const std::string& path, SourceKind expected,
+Result<OpenedSource> open_source(const std::string& path, std::optional<SourceKind> expected,
                                  const std::vector<std::string>& allowed_roots = {});
 
 // Whether `path` is `root` or below it (whole components).

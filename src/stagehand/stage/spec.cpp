@@ -256,7 +256,7 @@ Result<std::vector<CheckedSource>> check_sources(const std::vector<StageSpec>& s
     }
     c.path = resolved;
     // One open, every decision on the descriptor (the node opens the same way while staging).
-    auto opened = open_source(c.path, SourceKind::any, config.allowed_roots);
+    auto opened = open_source(c.path, std::nullopt, config.allowed_roots);
     if (!opened) {
       return refuse(spec.src, opened.error().message, where);
     }
@@ -264,7 +264,7 @@ Result<std::vector<CheckedSource>> check_sources(const std::vector<StageSpec>& s
     const struct stat& st = opened->st;
     std::string default_dest;
     if (S_ISDIR(st.st_mode)) {
-      c.is_dir = true;
+      c.kind = SourceKind::dir;
       auto bytes = tree_bytes(fd, spec.src);
       if (!bytes) {
         const bool mount = bytes.error().code == EXDEV; // a mount inside: said as it is
@@ -287,7 +287,7 @@ Result<std::vector<CheckedSource>> check_sources(const std::vector<StageSpec>& s
     }
     c.named_dest = *named;
     c.dest = c.named_dest;
-    if (!c.is_dir && c.unpack && c.dest_from == DestFrom::source_name) {
+    if (c.kind == SourceKind::file && c.unpack && c.dest_from == DestFrom::source_name) {
       auto stripped = normal_dest(spec.src, strip_archive_suffix(c.named_dest)); // only an archive that unpacks
       if (!stripped) {
         return stripped.error();
@@ -310,7 +310,7 @@ Result<std::vector<CheckedSource>> check_sources(const std::vector<StageSpec>& s
     // max_bytes counts what will be written: an archive that unpacks counts while it unpacks (the
     // extractor stops at the limit), never by its packed size; without a probe, a file named like
     // an archive is taken for one.
-    const bool unpacks = !c.is_dir && c.unpack &&
+    const bool unpacks = c.kind == SourceKind::file && c.unpack &&
                          (c.decided || strip_archive_suffix(c.named_dest) != c.named_dest);
     total += unpacks ? 0 : c.bytes;
     if (total > config.max_bytes) {
@@ -329,7 +329,7 @@ std::string canonical_option(const std::vector<CheckedSource>& sources)
   std::string out;
   for (const auto& s : sources) {
     std::string spec = escape_spec_field(s.path) + ":";
-    if (!s.is_dir && !s.decided && s.dest_from == DestFrom::source_name) {
+    if (s.kind == SourceKind::file && !s.decided && s.dest_from == DestFrom::source_name) {
       // Not looked at: the name as it is; the node drops the suffix if it unpacks.
       spec += escape_spec_field(s.named_dest) + ":auto";
     } else {

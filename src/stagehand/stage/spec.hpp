@@ -8,6 +8,7 @@
 #pragma once
 
 #include "stagehand/config/config.hpp"
+#include "stagehand/stage/kinds.hpp"
 #include "stagehand/util/result.hpp"
 
 #include <cstdint>
@@ -17,8 +18,6 @@
 #include <vector>
 
 namespace stagehand::stage {
-
-enum class Unpack { if_archive, never }; // ":copy" copies an archive as it is
 
 // Whether a leading '~' of the source is the shell's (unescaped) or part of the name ("\~").
 enum class Tilde { literal, expand };
@@ -58,7 +57,7 @@ struct CheckedSource
   std::string shown;     // as the user wrote it, for messages
   std::string path;      // canonical absolute path
   std::string dest;      // normalised, relative to SLURM_TMPDIR
-  bool is_dir = false;
+  SourceKind kind = SourceKind::file;
   Unpack mode = Unpack::if_archive;
   bool unpack = false;   // a regular file whose content is an archive, without ":copy"
   bool decided = true;   // false: a file whose content was not looked at (no probe)
