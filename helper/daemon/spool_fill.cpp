@@ -43,7 +43,9 @@ Result<cache::FillResult> fill_reply(const ipc::Message& m)
   if (!reply) {
     return reply.error();
   }
-  return cache::FillResult{(*reply)["how"].get<std::string>(), (*reply)["files"].get<std::uint64_t>(),
+  return cache::FillResult{(*reply)["how"].get<std::string>() == "unpacked" ? stage::Placement::unpacked
+                                                                          : stage::Placement::copied,
+                           (*reply)["files"].get<std::uint64_t>(),
                            (*reply)["bytes"].get<std::uint64_t>()};
 }
 
@@ -203,7 +205,7 @@ Result<ipc::Child> Daemon::spawn_follower(FollowFill& f, const ipc::Credentials&
     }
     // (an unpacking that ended at the archive's end marker before the spool's padding: complete)
     ::unlinkat(kept[0], cache::k_spool_name, 0); // the fill's room back before it is measured
-    (void)ipc::send_message(sock, nlohmann::json{{"ok", true}, {"how", r->how}, {"files", r->files}, {"bytes", r->bytes}}.dump());
+    (void)ipc::send_message(sock, nlohmann::json{{"ok", true}, {"how", stage::name_of(r->how)}, {"files", r->files}, {"bytes", r->bytes}}.dump());
     return 0;
   });
   if (child) {
@@ -267,7 +269,7 @@ Result<cache::FillResult> Daemon::fill_from_spool(SpoolFill& task, const ipc::Cr
       (void)ipc::send_message(sock, child_error(r.error()));
       return 1;
     }
-    (void)ipc::send_message(sock, nlohmann::json{{"ok", true}, {"how", r->how}, {"files", r->files}, {"bytes", r->bytes}}.dump());
+    (void)ipc::send_message(sock, nlohmann::json{{"ok", true}, {"how", stage::name_of(r->how)}, {"files", r->files}, {"bytes", r->bytes}}.dump());
     return 0;
   });
   if (!child) {
@@ -291,7 +293,7 @@ Daemon::Publish Daemon::publish_spool_fill(SpoolFill& task, const cache::FillRes
   cache::EntryMeta meta;
   meta.key = task.key;
   meta.source = task.source;
-  meta.shape = task.tree ? "dir" : "file";
+  meta.kind = task.tree ? stage::SourceKind::dir : stage::SourceKind::file;
   meta.how = fr.how;
   meta.files = fr.files;
   meta.bytes = fr.bytes;

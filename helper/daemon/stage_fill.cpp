@@ -161,7 +161,7 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
   }
 
   // 2. A hit, a delivery from another job's read, or our own read.
-  proto::StagedSource out{src.shown, src.dest, "copied", 0, 0, 0, proto::CacheOutcome::hit, ""};
+  proto::StagedSource out{src.shown, src.dest, stage::Placement::copied, 0, 0, 0, proto::CacheOutcome::hit, ""};
   Delivery delivery;
   delivery.src = &src;
   delivery.content = src.kind == stage::SourceKind::dir ? stage::StreamContent::tree
@@ -252,7 +252,6 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
     // Ours to read, unless the job would rather broadcast it (the summary says nothing was staged).
     if (m_request.misses == proto::Misses::report && src.kind == stage::SourceKind::file && !copy_fd.valid()) {
       out.cache = proto::CacheOutcome::absent;
-      out.how = "not staged";
       out.seconds = seconds();
       return out;
     }

@@ -41,7 +41,7 @@ Result<ipc::Child> StageRun::spawn_delivery(int in_fd, const Delivery& d)
       (void)ipc::send_message(sock, child_error(r.error()));
       return 1;
     }
-    (void)ipc::send_message(sock, json{{"ok", true}, {"how", r->how}, {"files", r->files}, {"bytes", r->bytes}}.dump());
+    (void)ipc::send_message(sock, json{{"ok", true}, {"how", stage::name_of(r->how)}, {"files", r->files}, {"bytes", r->bytes}}.dump());
     return 0;
   });
 }
@@ -53,7 +53,7 @@ Result<stage::Delivered> StageRun::delivered_by(const ipc::Message& m) const
     return reply.error();
   }
   const std::string how = (*reply)["how"].get<std::string>();
-  return stage::Delivered{how == "unpacked" ? "unpacked" : "copied", (*reply)["files"].get<std::uint64_t>(),
+  return stage::Delivered{how == "unpacked" ? stage::Placement::unpacked : stage::Placement::copied, (*reply)["files"].get<std::uint64_t>(),
                           (*reply)["bytes"].get<std::uint64_t>()};
 }
 

@@ -168,8 +168,8 @@ TEST(CacheStore, PublishLookupEvictAndSweep)
   EntryMeta meta;
   meta.key = key;
   meta.source = "/src/a";
-  meta.shape = "file";
-  meta.how = "copied";
+  meta.kind = stage::SourceKind::file;
+  meta.how = stage::Placement::copied;
   meta.files = 1;
   meta.bytes = 10000;
   auto pub = store->publish(*fill, meta);
@@ -280,7 +280,7 @@ TEST(CacheFill, ArchivesUnpackReadOnlyAndTreesStreamIdentical)
   UniqueFd f1 = open_dir(d / "fill1");
   auto r = fill_from_file(tar.get(), f1.get(), stage::Unpack::if_archive, 1 << 20, "a.tar");
   ASSERT_TRUE(r) << r.error().message;
-  EXPECT_EQ(r->how, "unpacked");
+  EXPECT_EQ(r->how, stage::Placement::unpacked);
   struct stat st {};
   ASSERT_EQ(::stat((d / "fill1/data/sub/a").c_str(), &st), 0);
   // The archive's modes without group/other write (0764 -> 0744): a cache view shows them as the job's.
@@ -290,7 +290,7 @@ TEST(CacheFill, ArchivesUnpackReadOnlyAndTreesStreamIdentical)
   UniqueFd f2 = open_dir(d / "fill2");
   auto copied = fill_from_file(tar.get(), f2.get(), stage::Unpack::never, 1 << 20, "a.tar");
   ASSERT_TRUE(copied);
-  EXPECT_EQ(copied->how, "copied");
+  EXPECT_EQ(copied->how, stage::Placement::copied);
   run("cmp '" + (d / "a.tar") + "' '" + (d / "fill2/data") + "'");
   // A directory streamed by the user side and unpacked by the service side arrives whole.
   ::mkdir((d / "fill3").c_str(), 0700);
@@ -708,8 +708,8 @@ TEST(CacheStore, PublishedEntriesAreRootsAndReadOnlyWhateverTheFillerLeft)
   EntryMeta meta;
   meta.key = key;
   meta.source = "/src/a";
-  meta.shape = "dir";
-  meta.how = "copied";
+  meta.kind = stage::SourceKind::dir;
+  meta.how = stage::Placement::copied;
   ASSERT_TRUE(store->publish(*fill, meta));
   const std::string entry = d / ("cache/entries/" + key);
   for (const char* rel : {"", "/data", "/data/sub", "/data/sub/f", "/data/sub/l", "/manifest.json"}) {
@@ -752,8 +752,8 @@ TEST(CacheStore, TheIndexAnswersWithoutTheManifestsAndGcBringsItInLineWithTheDis
     EntryMeta meta;
     meta.key = key;
     meta.source = std::string("/src/") + c;
-    meta.shape = "file";
-    meta.how = "copied";
+    meta.kind = stage::SourceKind::file;
+    meta.how = stage::Placement::copied;
     ASSERT_TRUE(s.publish(*fill, meta));
   };
   publish(*store, 'a');

@@ -74,7 +74,7 @@ TEST(Request, StageCarriesMissesAndDeliveredCopies)
 
 TEST(Reply, AnAbsentSourceRoundTrips)
 {
-  StageReply r{{StagedSource{"d.tar", "d", "not staged", 0, 0, 0.01, CacheOutcome::absent, ""}}};
+  StageReply r{{StagedSource{"d.tar", "d", stage::Placement::copied, 0, 0, 0.01, CacheOutcome::absent, ""}}};
   auto parsed = parse_stage_reply(parse_reply_frame(serialize_result(r))->result_json);
   ASSERT_TRUE(parsed);
   EXPECT_EQ(parsed->staged[0].cache, CacheOutcome::absent);
@@ -139,7 +139,7 @@ TEST(Reply, ResultsErrorsAndProgressRoundTrip)
   EXPECT_EQ(prog->progress->done_bytes, 5U);
 
   StageReply sr;
-  sr.staged.push_back(StagedSource{"a.tar", "a", "unpacked", 3, 30, 0.5, CacheOutcome::hit, ""});
+  sr.staged.push_back(StagedSource{"a.tar", "a", stage::Placement::unpacked, 3, 30, 0.5, CacheOutcome::hit, ""});
   auto sr_back = parse_stage_reply(parse_reply_frame(serialize_result(sr))->result_json);
   ASSERT_TRUE(sr_back);
   EXPECT_EQ(sr_back->staged[0].cache, CacheOutcome::hit);
@@ -171,12 +171,12 @@ TEST(Proto, CacheViewRoundTripAndReply)
   EXPECT_EQ(reply->entries[0].entry, "abc");
   EXPECT_EQ(reply->entries[0].files, 3U);
   EXPECT_EQ(reply->entries[0].bytes, 9U);
-  EXPECT_EQ(reply->entries[0].how, "unpacked");
+  EXPECT_EQ(reply->entries[0].how, stage::Placement::unpacked);
   EXPECT_EQ(reply->entries[1].entry, "");
   EXPECT_FALSE(parse_cache_view_reply(R"({"entries":["abc"]})"));
   EXPECT_FALSE(parse_cache_view_reply(R"({"entries":[{"entry":"abc"}]})"));
   EXPECT_FALSE(parse_cache_view_reply(R"({"v":1})"));
-  auto frame = parse_reply_frame(serialize_result(CacheViewReply{{ViewEntry{"k1", 1, 2, "copied"}, ViewEntry{}}}));
+  auto frame = parse_reply_frame(serialize_result(CacheViewReply{{ViewEntry{"k1", 1, 2, stage::Placement::copied}, ViewEntry{}}}));
   ASSERT_TRUE(frame);
   auto back = parse_cache_view_reply(frame->result_json);
   ASSERT_TRUE(back) << back.error().message;

@@ -16,8 +16,8 @@ using namespace stagehand::tmpdir;
 
 TEST(ViewRecord, RoundTrips)
 {
-  const std::vector<View> views = {{"imagenet", 60000, 123456789, "unpacked"}, {"a b", 1, 0, "copied"},
-                                   {"x:y,z 1 2", 3, 4, "unpacked"}};
+  const std::vector<View> views = {{"imagenet", 60000, 123456789, stage::Placement::unpacked}, {"a b", 1, 0, stage::Placement::copied},
+                                   {"x:y,z 1 2", 3, 4, stage::Placement::unpacked}};
   auto text = format_view_record(views);
   ASSERT_TRUE(text) << text.error().message;
   EXPECT_EQ(*text, "view 60000 123456789 unpacked imagenet\nview 1 0 copied a b\nview 3 4 unpacked x:y,z 1 2\n");
@@ -34,9 +34,9 @@ TEST(ViewRecord, RoundTrips)
 
 TEST(ViewRecord, RefusesWhatItCannotWriteOrRead)
 {
-  EXPECT_FALSE(format_view_record({View{"a\nview 1 1 unpacked b", 1, 1, "unpacked"}})); // would forge a line
-  EXPECT_FALSE(format_view_record({View{"", 1, 1, "unpacked"}}));
-  EXPECT_FALSE(format_view_record({View{"a", 1, 1, "linked"}}));
+  EXPECT_FALSE(format_view_record({View{"a\nview 1 1 unpacked b", 1, 1, stage::Placement::unpacked}})); // would forge a line
+  EXPECT_FALSE(format_view_record({View{"", 1, 1, stage::Placement::unpacked}}));
+  EXPECT_FALSE(parse_view_record("view 1 1 linked a\n")); // another HOW
   EXPECT_FALSE(parse_view_record("view 1 1 unpacked a"));   // cut
   EXPECT_FALSE(parse_view_record("link 1 1 unpacked a\n")); // not a view line
   EXPECT_FALSE(parse_view_record("view 1 1 unpacked \n"));

@@ -1,6 +1,8 @@
 // What a cache entry's manifest says about it.
 #pragma once
 
+#include "stagehand/stage/kinds.hpp"
+
 #include <cstdint>
 #include <string>
 
@@ -10,8 +12,8 @@ struct EntryMeta
 {
   std::string key;
   std::string source;      // canonical path it was filled from
-  std::string shape;       // "file" | "dir"
-  std::string how;         // "copied" | "unpacked"
+  stage::SourceKind kind = stage::SourceKind::file; // manifest "shape"
+  stage::Placement how = stage::Placement::copied;
   std::uint64_t files = 0; // regular files (hard links counted once per name)
   std::uint64_t bytes = 0; // file data
   std::uint64_t disk_bytes = 0; // what the entry occupies (st_blocks of everything in it)

@@ -52,7 +52,7 @@ Result<FillResult> unpack_into(int archive_fd, int fill_dir_fd, std::uint64_t ma
   if (!stats) {
     return stats.error();
   }
-  return FillResult{"unpacked", stats->files + stats->hardlinks, stats->bytes};
+  return FillResult{stage::Placement::unpacked, stats->files + stats->hardlinks, stats->bytes};
 }
 
 } // namespace
@@ -91,7 +91,7 @@ Result<FillResult> fill_from_file(int src_fd, int fill_dir_fd, stage::Unpack unp
   if (auto st = stage::copy_file(src_fd, fill_dir_fd, k_data_name, max_bytes, stats, shown); !st) {
     return st.error();
   }
-  result = FillResult{"copied", 1, stats.bytes};
+  result = FillResult{stage::Placement::copied, 1, stats.bytes};
   if (auto st = make_read_only(fill_dir_fd); !st) {
     return st.error();
   }
@@ -111,7 +111,7 @@ Result<FillResult> fill_from_plain_spool(int fill_dir_fd, const char* spool_name
       ::renameat(fill_dir_fd, spool_name, fill_dir_fd, k_data_name) != 0) {
     return Error::from_errno("cache fill");
   }
-  return FillResult{"copied", 1, static_cast<std::uint64_t>(st.st_size)};
+  return FillResult{stage::Placement::copied, 1, static_cast<std::uint64_t>(st.st_size)};
 }
 
 Result<FillResult> fill_from_stream(int stream_fd, int fill_dir_fd, std::uint64_t max_bytes, const std::string& shown,
@@ -121,7 +121,7 @@ Result<FillResult> fill_from_stream(int stream_fd, int fill_dir_fd, std::uint64_
   if (!r) {
     return r;
   }
-  r->how = "copied";
+  r->how = stage::Placement::copied;
   return r;
 }
 

@@ -17,7 +17,7 @@ namespace stagehand::cache {
 
 struct FillResult
 {
-  std::string how; // "copied" | "unpacked"
+  stage::Placement how = stage::Placement::copied;
   std::uint64_t files = 0;
   std::uint64_t bytes = 0;
 };

@@ -78,12 +78,12 @@ Result<UniqueFd> open_walked(const fs::WalkEntry& e, const std::string& shown, s
   return fd;
 }
 
-KeyBuilder::KeyBuilder(const std::string& canonical_path, stage::SourceKind shape, stage::Unpack unpack)
+KeyBuilder::KeyBuilder(const std::string& canonical_path, stage::SourceKind kind, stage::Unpack unpack)
 {
   m_hash.field_u64(k_key_version);
   m_hash.field(canonical_path);
-  m_hash.field(shape == stage::SourceKind::dir ? "dir" : "file");
-  m_hash.field(unpack == stage::Unpack::never ? "never" : "auto");
+  m_hash.field(stage::name_of(kind));
+  m_hash.field(stage::name_of(unpack));
 }
 
 void KeyBuilder::add(const std::string& rel, const struct stat& st)

@@ -27,7 +27,7 @@ namespace stagehand::cache {
 class KeyBuilder
 {
 public:
-  KeyBuilder(const std::string& canonical_path, stage::SourceKind shape, stage::Unpack unpack);
+  KeyBuilder(const std::string& canonical_path, stage::SourceKind kind, stage::Unpack unpack);
   // Adds one entry ("" for the source itself) with its lstat.
   void add(const std::string& rel, const struct stat& st);
   std::string key(); // 64 hex digits

@@ -74,8 +74,13 @@ Result<EntryMeta> meta_from_json(const std::string& text, const std::string& key
     EntryMeta m;
     m.key = j.at("key").get<std::string>();
     m.source = j.at("source").get<std::string>();
-    m.shape = j.at("shape").get<std::string>();
-    m.how = j.at("how").get<std::string>();
+    auto kind = stage::source_kind_named(j.at("shape").get<std::string>());
+    auto how = stage::placement_named(j.at("how").get<std::string>());
+    if (!kind || !how) {
+      return Error::io(key + ": manifest: unknown shape or how", EINVAL);
+    }
+    m.kind = *kind;
+    m.how = *how;
     m.files = j.at("files").get<std::uint64_t>();
     m.bytes = j.at("bytes").get<std::uint64_t>();
     m.disk_bytes = j.at("disk_bytes").get<std::uint64_t>();
@@ -92,7 +97,7 @@ Result<EntryMeta> meta_from_json(const std::string& text, const std::string& key
 std::string meta_to_json(const EntryMeta& m)
 {
   return json{{"version", 1},          {"key", m.key},       {"source", m.source},
-              {"shape", m.shape},      {"how", m.how},       {"files", m.files},
+              {"shape", stage::name_of(m.kind)}, {"how", stage::name_of(m.how)},       {"files", m.files},
               {"bytes", m.bytes},      {"disk_bytes", m.disk_bytes}, {"created", m.created}}
            .dump(1) + "\n";
 }

@@ -31,20 +31,16 @@ Result<SourceSpec> parse_source(const json& j)
   if (s.path.front() != '/') {
     return bad("\"path\" must be absolute");
   }
-  if (*kind == "file") {
-    s.kind = stage::SourceKind::file;
-  } else if (*kind == "dir") {
-    s.kind = stage::SourceKind::dir;
-  } else {
+  auto named_kind = stage::source_kind_named(*kind);
+  if (!named_kind) {
     return bad("\"kind\" must be \"file\" or \"dir\"");
   }
-  if (*unpack == "auto") {
-    s.unpack = stage::Unpack::if_archive;
-  } else if (*unpack == "never") {
-    s.unpack = stage::Unpack::never;
-  } else {
+  s.kind = *named_kind;
+  auto named_unpack = stage::unpack_named(*unpack);
+  if (!named_unpack) {
     return bad("\"unpack\" must be \"auto\" or \"never\"");
   }
+  s.unpack = *named_unpack;
   return s;
 }
 
@@ -134,8 +130,8 @@ json source_json(const SourceSpec& s)
   json j{{"shown", s.shown},
          {"path", s.path},
          {"dest", s.dest},
-         {"kind", s.kind == stage::SourceKind::dir ? "dir" : "file"},
-         {"unpack", s.unpack == stage::Unpack::never ? "never" : "auto"}};
+         {"kind", stage::name_of(s.kind)},
+         {"unpack", stage::name_of(s.unpack)}};
   if (!s.delivered.empty()) {
     j["delivered"] = s.delivered;
   }

@@ -126,7 +126,7 @@ struct StagedSource
 {
   std::string shown;
   std::string dest;
-  std::string how; // "copied" | "unpacked"
+  stage::Placement how = stage::Placement::copied;
   std::uint64_t files = 0;
   std::uint64_t bytes = 0;
   double seconds = 0;
@@ -205,7 +205,7 @@ struct ViewEntry
   std::string entry; // the hit's entry name under the cache's entries/; "" for anything else
   std::uint64_t files = 0;
   std::uint64_t bytes = 0;
-  std::string how; // "copied" | "unpacked"
+  stage::Placement how = stage::Placement::copied;
 };
 
 struct CacheViewReply

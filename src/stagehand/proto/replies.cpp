@@ -68,7 +68,7 @@ std::string serialize_result(const Reply& r)
                           for (const auto& s : x.staged) {
                             j["staged"].push_back(json{{"shown", s.shown},
                                                        {"dest", s.dest},
-                                                       {"how", s.how},
+                                                       {"how", stage::name_of(s.how)},
                                                        {"files", s.files},
                                                        {"bytes", s.bytes},
                                                        {"seconds", s.seconds},
@@ -111,7 +111,7 @@ std::string serialize_result(const Reply& r)
                           j["entries"] = json::array();
                           for (const auto& e : x.entries) {
                             j["entries"].push_back(
-                              json{{"entry", e.entry}, {"files", e.files}, {"bytes", e.bytes}, {"how", e.how}});
+                              json{{"entry", e.entry}, {"files", e.files}, {"bytes", e.bytes}, {"how", stage::name_of(e.how)}});
                           }
                         },
                         [&](const GcReply& x) {
@@ -180,7 +180,12 @@ Result<StageReply> parse_stage_reply(std::string_view payload)
     SH_TRY(secs, f.number("seconds"));
     SH_TRY(cache, f.str("cache"));
     SH_TRY(note, f.str("note", true));
-    StagedSource s{*shown, *dest, *how, *files, *bytes, *secs, CacheOutcome::none, *note};
+    // "not staged": how a daemon before 2026-11 said nothing was placed (an `absent` source).
+    auto placed = *how == "not staged" ? std::optional(stage::Placement::copied) : stage::placement_named(*how);
+    if (!placed) {
+      return bad("\"how\" must be \"copied\" or \"unpacked\"");
+    }
+    StagedSource s{*shown, *dest, *placed, *files, *bytes, *secs, CacheOutcome::none, *note};
     s.cache = *cache == "cache hit"    ? CacheOutcome::hit
               : *cache == "cache miss" ? CacheOutcome::miss
               : *cache == "not staged" ? CacheOutcome::absent
@@ -332,7 +337,11 @@ Result<CacheViewReply> parse_cache_view_reply(std::string_view payload)
     SH_TRY(files, f.u64("files"));
     SH_TRY(bytes, f.u64("bytes"));
     SH_TRY(how, f.str("how", true));
-    r.entries.push_back(ViewEntry{*entry, *files, *bytes, *how});
+    auto placed = how->empty() ? std::optional(stage::Placement::copied) : stage::placement_named(*how);
+    if (!placed) {
+      return Error::internal("protocol: \"how\" must be \"copied\" or \"unpacked\"");
+    }
+    r.entries.push_back(ViewEntry{*entry, *files, *bytes, *placed});
   }
   return r;
 }

@@ -1,14 +1,29 @@
-// The kinds every layer shares, defined once: what a --stage-data source is and whether an
-// archive is unpacked. The option grammar, the submit-time checks, the protocol, the cache's keys
-// and the staging all use these (the protocol's words for them are in proto/messages.cpp).
+// The kinds every layer shares, defined once: what a --stage-data source is, whether an archive
+// is unpacked, and how a source was placed. The option grammar, the submit-time checks, the
+// protocol, the cache's keys and manifests, the view records and the staging all use these; their
+// words (in JSON, keys, records and summary lines) are the ones below, and nowhere else.
 #pragma once
+
+#include <optional>
+#include <string_view>
 
 namespace stagehand::stage {
 
-// What a source is: a regular file (an archive or not) or a directory.
+// What a source is: a regular file (an archive or not) or a directory. Words: "file", "dir".
 enum class SourceKind { file, dir };
 
-// Whether an archive is unpacked: ":copy" copies an archive as it is.
+// Whether an archive is unpacked: ":copy" copies an archive as it is. Words: "auto", "never".
 enum class Unpack { if_archive, never };
+
+// How a source was placed: copied as it is (a file, a directory's tree) or an archive unpacked.
+// Words: "copied", "unpacked" (the first word of a summary line).
+enum class Placement { copied, unpacked };
+
+const char* name_of(SourceKind k);
+const char* name_of(Unpack u);
+const char* name_of(Placement p);
+std::optional<SourceKind> source_kind_named(std::string_view word);
+std::optional<Unpack> unpack_named(std::string_view word);
+std::optional<Placement> placement_named(std::string_view word);
 
 } // namespace stagehand::stage

@@ -153,14 +153,14 @@ Result<Delivered> deliver_into(int in_fd, StreamContent content, const struct st
   }
   out.files = stats->files + stats->hardlinks;
   out.bytes = stats->bytes;
-  out.how = content == StreamContent::archive ? "unpacked" : "copied";
+  out.how = content == StreamContent::archive ? Placement::unpacked : Placement::copied;
   ::fchmod(dir->get(), 0755);
   return out;
 }
 
 struct Staged
 {
-  const char* how = "copied";
+  Placement how = Placement::copied;
   std::uint64_t files = 0;
   std::uint64_t bytes = 0;
 };
@@ -235,7 +235,7 @@ Result<Staged> stage_one(const CheckedSource& src, int tmpdir_fd, const StageLim
     }
     out.files = stats->files + stats->hardlinks;
     out.bytes = stats->bytes;
-    out.how = "unpacked";
+    out.how = Placement::unpacked;
   }
   ::fchmod(dest.get(), 0755);
   return out;
@@ -303,14 +303,14 @@ std::string outermost_missing(int root_fd, const std::string& dest)
   }
 }
 
-std::string summary_line(const std::string& how, const std::string& shown, const std::string& tmpdir_path,
+std::string summary_line(Placement how, const std::string& shown, const std::string& tmpdir_path,
                          const std::string& dest, std::uint64_t files, std::uint64_t bytes, double seconds,
                          const std::string& cache, const std::string& note)
 {
   char line[256];
   std::snprintf(line, sizeof line, ": %llu files, %s in %.2f s", static_cast<unsigned long long>(files),
                 human_bytes(bytes).c_str(), seconds);
-  return how + " " + shown + " -> " + tmpdir_path + "/" + dest + line + (note.empty() ? "" : ", " + note) + " (" +
+  return std::string(name_of(how)) + " " + shown + " -> " + tmpdir_path + "/" + dest + line + (note.empty() ? "" : ", " + note) + " (" +
          cache + ")";
 }
 

@@ -23,7 +23,7 @@ struct StageLimits
 };
 
 // "unpacked SRC -> TMPDIR/DEST: N files, B in S s (CACHE)": the one summary line per source.
-std::string summary_line(const std::string& how, const std::string& shown, const std::string& tmpdir_path,
+std::string summary_line(Placement how, const std::string& shown, const std::string& tmpdir_path,
                          const std::string& dest, std::uint64_t files, std::uint64_t bytes, double seconds,
                          const std::string& cache, const std::string& note = "");
 
@@ -42,7 +42,7 @@ enum class StreamContent {
 
 struct Delivered
 {
-  const char* how = "copied";
+  Placement how = Placement::copied;
   std::uint64_t files = 0;
   std::uint64_t bytes = 0;
 };

@@ -45,10 +45,10 @@ bool usable_dest(const std::string& d)
 
 Result<std::string> view_line(const View& v)
 {
-  if (!usable_dest(v.dest) || (v.how != "copied" && v.how != "unpacked")) {
+  if (!usable_dest(v.dest)) {
     return Error::refused("view record: unusable destination");
   }
-  return std::to_string(v.files) + " " + std::to_string(v.bytes) + " " + v.how + " " + v.dest;
+  return std::to_string(v.files) + " " + std::to_string(v.bytes) + " " + stage::name_of(v.how) + " " + v.dest;
 }
 
 Result<View> parse_view_line(std::string_view line)
@@ -70,7 +70,11 @@ Result<View> parse_view_line(std::string_view line)
   if (sp == std::string_view::npos) {
     return Error::corrupt("view record: unreadable line");
   }
-  v.how = std::string(line.substr(0, sp));
+  auto how = stage::placement_named(line.substr(0, sp));
+  if (!how) {
+    return Error::corrupt("view record: unreadable line");
+  }
+  v.how = *how;
   v.dest = std::string(line.substr(sp + 1));
   if (!view_line(v)) {
     return Error::corrupt("view record: unreadable line");

@@ -6,6 +6,7 @@
 // the views are detached (epilog, GC), fd-relative, never through a mount.
 #pragma once
 
+#include "stagehand/stage/kinds.hpp"
 #include "stagehand/util/result.hpp"
 
 #include <cstdint>
@@ -27,12 +28,12 @@ struct View
   std::string dest;
   std::uint64_t files = 0;
   std::uint64_t bytes = 0;
-  std::string how; // "copied" | "unpacked"
+  stage::Placement how = stage::Placement::copied;
   bool operator==(const View&) const = default;
 };
 
 // "FILES BYTES HOW DEST": a record's line after "view ", and the staging helper's --view value.
-// A destination with a control character, or another `how`, is refused.
+// A destination with a control character is refused, and so is a line with another HOW.
 Result<std::string> view_line(const View& v);
 Result<View> parse_view_line(std::string_view line);
 
