@@ -4,9 +4,9 @@
 // is ready about when the leader's own copy is). A lone miss's fill never competes with its job. Entries are published one at a time, as the service
 // user, measured and sealed as any fill. A fill that cannot be made (the daemon stopping, too many
 // waiting, an error) is dropped: the next job's miss reads the source again.
-#include "child_reply.hpp"
 #include "daemon.hpp"
 
+#include "stagehand/proto/child_messages.hpp"
 #include "stagehand/cache/fill.hpp"
 #include "stagehand/cache/spool.hpp"
 #include "stagehand/fs/remove_tree.hpp"
@@ -37,17 +37,7 @@ void behind_the_jobs()
   (void)::syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0, (2 << 13) | 7 /* IOPRIO_CLASS_BE, level 7 */);
 }
 
-Result<cache::FillResult> fill_reply(const ipc::Message& m)
-{
-  auto reply = child_reply(m);
-  if (!reply) {
-    return reply.error();
-  }
-  return cache::FillResult{(*reply)["how"].get<std::string>() == "unpacked" ? stage::Placement::unpacked
-                                                                          : stage::Placement::copied,
-                           (*reply)["files"].get<std::uint64_t>(),
-                           (*reply)["bytes"].get<std::uint64_t>()};
-}
+Result<cache::FillResult> fill_reply(const ipc::Message& m) { return proto::parse_child_message<stage::Placed>(m.text); }
 
 } // namespace
 
@@ -185,7 +175,7 @@ Result<ipc::Child> Daemon::spawn_follower(FollowFill& f, const ipc::Credentials&
     auto verdict = ipc::SharedMemory<cache::SpoolVerdict>::attach(kept[1]);
     int p[2];
     if (!verdict || ::pipe2(p, O_CLOEXEC) != 0) {
-      (void)ipc::send_message(sock, child_error(verdict ? Error::from_errno("pipe") : verdict.error()));
+      (void)ipc::send_message(sock, proto::child_failure(verdict ? Error::from_errno("pipe") : verdict.error()));
       return 1;
     }
     UniqueFd rd(p[0]);
@@ -200,12 +190,12 @@ Result<ipc::Child> Daemon::spawn_follower(FollowFill& f, const ipc::Credentials&
     rd.reset(); // a feeder blocked on the pipe ends
     feeder.join();
     if (!r || (!fed && r->files == 0)) {
-      (void)ipc::send_message(sock, child_error(!r ? r.error() : fed.error()));
+      (void)ipc::send_message(sock, proto::child_failure(!r ? r.error() : fed.error()));
       return 1;
     }
     // (an unpacking that ended at the archive's end marker before the spool's padding: complete)
     ::unlinkat(kept[0], cache::k_spool_name, 0); // the fill's room back before it is measured
-    (void)ipc::send_message(sock, nlohmann::json{{"ok", true}, {"how", stage::name_of(r->how)}, {"files", r->files}, {"bytes", r->bytes}}.dump());
+    (void)ipc::send_message(sock, proto::child_message(*r));
     return 0;
   });
   if (child) {
@@ -266,10 +256,10 @@ Result<cache::FillResult> Daemon::fill_from_spool(SpoolFill& task, const ipc::Cr
                        : cache::fill_from_file(kept[0], kept[1], task.unpack, task.room, task.source);
     ::unlinkat(kept[1], cache::k_spool_name, 0); // the fill's room back before it is measured
     if (!r) {
-      (void)ipc::send_message(sock, child_error(r.error()));
+      (void)ipc::send_message(sock, proto::child_failure(r.error()));
       return 1;
     }
-    (void)ipc::send_message(sock, nlohmann::json{{"ok", true}, {"how", stage::name_of(r->how)}, {"files", r->files}, {"bytes", r->bytes}}.dump());
+    (void)ipc::send_message(sock, proto::child_message(*r));
     return 0;
   });
   if (!child) {

@@ -1,9 +1,9 @@
 // stagehandd's stage request, per source: the job user's side opens and identifies it (a child with
 // their credentials), a hit is linked into the job's directory, a miss is read once and delivered
 // (stage_miss.cpp), with the cache filled from the same read, published after the job has its data.
-#include "child_reply.hpp"
 #include "stage_run.hpp"
 
+#include "stagehand/proto/child_messages.hpp"
 #include "stagehand/cache/fill.hpp"
 #include "stagehand/cache/key.hpp"
 #include "stagehand/cache/materialise.hpp"
@@ -46,13 +46,13 @@ Result<StageRun::Identified> StageRun::identify(const proto::SourceSpec& src, co
   auto ident_child = ipc::spawn_as(m_user, keep, [&](int sock, const std::vector<int>& kept) {
     auto fd = cache::open_source(src.path, src.shown, src.kind, roots);
     if (!fd) {
-      (void)ipc::send_message(sock, child_error(fd.error()));
+      (void)ipc::send_message(sock, proto::child_failure(fd.error()));
       return 1;
     }
     auto id = src.kind == stage::SourceKind::dir ? cache::identify_tree(fd->get(), src.path, src.shown)
                                                        : cache::identify_file(fd->get(), src.path, src.unpack);
     if (!id) {
-      (void)ipc::send_message(sock, child_error(id.error()));
+      (void)ipc::send_message(sock, proto::child_failure(id.error()));
       return 1;
     }
     // The delivered copy, when it is a regular file of the source's size: read in its place (the
@@ -78,11 +78,9 @@ Result<StageRun::Identified> StageRun::identify(const proto::SourceSpec& src, co
     if (copy.valid()) {
       fds.push_back(copy.get());
     }
-    (void)ipc::send_message(sock,
-                            json{{"ok", true}, {"key", id->key}, {"files", id->files}, {"bytes", id->bytes},
-                                 {"newest_ns", id->newest_ns}, {"archive", archive}, {"zip", zip}}
-                              .dump(),
-                            fds);
+    (void)ipc::send_message(
+      sock, proto::child_message(proto::SourceIdentified{id->key, id->files, id->bytes, id->newest_ns, archive, zip}),
+      fds);
     return 0;
   });
   if (!ident_child) {
@@ -95,7 +93,7 @@ Result<StageRun::Identified> StageRun::identify(const proto::SourceSpec& src, co
   if (!ident_msg) {
     return ident_msg.error();
   }
-  auto ident = child_reply(*ident_msg);
+  auto ident = proto::parse_child_message<proto::SourceIdentified>(ident_msg->text);
   if (!ident) {
     return ident.error();
   }
@@ -108,8 +106,7 @@ Result<StageRun::Identified> StageRun::identify(const proto::SourceSpec& src, co
     spdlog::info("job {}: {}: the broadcast's copy {} is not there or not the source's size: reading the source",
                  m_job.job_id, src.path, src.delivered);
   }
-  cache::SourceIdentity identity{(*ident)["key"].get<std::string>(), (*ident)["files"].get<std::uint64_t>(),
-                                 (*ident)["bytes"].get<std::uint64_t>(), (*ident)["newest_ns"].get<std::int64_t>()};
+  cache::SourceIdentity identity{ident->key, ident->files, ident->bytes, ident->newest_ns};
   if (src.kind == stage::SourceKind::file) {
     // A file's key needs only fstat: taken here from the descriptor, not from the user's side.
     auto mine = cache::identify_file(src_fd.get(), src.path, src.unpack);
@@ -122,8 +119,8 @@ Result<StageRun::Identified> StageRun::identify(const proto::SourceSpec& src, co
   out.identity = identity;
   out.fd = std::move(src_fd);
   out.copy = std::move(copy_fd);
-  out.archive = (*ident).value("archive", false);
-  out.zip = (*ident).value("zip", false);
+  out.archive = ident->archive;
+  out.zip = ident->zip;
   return out;
 }
 

@@ -5,9 +5,9 @@
 // fill thread runs after the read, or beside it (following the spool as it grows) once another
 // job waits for this source, at a lower priority (spool_fill.cpp). Jobs asking for the same source meanwhile wait for
 // that entry or deliver from the spool: no second read of the shared filesystem.
-#include "child_reply.hpp"
 #include "stage_run.hpp"
 
+#include "stagehand/proto/child_messages.hpp"
 #include "stagehand/cache/source.hpp"
 #include "stagehand/cache/spool.hpp"
 #include "stagehand/ipc/shared_memory.hpp"
@@ -38,23 +38,17 @@ Result<ipc::Child> StageRun::spawn_delivery(int in_fd, const Delivery& d)
     mine.tmpdir_fd = kept[1];
     auto r = stage::deliver(kept[0], d.content, d.file_stat, mine, shown);
     if (!r) {
-      (void)ipc::send_message(sock, child_error(r.error()));
+      (void)ipc::send_message(sock, proto::child_failure(r.error()));
       return 1;
     }
-    (void)ipc::send_message(sock, json{{"ok", true}, {"how", stage::name_of(r->how)}, {"files", r->files}, {"bytes", r->bytes}}.dump());
+    (void)ipc::send_message(sock, proto::child_message(*r));
     return 0;
   });
 }
 
 Result<stage::Delivered> StageRun::delivered_by(const ipc::Message& m) const
 {
-  auto reply = child_reply(m);
-  if (!reply) {
-    return reply.error();
-  }
-  const std::string how = (*reply)["how"].get<std::string>();
-  return stage::Delivered{how == "unpacked" ? stage::Placement::unpacked : stage::Placement::copied, (*reply)["files"].get<std::uint64_t>(),
-                          (*reply)["bytes"].get<std::uint64_t>()};
+  return proto::parse_child_message<stage::Placed>(m.text);
 }
 
 Result<stage::Delivered> StageRun::deliver_from(int in_fd, const Delivery& d, const std::function<double()>& seconds)
@@ -171,14 +165,11 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
       auto s = cache::stream_tree(kept[0], kept[1], path, shown);
       ::close(kept[1]);
       if (!s) {
-        (void)ipc::send_message(sock, child_error(s.error()));
+        (void)ipc::send_message(sock, proto::child_failure(s.error()));
         return 1;
       }
-      (void)ipc::send_message(sock, json{{"ok", true},
-                                         {"key", s->identity.key},
-                                         {"changed", s->changed},
-                                         {"newest_ns", s->identity.newest_ns}}
-                                      .dump());
+      (void)ipc::send_message(sock,
+                              proto::child_message(proto::TreeStreamed{s->identity.key, s->changed, s->identity.newest_ns}));
       return 0;
     });
     if (!r) {
@@ -218,7 +209,7 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
   auto tee = ipc::spawn_as(c.service, keep, [&](int sock, const std::vector<int>& kept) {
     auto shared = ipc::SharedMemory<stage::WorkCounters>::attach(kept[2]);
     if (!shared) {
-      (void)ipc::send_message(sock, child_error(shared.error()));
+      (void)ipc::send_message(sock, proto::child_failure(shared.error()));
       return 1;
     }
     UniqueFd spool;
@@ -227,11 +218,11 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
     }
     auto r = cache::tee_source(kept[0], kept[1], spool.get(), policy, shared->get());
     if (!r) {
-      (void)ipc::send_message(sock, child_error(r.error().with_context(src.shown)));
+      (void)ipc::send_message(sock, proto::child_failure(r.error().with_context(src.shown)));
       return 1;
     }
     const std::string dropped = kept.size() > 3 && !spool.valid() ? "the spool could not be made" : r->spool_dropped;
-    (void)ipc::send_message(sock, json{{"ok", true}, {"bytes", r->bytes}, {"dropped", dropped}}.dump());
+    (void)ipc::send_message(sock, proto::child_message(proto::Teed{r->bytes, dropped}));
     return 0;
   });
   feed_wr.reset();
@@ -265,7 +256,7 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
   // read said: the reader's error is sent before its end closes the pipe.
   auto reader_failure = [&](Error seen) -> Error {
     if (auto m = ipc::receive_message(tee->sock(), std::chrono::milliseconds(100)); m) {
-      if (auto r = child_reply(*m); !r) {
+      if (auto r = proto::parse_child_message<proto::Teed>(m->text); !r) {
         return r.error();
       }
     }
@@ -292,7 +283,7 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
   if (!tee_msg) {
     return fail(tee_msg.error());
   }
-  auto teed = child_reply(*tee_msg);
+  auto teed = proto::parse_child_message<proto::Teed>(tee_msg->text);
   if (!teed) {
     return fail(teed.error());
   }
@@ -301,17 +292,17 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
     if (!*read_msg) {
       return fail(read_msg->error());
     }
-    auto read = child_reply(**read_msg);
+    auto read = proto::parse_child_message<proto::TreeStreamed>((*read_msg)->text);
     if (!read) {
       return fail(read.error());
     }
-    changed = (*read)["key"].get<std::string>() != c.identity.key || (*read)["changed"].get<bool>() ||
-              cache::changed_near(cache::SourceIdentity{"", 0, 0, (*read)["newest_ns"].get<std::int64_t>()}, c.started);
+    changed = read->key != c.identity.key || read->changed ||
+              cache::changed_near(cache::SourceIdentity{"", 0, 0, read->newest_ns}, c.started);
   } else {
     auto again = cache::identify_file(src_fd, src.path, d.unpack);
     changed = !again || again->key != c.identity.key;
   }
-  const std::string dropped = (*teed)["dropped"].get<std::string>();
+  const std::string dropped = teed->dropped;
   if (!delivery) {
     // From the spool when it holds the source, else from the source itself (read again: the
     // cache could not keep it).
@@ -338,7 +329,7 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
   }
   if (out.why_uncached.empty() && fill) {
     out.spool = std::move(fill);
-    out.spool_bytes = (*teed)["bytes"].get<std::uint64_t>();
+    out.spool_bytes = teed->bytes;
     if (follow) {
       follow->verdict->get()->state.store(static_cast<std::uint64_t>(cache::SpoolState::complete));
       out.follow = std::move(follow);

@@ -15,12 +15,7 @@
 
 namespace stagehand::cache {
 
-struct FillResult
-{
-  stage::Placement how = stage::Placement::copied;
-  std::uint64_t files = 0;
-  std::uint64_t bytes = 0;
-};
+using FillResult = stage::Placed;
 
 // What decides whether a finished fill is published.
 struct PublishCheck

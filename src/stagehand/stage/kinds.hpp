@@ -4,6 +4,7 @@
 // words (in JSON, keys, records and summary lines) are the ones below, and nowhere else.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string_view>
 
@@ -18,6 +19,16 @@ enum class Unpack { if_archive, never };
 // How a source was placed: copied as it is (a file, a directory's tree) or an archive unpacked.
 // Words: "copied", "unpacked" (the first word of a summary line).
 enum class Placement { copied, unpacked };
+
+// What placing a source made: how, and its regular files and their bytes (a staging's, a
+// delivery's from the node daemon, a cache fill's).
+struct Placed
+{
+  Placement how = Placement::copied;
+  std::uint64_t files = 0;
+  std::uint64_t bytes = 0;
+  bool operator==(const Placed&) const = default;
+};
 
 const char* name_of(SourceKind k);
 const char* name_of(Unpack u);

@@ -158,12 +158,7 @@ Result<Delivered> deliver_into(int in_fd, StreamContent content, const struct st
   return out;
 }
 
-struct Staged
-{
-  Placement how = Placement::copied;
-  std::uint64_t files = 0;
-  std::uint64_t bytes = 0;
-};
+using Staged = Placed;
 
 // One source into place; errors are the reason alone (the caller names the source).
 Result<Staged> stage_one(const CheckedSource& src, int tmpdir_fd, const StageLimits& limits, std::uint64_t room,

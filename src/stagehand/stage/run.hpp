@@ -40,12 +40,7 @@ enum class StreamContent {
   tree,       // a directory streamed as a tar (cache::stream_tree): made again at DEST ("copied")
 };
 
-struct Delivered
-{
-  Placement how = Placement::copied;
-  std::uint64_t files = 0;
-  std::uint64_t bytes = 0;
-};
+using Delivered = Placed;
 
 // One source's bytes, read from `in_fd` (a pipe is fine: nothing seeks), placed at `dest` below
 // the directory open at `tmpdir_fd` exactly as stage_all places a source opened here: parents made

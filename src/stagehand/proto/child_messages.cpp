@@ -1,0 +1,139 @@
+#include "stagehand/proto/child_messages.hpp"
+
+#include "stagehand/proto/json_fields.hpp"
+
+namespace stagehand::proto {
+
+using namespace detail;
+
+namespace {
+
+std::string ok(json j)
+{
+  j["ok"] = true;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// The object a child sent, or the error it reported.
+Result<json> said(const std::string& text)
+{
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Error::internal("a staging child sent garbage");
+  }
+  Fields f(j);
+  auto fine = f.boolean("ok", false);
+  if (!fine) {
+    return Error::internal("a staging child sent garbage: " + fine.error().message);
+  }
+  if (!*fine) {
+    auto message = f.str("error");
+    Error e = Error::internal(message ? *message : std::string("a staging child failed"));
+    auto kind = f.str("kind");
+    e.kind = kind ? kind_from_name(*kind).value_or(ErrorKind::internal) : ErrorKind::internal;
+    auto code = f.i64("code");
+    e.code = code ? static_cast<int>(*code) : 0;
+    return e;
+  }
+  return j;
+}
+
+Error garbage(const Error& e) { return Error::internal("a staging child sent garbage: " + e.message); }
+
+// The first of `fields` that could not be read, if any.
+template<typename... R> std::optional<Error> first_error(const R&... fields)
+{
+  std::optional<Error> e;
+  ((e || fields ? void() : void(e = fields.error())), ...);
+  return e;
+}
+
+} // namespace
+
+std::string child_message(const SourceIdentified& m)
+{
+  return ok(json{{"key", m.key},
+                 {"files", m.files},
+                 {"bytes", m.bytes},
+                 {"newest_ns", m.newest_ns},
+                 {"archive", m.archive},
+                 {"zip", m.zip}});
+}
+
+std::string child_message(const TreeStreamed& m)
+{
+  return ok(json{{"key", m.key}, {"changed", m.changed}, {"newest_ns", m.newest_ns}});
+}
+
+std::string child_message(const Teed& m) { return ok(json{{"bytes", m.bytes}, {"dropped", m.dropped}}); }
+
+std::string child_message(const stage::Placed& m)
+{
+  return ok(json{{"how", stage::name_of(m.how)}, {"files", m.files}, {"bytes", m.bytes}});
+}
+
+std::string child_failure(const Error& e)
+{
+  return json{{"ok", false}, {"kind", kind_name(e.kind)}, {"code", e.code}, {"error", e.message}}.dump(
+    -1, ' ', false, json::error_handler_t::replace);
+}
+
+template<> Result<SourceIdentified> parse_child_message<SourceIdentified>(const std::string& text)
+{
+  SH_TRY(j, said(text));
+  Fields f(*j);
+  auto key = f.str("key");
+  auto files = f.u64("files");
+  auto bytes = f.u64("bytes");
+  auto newest = f.i64("newest_ns");
+  auto archive = f.boolean("archive", false);
+  auto zip = f.boolean("zip", false);
+  if (auto e = first_error(key, files, bytes, newest, archive, zip)) {
+    return garbage(*e);
+  }
+  return SourceIdentified{*key, *files, *bytes, *newest, *archive, *zip};
+}
+
+template<> Result<TreeStreamed> parse_child_message<TreeStreamed>(const std::string& text)
+{
+  SH_TRY(j, said(text));
+  Fields f(*j);
+  auto key = f.str("key");
+  auto changed = f.boolean("changed", true);
+  auto newest = f.i64("newest_ns");
+  if (auto e = first_error(key, changed, newest)) {
+    return garbage(*e);
+  }
+  return TreeStreamed{*key, *changed, *newest};
+}
+
+template<> Result<Teed> parse_child_message<Teed>(const std::string& text)
+{
+  SH_TRY(j, said(text));
+  Fields f(*j);
+  auto bytes = f.u64("bytes");
+  auto dropped = f.str("dropped", true);
+  if (auto e = first_error(bytes, dropped)) {
+    return garbage(*e);
+  }
+  return Teed{*bytes, *dropped};
+}
+
+template<> Result<stage::Placed> parse_child_message<stage::Placed>(const std::string& text)
+{
+  SH_TRY(j, said(text));
+  Fields f(*j);
+  auto how = f.str("how");
+  auto files = f.u64("files");
+  auto bytes = f.u64("bytes");
+  if (auto e = first_error(how, files, bytes)) {
+    return garbage(*e);
+  }
+  auto placed = stage::placement_named(*how);
+  if (!placed) {
+    return Error::internal("a staging child sent garbage: \"how\" must be \"copied\" or \"unpacked\"");
+  }
+  return stage::Placed{*placed, *files, *bytes};
+}
+
+} // namespace stagehand::proto
