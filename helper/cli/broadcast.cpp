@@ -5,7 +5,7 @@
 #include "stagehand/stage/copy.hpp"
 #include "stagehand/stage/source.hpp"
 #include "stagehand/util/fd.hpp"
-#include "stagehand/util/process_wait.hpp"
+#include "stagehand/util/subprocess.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -40,63 +40,31 @@ bool exists(int root_fd, const std::string& name)
   return ::fstatat(root_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
 }
 
-// Runs `sbcast ARGS...` (found in the task's PATH) with `keep_fd` inherited; its last stderr line
-// on failure.
+// Runs `sbcast ARGS...` (found in the task's PATH) with `keep_fd` inherited; its last line of
+// output on failure. Without a bound while it sends (it takes as long as the data), then 30 s to end.
 Status run_sbcast(const std::vector<std::string>& args, int keep_fd)
 {
-  int err[2];
-  if (::pipe2(err, O_CLOEXEC) != 0) {
-    return Error::from_errno("pipe");
-  }
-  UniqueFd rd(err[0]);
-  UniqueFd wr(err[1]);
-  std::vector<std::string> argv_s = {"sbcast"};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& s : argv_s) {
-    argv.push_back(s.data());
-  }
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    return Error::from_errno("cannot start sbcast");
-  }
-  if (pid == 0) {
-    ::dup2(wr.get(), 2);
-    ::dup2(wr.get(), 1);
-    if (keep_fd >= 0) {
-      ::fcntl(keep_fd, F_SETFD, 0); // the source, as /dev/fd/N
-    }
-    ::execvp("sbcast", argv.data());
-    // Only async-signal-safe calls here: the progress reporter's thread may hold stdio's locks.
-    static const char k_missing[] = "cannot run sbcast: No such file or directory\n";
-    static const char k_other[] = "cannot run sbcast\n";
-    const bool missing = errno == ENOENT;
-    (void)!::write(2, missing ? k_missing : k_other, missing ? sizeof k_missing - 1 : sizeof k_other - 1);
-    ::_exit(127);
-  }
-  wr.reset();
-  auto out = fs::read_all(rd.get(), "sbcast", 64 * 1024);
-  rd.reset(); // past 64 KiB of output, sbcast must not block on a full pipe
-  // Its output closed: it is exiting (or blocked in a syscall: killed then, never waited on unbounded).
-  auto ended = proc::wait_or_kill(pid, "sbcast", proc::Clock::now() + std::chrono::seconds(30));
+  proc::Program sbcast;
+  sbcast.argv = {"sbcast"};
+  sbcast.argv.insert(sbcast.argv.end(), args.begin(), args.end());
+  sbcast.err = proc::Output::capture;
+  sbcast.keep_fd = keep_fd; // the source, as /dev/fd/N
+  sbcast.max_output = 64 * 1024;
+  sbcast.exit_grace = std::chrono::seconds(30);
+  auto ended = proc::run(sbcast, std::nullopt);
   if (!ended) {
     return Error::io(ended.error().message, ended.error().code);
   }
-  const int status = *ended;
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+  if (ended->succeeded()) {
     return ok_status();
   }
-  std::string text = out ? *out : "";
+  std::string text = ended->output;
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) {
     text.pop_back();
   }
   const auto nl = text.rfind('\n');
   std::string last = nl == std::string::npos ? text : text.substr(nl + 1);
-  if (last.empty()) {
-    last = WIFEXITED(status) ? "exit status " + std::to_string(WEXITSTATUS(status)) : "killed by a signal";
-  }
-  return Error::io(last, EIO);
+  return Error::io(last.empty() ? ended->describe() : last, EIO);
 }
 
 // Broadcasts a small marker file named `name` (written in the state directory first): the

@@ -3,7 +3,7 @@
 
 #include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/ipc/client.hpp"
-#include "stagehand/util/process_wait.hpp"
+#include "stagehand/util/subprocess.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -42,53 +42,20 @@ std::string tell_daemon(const Config& config, const std::string& node, const pro
 std::string remove_bounded(const Config& config, const std::string& node, const std::string& trash,
                            std::chrono::milliseconds budget)
 {
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) {
-    return "cannot remove " + trash + ": pipe failed";
+  auto removed = proc::run_function([&] { return tmpdir::remove_trash(config, node, trash, budget); },
+                                    "the removal of " + trash,
+                                    proc::Clock::now() + budget + std::chrono::milliseconds(1000));
+  if (removed) {
+    return removed->output;
   }
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(p[0]);
-    ::close(p[1]);
-    return "cannot remove " + trash + ": fork failed";
+  if (removed.error().code != ETIMEDOUT || !removed.error().message.starts_with("the removal of " + trash + ": no answer")) {
+    return "cannot remove " + trash + ": " + removed.error().message;
   }
-  if (pid == 0) {
-    ::close(p[0]);
-    std::string said = tmpdir::remove_trash(config, node, trash, budget);
-    (void)!::write(p[1], said.data(), said.size());
-    ::_exit(0);
-  }
-  ::close(p[1]);
-  std::string said;
-  const auto until = std::chrono::steady_clock::now() + budget + std::chrono::milliseconds(1000);
-  char buf[512];
-  bool stopped = false;
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-    struct pollfd pfd {p[0], POLLIN, 0};
-    if (left.count() <= 0 || ::poll(&pfd, 1, static_cast<int>(left.count())) == 0) {
-      stopped = true;
-      said = "removal of " + trash + " stopped at its time budget; the rest stays in the trash";
-      break;
-    }
-    ssize_t n = ::read(p[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n <= 0) {
-      break;
-    }
-    said.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(p[0]);
-  // Never an unbounded wait: a child blocked in a syscall outlives SIGKILL (it goes to the reaper).
-  const std::string who = "the removal of " + trash;
-  auto ended = stopped ? proc::kill_and_wait(pid, who)
-                       : proc::wait_or_kill(pid, who, std::chrono::steady_clock::now() + std::chrono::seconds(2));
-  if (!ended) {
-    said += (said.empty() ? "" : "; ") + ended.error().message;
-  }
-  return said;
+  // Never an unbounded wait: a child blocked in a syscall outlives SIGKILL (it went to the reaper).
+  const auto& m = removed.error().message;
+  const auto left = m.find(" (");
+  return "removal of " + trash + " stopped at its time budget; the rest stays in the trash" +
+         (left == std::string::npos ? std::string() : "; " + m.substr(left + 2, m.size() - left - 3));
 }
 
 } // namespace
