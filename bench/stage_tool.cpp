@@ -3,7 +3,7 @@
 //   stage_tool copy-file SRC DEST_DIR NAME
 //   stage_tool copy-tree SRC_DIR DEST_DIR
 #include "stagehand/stage/copy.hpp"
-#include "stagehand/stage/extract.hpp"
+#include "stagehand/archive/extract.hpp"
 #include "stagehand/util/fd.hpp"
 
 #include <fcntl.h>
@@ -46,13 +46,13 @@ int main(int argc, char** argv)
 {
   const std::string cmd = argc > 1 ? argv[1] : "";
   if (cmd == "unpack" && (argc == 4 || argc == 5)) {
-    stage::ExtractLimits limits;
+    archive::ExtractLimits limits;
     if (argc == 5) {
       limits.writer_threads = static_cast<unsigned>(std::atoi(argv[4]));
     }
     UniqueFd in = open_file(argv[2]);
     UniqueFd out = open_dir(argv[3]);
-    auto r = stage::extract_archive(in.get(), out.get(), limits, argv[2]);
+    auto r = archive::extract_archive(in.get(), out.get(), limits, argv[2]);
     return report(r ? ok_status() : Status(r.error()));
   }
   if (cmd == "copy-file" && argc == 5) {

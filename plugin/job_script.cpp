@@ -3,7 +3,7 @@
 // node, so problems go to the slurmd log and the job learns of them in task_init.
 #include "plugin.hpp"
 
-#include "stagehand/ipc/job_hooks.hpp"
+#include "stagehand/job/hooks.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
 #include "stagehand/util/escape.hpp"
 
@@ -28,7 +28,7 @@ std::optional<tmpdir::Request> tmpdir_option_of_job()
 }
 
 // --stage-out, from the job control environment sbatch/salloc/srun set (SPANK_ prefix here).
-std::optional<ipc::StageOutJob> stage_out_of_job()
+std::optional<job::StageOutJob> stage_out_of_job()
 {
   const std::string var = std::string("SPANK_") + k_stage_out_var;
   const std::string dir_var = std::string("SPANK_") + k_stage_out_dir_var;
@@ -36,7 +36,7 @@ std::optional<ipc::StageOutJob> stage_out_of_job()
   if (!specs || !*specs) {
     return std::nullopt;
   }
-  ipc::StageOutJob out;
+  job::StageOutJob out;
   out.specs = specs;
   const char* dir = ::getenv(dir_var.c_str());
   out.fallback_dir = dir ? dir : "";
@@ -62,9 +62,9 @@ int run(spank_t sp, int ac, char** av, Phase phase)
     return 0;
   }
   auto done = phase == Phase::start
-                ? ipc::job_start(*config, job)
-                : ipc::job_end(*config, job, tmpdir::effective_request(*config, tmpdir_option_of_job()),
-                               ipc::k_epilog_removal_budget, stage_out_of_job());
+                ? job::job_start(*config, job)
+                : job::job_end(*config, job, tmpdir::effective_request(*config, tmpdir_option_of_job()),
+                               job::k_epilog_removal_budget, stage_out_of_job());
   if (!done) {
     slurm_error("stagehand: %s: job %u: %s", what, job.owner.job_id, escape_control(done.error().message).c_str());
     return 0;

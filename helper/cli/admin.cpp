@@ -6,7 +6,7 @@
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/gc/collect.hpp"
 #include "stagehand/ipc/client.hpp"
-#include "stagehand/ipc/job_hooks.hpp"
+#include "stagehand/job/hooks.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
 #include "stagehand/util/units.hpp"
 
@@ -182,14 +182,14 @@ JobDirState inspect_job_dir(const Config& config, const tmpdir::JobContext& job,
 }
 
 // The job's --stage-out, as the plugin's epilog reads it (plugin/job_script.cpp).
-std::optional<ipc::StageOutJob> stage_out_of_job()
+std::optional<job::StageOutJob> stage_out_of_job()
 {
   const char* specs = std::getenv(k_stage_out_env);
   if (!specs || !*specs) {
     return std::nullopt;
   }
   const char* dir = std::getenv(k_stage_out_dir_env);
-  return ipc::StageOutJob{specs, dir ? dir : ""};
+  return job::StageOutJob{specs, dir ? dir : ""};
 }
 
 } // namespace
@@ -303,8 +303,8 @@ int cmd_job_script(const std::vector<std::string>& args, Hook hook)
   // Otherwise the plugin's hook did not do it here: the same work as the plugin's, --stage-out
   // included.
   auto done = hook == Hook::prolog
-                ? ipc::job_start(*config, job)
-                : ipc::job_end(*config, job, tmpdir::effective_request(*config, option), ipc::k_epilog_removal_budget,
+                ? job::job_start(*config, job)
+                : job::job_end(*config, job, tmpdir::effective_request(*config, option), job::k_epilog_removal_budget,
                                stage_out_of_job());
   if (!done) {
     spdlog::error("{}: job {}: {}", what, *job_id, done.error().message);

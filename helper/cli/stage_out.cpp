@@ -3,7 +3,7 @@
 #include "commands.hpp"
 
 #include "stagehand/ipc/client.hpp"
-#include "stagehand/ipc/stage_out_hook.hpp"
+#include "stagehand/job/stage_out.hpp"
 #include "stagehand/util/units.hpp"
 
 #include <spdlog/spdlog.h>
@@ -54,8 +54,8 @@ int cmd_stage_out(const std::vector<std::string>& args)
   }
   // Without the daemon: root copies as the results' user and removes them; their own user copies
   // in this process, and the results stay until keep_for (removing them needs root).
-  auto said = ::geteuid() == 0 ? ipc::retry_kept(*config, common->node, *job_id, 0, k_retry_budget)
-                               : ipc::retry_kept_as_self(*config, common->node, *job_id, k_retry_budget);
+  auto said = ::geteuid() == 0 ? job::retry_kept(*config, common->node, *job_id, 0, k_retry_budget)
+                               : job::retry_kept_as_self(*config, common->node, *job_id, k_retry_budget);
   if (!said) {
     spdlog::error("job {}: {}", *job_id, said.error().message);
     return 1;

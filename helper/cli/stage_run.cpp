@@ -13,7 +13,7 @@
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/ipc/client.hpp"
 #include "stagehand/tmpdir/views.hpp"
-#include "stagehand/stage/extract.hpp"
+#include "stagehand/archive/extract.hpp"
 #include "stagehand/stage/request.hpp"
 #include "stagehand/stage/run.hpp"
 #include "stagehand/stage/spec.hpp"
@@ -201,8 +201,8 @@ int stage_run_checked(const std::vector<std::string>& args)
     return fail(specs.error().message);
   }
   auto is_archive = [](int fd) {
-    auto kind = stage::probe_archive(fd);
-    return kind && *kind == stage::ArchiveKind::archive;
+    auto kind = archive::probe_archive(fd);
+    return kind && *kind == archive::ArchiveKind::archive;
   };
   const bool daemon = !a.socket.empty() && a.job_id != 0;
   // The content decides here, as the user, whether a file unpacks and so what its default

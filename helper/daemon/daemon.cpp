@@ -7,7 +7,7 @@
 #include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/gc/collect.hpp"
-#include "stagehand/ipc/stage_out_hook.hpp"
+#include "stagehand/job/stage_out.hpp"
 #include "stagehand/stage/progress.hpp"
 #include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
@@ -260,7 +260,7 @@ void Daemon::on_end_job(const proto::EndJob& r, const Peer&, Responder& out)
 void Daemon::on_stage_out_retry(const proto::StageOutRetry& r, const Peer& peer, Responder& out)
 {
   // The copy runs as the results' user, whoever asks; a user may ask only for their own.
-  auto said = ipc::retry_kept(m_config, m_node, r.job_id, peer.root() ? 0 : peer.uid,
+  auto said = job::retry_kept(m_config, m_node, r.job_id, peer.root() ? 0 : peer.uid,
                               std::chrono::duration_cast<std::chrono::milliseconds>(StageOutQueue::k_copy_budget));
   if (!said) {
     spdlog::warn("job {}: stage-out retry (uid {}): {}", r.job_id, peer.uid, said.error().message);

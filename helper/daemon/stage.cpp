@@ -8,7 +8,7 @@
 #include "stagehand/cache/source.hpp"
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/fs/walk.hpp"
-#include "stagehand/stage/entry_path.hpp"
+#include "stagehand/archive/entry_path.hpp"
 #include "stagehand/tmpdir/job_dir.hpp"
 
 #include <nlohmann/json.hpp>

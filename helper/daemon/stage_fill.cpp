@@ -12,7 +12,7 @@
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/ipc/shared_memory.hpp"
-#include "stagehand/stage/entry_path.hpp"
+#include "stagehand/archive/entry_path.hpp"
 #include "stagehand/tmpdir/job_dir.hpp"
 
 #include <nlohmann/json.hpp>
@@ -69,8 +69,8 @@ Result<StageRun::Identified> StageRun::identify(const proto::SourceSpec& src, co
     bool archive = false; // the content decides, as staging without the daemon does
     bool zip = false;
     if (src.kind == stage::SourceKind::file && src.unpack == stage::Unpack::if_archive) {
-      auto kind = stage::probe_archive(content_fd);
-      archive = kind && *kind == stage::ArchiveKind::archive;
+      auto kind = archive::probe_archive(content_fd);
+      archive = kind && *kind == archive::ArchiveKind::archive;
       char magic[2] = {};
       zip = archive && ::pread(content_fd, magic, sizeof magic, 0) == 2 && magic[0] == 'P' && magic[1] == 'K';
     }
@@ -131,7 +131,7 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
   // for the fill to be published (cache::changed_near).
   struct timespec started {};
   ::clock_gettime(CLOCK_REALTIME, &started);
-  auto parts = stage::split_entry_path(src.dest);
+  auto parts = archive::split_entry_path(src.dest);
   if (!parts || parts->empty() || std::string_view((*parts)[0]).starts_with(".stagehand")) {
     return Error::refused(src.shown + ": destination \"" + src.dest + "\" is not allowed");
   }

@@ -190,11 +190,11 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
   feed_rd.reset();
   // The bytes read so far, as the service side counts them: what the job and `stagehand status`
   // see, and what keeps jobs waiting on this read from giving up on it.
-  auto counters = ipc::SharedMemory<stage::WorkCounters>::make();
+  auto counters = ipc::SharedMemory<archive::WorkCounters>::make();
   if (!counters) {
     return fail(counters.error());
   }
-  stage::WorkCounters* const done = counters->get();
+  archive::WorkCounters* const done = counters->get();
   cache::SpoolPolicy policy;
   policy.max_bytes = cache_max;
   policy.max_stall = k_spool_stall;
@@ -207,7 +207,7 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
     return fail(Error::from_errno(src.shown + ": cannot rewind"));
   }
   auto tee = ipc::spawn_as(c.service, keep, [&](int sock, const std::vector<int>& kept) {
-    auto shared = ipc::SharedMemory<stage::WorkCounters>::attach(kept[2]);
+    auto shared = ipc::SharedMemory<archive::WorkCounters>::attach(kept[2]);
     if (!shared) {
       (void)ipc::send_message(sock, proto::child_failure(shared.error()));
       return 1;

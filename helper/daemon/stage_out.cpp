@@ -2,7 +2,7 @@
 #include "stage_out.hpp"
 
 #include "stagehand/fs/trusted_dir.hpp"
-#include "stagehand/ipc/stage_out_hook.hpp"
+#include "stagehand/job/stage_out.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
 
 #include <spdlog/spdlog.h>
@@ -100,8 +100,8 @@ void StageOutQueue::work(stageout::PendingCopy p)
   job.owner.uid = p.uid;
   job.owner.gid = p.gid;
   job.node = m_node;
-  const ipc::StageOutJob out{p.specs, p.fallback_dir};
-  ipc::StageOutResult r;
+  const job::StageOutJob out{p.specs, p.fallback_dir};
+  job::StageOutResult r;
   for (;;) {
     {
       std::lock_guard lock(m_mutex);
@@ -112,8 +112,8 @@ void StageOutQueue::work(stageout::PendingCopy p)
       }
       save_locked();
     }
-    r = ipc::stage_out(m_config, job, out, p.dir, std::chrono::duration_cast<std::chrono::milliseconds>(k_copy_budget));
-    if (r.outcome == ipc::CopyOutcome::complete) {
+    r = job::stage_out(m_config, job, out, p.dir, std::chrono::duration_cast<std::chrono::milliseconds>(k_copy_budget));
+    if (r.outcome == job::CopyOutcome::complete) {
       spdlog::info("job {}: {}", p.job_id, r.said);
       break;
     }
@@ -125,9 +125,9 @@ void StageOutQueue::work(stageout::PendingCopy p)
                  stageout::k_max_attempts, k_retry_pause.count());
     std::this_thread::sleep_for(k_retry_pause);
   }
-  if (r.outcome != ipc::CopyOutcome::complete) {
+  if (r.outcome != job::CopyOutcome::complete) {
     // Never deleted because a copy failed: kept under a record, said where, until keep_for is up.
-    const std::string line = ipc::keep_results(m_config, job, out, p.dir, r.reason(), r.copier);
+    const std::string line = job::keep_results(m_config, job, out, p.dir, r.reason(), r.copier);
     forget(p.dir);
     spdlog::error("job {}: {}", p.job_id, line);
     return;

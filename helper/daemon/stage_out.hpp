@@ -1,7 +1,7 @@
 // The daemon's side of --stage-out: the epilog renames a job's directory aside and hands the copy
-// over; a worker thread per job copies it as the job user (ipc::stage_out), retries a failed copy
+// over; a worker thread per job copies it as the job user (job::stage_out), retries a failed copy
 // a few times, then moves the directory to the trash and removes it, or, when the copy could not
-// complete, keeps it for keep_for (ipc::keep_results) for `stagehand stage-out retry`. The list is persisted before
+// complete, keeps it for keep_for (job::keep_results) for `stagehand stage-out retry`. The list is persisted before
 // the epilog is answered, so a copy cut short by kill -9 or a restart resumes at the next start.
 #pragma once
 

@@ -2,7 +2,7 @@
 // Probing and unpacking into a fresh directory never crash, never write outside it, and stay
 // within the limits. The directory is emptied after each input.
 #include "stagehand/fs/remove_tree.hpp"
-#include "stagehand/stage/extract.hpp"
+#include "stagehand/archive/extract.hpp"
 #include "stagehand/util/fd.hpp"
 
 #include <fcntl.h>
@@ -47,18 +47,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!in.valid() || ::write(in.get(), data, size) != static_cast<ssize_t>(size)) {
     std::abort();
   }
-  (void)stage::probe_archive(in.get());
+  (void)archive::probe_archive(in.get());
   const std::string out = box.dir + "/out";
   if (::mkdir(out.c_str(), 0700) != 0) {
     std::abort();
   }
   {
     UniqueFd dest(::open(out.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    stage::ExtractLimits limits;
+    archive::ExtractLimits limits;
     limits.max_bytes = 1 << 20;
     limits.max_entries = 1000;
     limits.writer_threads = 1;
-    auto stats = stage::extract_archive(in.get(), dest.get(), limits, "fuzz");
+    auto stats = archive::extract_archive(in.get(), dest.get(), limits, "fuzz");
     if (stats && (stats->bytes > limits.max_bytes || stats->files > limits.max_entries)) {
       std::abort();
     }

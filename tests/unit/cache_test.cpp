@@ -305,7 +305,7 @@ TEST(CacheFill, ArchivesUnpackReadOnlyAndTreesStreamIdentical)
     EXPECT_EQ(s->identity.key, tree_key(d / "src"));
     ::close(p[1]);
   });
-  stage::WorkCounters counters;
+  archive::WorkCounters counters;
   auto streamed = fill_from_stream(p[0], f3.get(), 1 << 20, "src", &counters);
   writer.join();
   ::close(p[0]);
@@ -622,12 +622,12 @@ TEST(CacheMaterialise, RacingSwapsNeverMakeRootChownOrChmodAnythingElse)
 TEST(Child, CountersInSharedMemoryAreSeenByTheParent)
 {
   STAGEHAND_REQUIRE_ROOT();
-  auto counters = ipc::SharedMemory<stage::WorkCounters>::make();
+  auto counters = ipc::SharedMemory<archive::WorkCounters>::make();
   ASSERT_TRUE(counters) << counters.error().message;
-  stage::WorkCounters* c = counters->get();
+  archive::WorkCounters* c = counters->get();
   ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "attacker"};
   auto child = ipc::spawn_as(user, {counters->fd()}, [](int sock, const std::vector<int>& kept) {
-    auto shared = ipc::SharedMemory<stage::WorkCounters>::attach(kept.at(0));
+    auto shared = ipc::SharedMemory<archive::WorkCounters>::attach(kept.at(0));
     if (!shared) {
       return 1;
     }

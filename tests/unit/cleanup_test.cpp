@@ -4,7 +4,7 @@
 #include "stagehand/fs/mounts.hpp"
 #include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/gc/collect.hpp"
-#include "stagehand/ipc/job_hooks.hpp"
+#include "stagehand/job/hooks.hpp"
 #include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
 
@@ -102,7 +102,7 @@ TEST(Prolog, NeverRemovesAnotherJobsDirectory)
   write_file(n.job_dir() + "/old-run", "old");
   ::sleep(2); // keep_for (1 s) has passed for every marker
 
-  auto started = ipc::job_start(n.config, Node::job());
+  auto started = job::job_start(n.config, Node::job());
   ASSERT_TRUE(started) << started.error().message;
   EXPECT_NE(started->find("a stale entry moved to the trash"), std::string::npos) << *started;
   for (const auto& name : {"job_600", "job_601", ".trash.job_602.1.0", ".new.job_603.1.0"}) {
@@ -130,7 +130,7 @@ TEST(Epilog, WithoutADaemonStopsAtItsBudgetAndGcFinishes)
 {
   STAGEHAND_REQUIRE_ROOT();
   Node n;
-  ASSERT_TRUE(ipc::job_start(n.config, Node::job()));
+  ASSERT_TRUE(job::job_start(n.config, Node::job()));
   const std::string job = n.job_dir();
   ASSERT_EQ(run_as_attacker([&] {
               for (int d = 0; d < 40; ++d) {
@@ -146,7 +146,7 @@ TEST(Epilog, WithoutADaemonStopsAtItsBudgetAndGcFinishes)
             }),
             0);
   // A 1 ms budget stands for a tree far bigger than 3 s of removal: 40,000 unlinks never fit.
-  auto ended = ipc::job_end(n.config, Node::job(), tmpdir::Request::create, std::chrono::milliseconds(1));
+  auto ended = job::job_end(n.config, Node::job(), tmpdir::Request::create, std::chrono::milliseconds(1));
   ASSERT_TRUE(ended) << ended.error().message;
   EXPECT_NE(ended->find("no daemon"), std::string::npos) << *ended;
   EXPECT_NE(ended->find("time budget"), std::string::npos) << *ended;
@@ -165,13 +165,13 @@ TEST(Gc, AMountLeftInsideIsDetachedByTheEpilogElseByGcAndAFailureIsSaidOnce)
 {
   STAGEHAND_REQUIRE_ROOT();
   Node n;
-  ASSERT_TRUE(ipc::job_start(n.config, Node::job()));
+  ASSERT_TRUE(job::job_start(n.config, Node::job()));
   const std::string mnt = n.job_dir() + "/mnt";
   ::mkdir(mnt.c_str(), 0755);
   ASSERT_EQ(::mount("none", mnt.c_str(), "tmpfs", 0, "size=1m"), 0) << std::strerror(errno);
   write_file(mnt + "/inside", "pinned under the mount");
   write_file(n.job_dir() + "/plain", "x");
-  auto ended = ipc::job_end(n.config, Node::job(), tmpdir::Request::create);
+  auto ended = job::job_end(n.config, Node::job(), tmpdir::Request::create);
   ASSERT_TRUE(ended) << ended.error().message;
   EXPECT_NE(ended->find("detached 1 mount(s) the user left: " + mnt + "; moved"), std::string::npos) << *ended;
   EXPECT_EQ(ended->find("left in place"), std::string::npos) << *ended;
@@ -212,8 +212,8 @@ TEST(Gc, NeverAsksAHungFuseMountOnAJobDirectory)
   STAGEHAND_REQUIRE_ROOT();
   Node n;
   const tmpdir::JobOwner orphan{556, k_attacker_uid, k_attacker_gid};
-  ASSERT_TRUE(ipc::job_start(n.config, Node::job()));
-  ASSERT_TRUE(ipc::job_start(n.config, Node::job(orphan)));
+  ASSERT_TRUE(job::job_start(n.config, Node::job()));
+  ASSERT_TRUE(job::job_start(n.config, Node::job(orphan)));
   HangingMount hang(n.job_dir());
   ASSERT_TRUE(hang.mounted()) << "hangfs did not mount (needs /dev/fuse, python3-fusepy, libfuse2)";
   HangingMount orphan_hang(n.job_dir(556)); // its epilog never runs
@@ -228,9 +228,9 @@ TEST(Gc, NeverAsksAHungFuseMountOnAJobDirectory)
       for (const auto& f : running.failures) {
         out += f.message + ";";
       }
-      auto kept = ipc::job_end(n.config, Node::job(), tmpdir::Request::keep);
+      auto kept = job::job_end(n.config, Node::job(), tmpdir::Request::keep);
       out += kept ? *kept + ";" : kept.error().message + ";";
-      auto ended = ipc::job_end(n.config, Node::job(), tmpdir::Request::create);
+      auto ended = job::job_end(n.config, Node::job(), tmpdir::Request::create);
       out += ended ? *ended + ";" : ended.error().message + ";";
       out += is_mount_point(n.job_dir()) ? "555 still mounted;" // (a stat there would ask it)
              : exists_nofollow(n.job_dir()) ? "555 still there;" : "555 removed;";

@@ -1,6 +1,6 @@
 // Archive extraction: every format from real tools round-trips; every hostile archive is refused
 // or neutralised with nothing written outside the destination (checked as root).
-#include "stagehand/stage/extract.hpp"
+#include "stagehand/archive/extract.hpp"
 #include "stagehand/util/fd.hpp"
 
 #include "test_support.hpp"
@@ -11,7 +11,7 @@
 #include <cstdlib>
 
 using namespace stagehand;
-using namespace stagehand::stage;
+using namespace stagehand::archive;
 using namespace stagehand::test;
 
 namespace {

@@ -98,7 +98,7 @@ Run tee(const std::string& content, bool as_pipe, cache::SpoolPolicy policy, boo
   } else {
     source = memory_file(content);
   }
-  stage::WorkCounters counters;
+  archive::WorkCounters counters;
   run.result = cache::tee_source(source.get(), deliver_wr.get(), spool_fd.get(), policy, &counters);
   deliver_wr.reset();
   run.delivered = reader.get();

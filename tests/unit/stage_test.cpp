@@ -240,7 +240,7 @@ TEST(CopyTree, ContentModesLinksTimesNoSetuidNoSpecials)
      "touch -d @1500000000 src/a/b/blob");
   UniqueFd src(::open((dir / "src").c_str(), O_RDONLY | O_DIRECTORY));
   UniqueFd dst(::open((dir / "dst").c_str(), O_RDONLY | O_DIRECTORY));
-  WorkCounters progress; // what the progress reporter's thread reads while the copy goes
+  archive::WorkCounters progress; // what the progress reporter's thread reads while the copy goes
   CopyStats stats;
   stats.counters = &progress;
   ASSERT_TRUE(copy_tree(src.get(), dst.get(), 1ULL << 30, stats, "src"));

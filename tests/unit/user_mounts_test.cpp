@@ -6,7 +6,7 @@
 #include "stagehand/fs/mounts.hpp"
 #include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/gc/collect.hpp"
-#include "stagehand/ipc/stage_out_hook.hpp"
+#include "stagehand/job/stage_out.hpp"
 #include "stagehand/stageout/copy.hpp"
 #include "stagehand/stageout/kept.hpp"
 #include "stagehand/stageout/spec.hpp"
@@ -113,19 +113,19 @@ TEST(UserMounts, AStageOutCopyGetsTheDirectoryBackForItsTimeOnly)
   const std::string pending = n.base + "/" + *aside->pending;
   ASSERT_TRUE(taken_away(pending));
 
-  const ipc::StageOutJob out{canonical("result:" + dest + "/result", n.dir.path()), n.dir.path()};
-  auto r = ipc::stage_out(n.config, Node::job(), out, *aside->pending, std::chrono::seconds(30));
-  EXPECT_EQ(r.outcome, ipc::CopyOutcome::complete) << r.said;
+  const job::StageOutJob out{canonical("result:" + dest + "/result", n.dir.path()), n.dir.path()};
+  auto r = job::stage_out(n.config, Node::job(), out, *aside->pending, std::chrono::seconds(30));
+  EXPECT_EQ(r.outcome, job::CopyOutcome::complete) << r.said;
   EXPECT_EQ(read_file(dest + "/result"), "42") << r.said;
   EXPECT_TRUE(taken_away(pending)) << "given back to the user after the copy";
 
   // A copy that cannot complete: the results are kept for their user.
   ASSERT_EQ(::chmod(dest.c_str(), 0555), 0);
   ::unlink((dest + "/result").c_str());
-  auto failed = ipc::stage_out(n.config, Node::job(), out, *aside->pending, std::chrono::seconds(30));
-  EXPECT_EQ(failed.outcome, ipc::CopyOutcome::failed) << failed.said;
+  auto failed = job::stage_out(n.config, Node::job(), out, *aside->pending, std::chrono::seconds(30));
+  EXPECT_EQ(failed.outcome, job::CopyOutcome::failed) << failed.said;
   EXPECT_TRUE(taken_away(pending));
-  ipc::keep_results(n.config, Node::job(), out, *aside->pending, failed.reason());
+  job::keep_results(n.config, Node::job(), out, *aside->pending, failed.reason());
   EXPECT_EQ(stat_of(pending).st_uid, k_attacker_uid);
   EXPECT_TRUE(user_can_enter(pending));
 }
@@ -148,10 +148,10 @@ TEST(UserMounts, AStageOutNeverCopiesFromAMountOnItsDirectory)
   ::chown(pending.c_str(), k_attacker_uid, k_attacker_gid);
   write_file(pending + "/planted", "from the mount");
   ::chown((pending + "/planted").c_str(), k_attacker_uid, k_attacker_gid);
-  auto r = ipc::stage_out(n.config, Node::job(), ipc::StageOutJob{canonical("planted:" + dest + "/planted", n.dir.path()), n.dir.path()}, *aside->pending,
+  auto r = job::stage_out(n.config, Node::job(), job::StageOutJob{canonical("planted:" + dest + "/planted", n.dir.path()), n.dir.path()}, *aside->pending,
                           std::chrono::seconds(30));
   ::umount2(pending.c_str(), MNT_DETACH);
-  EXPECT_EQ(r.outcome, ipc::CopyOutcome::failed);
+  EXPECT_EQ(r.outcome, job::CopyOutcome::failed);
   EXPECT_FALSE(exists_nofollow(dest + "/planted")) << r.said;
   EXPECT_NE(r.said.find("nothing copied"), std::string::npos) << r.said;
 }

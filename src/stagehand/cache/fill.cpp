@@ -3,7 +3,7 @@
 
 #include "stagehand/cache/store.hpp"
 #include "stagehand/stage/copy.hpp"
-#include "stagehand/stage/extract.hpp"
+#include "stagehand/archive/extract.hpp"
 #include "stagehand/util/fd.hpp"
 
 #include <fcntl.h>
@@ -35,7 +35,7 @@ Status make_read_only(int fill_dir_fd)
 }
 
 Result<FillResult> unpack_into(int archive_fd, int fill_dir_fd, std::uint64_t max_bytes, const std::string& shown,
-                               stage::WorkCounters* counters = nullptr)
+                               archive::WorkCounters* counters = nullptr)
 {
   if (::mkdirat(fill_dir_fd, k_data_name, 0700) != 0) {
     return Error::from_errno("cache fill");
@@ -44,11 +44,11 @@ Result<FillResult> unpack_into(int archive_fd, int fill_dir_fd, std::uint64_t ma
   if (!dest.valid()) {
     return Error::from_errno("cache fill");
   }
-  stage::ExtractLimits limits;
+  archive::ExtractLimits limits;
   limits.max_bytes = max_bytes;
-  limits.file_modes = stage::FileModes::read_only; // made read-only as they are written: no second pass
+  limits.file_modes = archive::FileModes::read_only; // made read-only as they are written: no second pass
   limits.counters = counters;
-  auto stats = stage::extract_archive(archive_fd, dest.get(), limits, shown);
+  auto stats = archive::extract_archive(archive_fd, dest.get(), limits, shown);
   if (!stats) {
     return stats.error();
   }
@@ -77,8 +77,8 @@ Result<FillResult> fill_from_file(int src_fd, int fill_dir_fd, stage::Unpack unp
   FillResult result;
   bool archive = false;
   if (unpack == stage::Unpack::if_archive) {
-    auto kind = stage::probe_archive(src_fd);
-    archive = kind && *kind == stage::ArchiveKind::archive;
+    auto kind = archive::probe_archive(src_fd);
+    archive = kind && *kind == archive::ArchiveKind::archive;
   }
   if (archive) {
     auto r = unpack_into(src_fd, fill_dir_fd, max_bytes, shown);
@@ -115,7 +115,7 @@ Result<FillResult> fill_from_plain_spool(int fill_dir_fd, const char* spool_name
 }
 
 Result<FillResult> fill_from_stream(int stream_fd, int fill_dir_fd, std::uint64_t max_bytes, const std::string& shown,
-                                    stage::WorkCounters* counters)
+                                    archive::WorkCounters* counters)
 {
   auto r = unpack_into(stream_fd, fill_dir_fd, max_bytes, shown, counters);
   if (!r) {

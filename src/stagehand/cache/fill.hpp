@@ -6,7 +6,7 @@
 #include "stagehand/cache/key.hpp"
 #include "stagehand/util/result.hpp"
 
-#include "stagehand/stage/extract.hpp"
+#include "stagehand/archive/extract.hpp"
 
 #include <cstdint>
 #include <ctime>
@@ -46,7 +46,7 @@ Result<FillResult> fill_from_plain_spool(int fill_dir_fd, const char* spool_name
 // A directory source arriving as a tar stream (from the user side) on `stream_fd`; `counters`,
 // when given, follow the unpacking.
 Result<FillResult> fill_from_stream(int stream_fd, int fill_dir_fd, std::uint64_t max_bytes, const std::string& shown,
-                                    stage::WorkCounters* counters = nullptr);
+                                    archive::WorkCounters* counters = nullptr);
 
 // An archive arriving as a stream on `stream_fd` (a file source's bytes as its spool is written:
 // the fill follows the read): unpacked into `fill_dir_fd`/data, as fill_from_file unpacks it.

@@ -4,7 +4,7 @@
 #include "stagehand/fs/io.hpp"
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/fs/walk.hpp"
-#include "stagehand/stage/entry_path.hpp"
+#include "stagehand/archive/entry_path.hpp"
 #include "stagehand/fs/dir_cache.hpp"
 #include "stagehand/util/fd.hpp"
 #include "stagehand/util/task_pool.hpp"
@@ -380,7 +380,7 @@ private:
 Result<Materialised> materialise(int src_parent_fd, const std::string& src_name, int job_fd,
                                  const std::string& dest_rel, const JobUser& user)
 {
-  auto parts = stage::split_entry_path(dest_rel);
+  auto parts = archive::split_entry_path(dest_rel);
   if (dest_rel.empty() || dest_rel.front() == '/' || !parts || parts->empty()) {
     return Error::refused("destination \"" + dest_rel + "\" must be relative");
   }

@@ -24,7 +24,7 @@ constexpr std::size_t k_chunk = 1 << 20;
 class Tee
 {
 public:
-  Tee(int deliver_fd, int spool_fd, const SpoolPolicy& policy, stage::WorkCounters* counters)
+  Tee(int deliver_fd, int spool_fd, const SpoolPolicy& policy, archive::WorkCounters* counters)
     : m_deliver(deliver_fd), m_spool(spool_fd), m_policy(policy), m_counters(counters)
   {
     if (m_spool < 0) {
@@ -180,7 +180,7 @@ private:
   int m_deliver;
   int m_spool;
   SpoolPolicy m_policy;
-  stage::WorkCounters* m_counters;
+  archive::WorkCounters* m_counters;
   std::uint64_t m_spooled = 0;
   UniqueFd m_null;
   TeeResult m_result;
@@ -257,7 +257,7 @@ Status follow_spool(int dir_fd, int out_fd, const SpoolVerdict& verdict)
 }
 
 Result<TeeResult> tee_source(int in_fd, int deliver_fd, int spool_fd, const SpoolPolicy& policy,
-                             stage::WorkCounters* counters)
+                             archive::WorkCounters* counters)
 {
   struct sigaction ign {};
   ign.sa_handler = SIG_IGN;

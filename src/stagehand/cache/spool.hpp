@@ -5,7 +5,7 @@
 // job's bytes go on.
 #pragma once
 
-#include "stagehand/stage/counters.hpp"
+#include "stagehand/archive/counters.hpp"
 #include "stagehand/util/result.hpp"
 
 #include <atomic>
@@ -35,7 +35,7 @@ struct TeeResult
 // this process), read/write where it cannot. SIGPIPE is ignored from here on. `counters->bytes`
 // follows the bytes read. An error is a read of the source failing.
 Result<TeeResult> tee_source(int in_fd, int deliver_fd, int spool_fd, const SpoolPolicy& policy,
-                             stage::WorkCounters* counters = nullptr);
+                             archive::WorkCounters* counters = nullptr);
 
 // The daemon's word on a spool still being written, for a fill that follows it as it grows
 // (shared memory: the daemon writes it once it knows, the follower reads it).

@@ -21,7 +21,7 @@ namespace {
 // Copies until EOF with one method; returns false (nothing copied) if the method is unsupported.
 enum class Method { copy_file_range, sendfile, read_write };
 
-Result<bool> copy_with(Method m, int in, int out, std::uint64_t& copied, std::uint64_t limit, WorkCounters* counters)
+Result<bool> copy_with(Method m, int in, int out, std::uint64_t& copied, std::uint64_t limit, archive::WorkCounters* counters)
 {
   std::vector<char> buf;
   for (;;) {

@@ -1,7 +1,7 @@
 // Copying files and directory trees into the job's directory with the kernel's fast paths.
 #pragma once
 
-#include "stagehand/stage/counters.hpp"
+#include "stagehand/archive/counters.hpp"
 #include "stagehand/util/result.hpp"
 
 #include <cstdint>
@@ -16,7 +16,7 @@ struct CopyStats
   std::uint64_t symlinks = 0;
   std::uint64_t skipped_special = 0;
   std::uint64_t bytes = 0;
-  WorkCounters* counters = nullptr; // when set, kept up to date as the copy goes (for progress)
+  archive::WorkCounters* counters = nullptr; // when set, kept up to date as the copy goes (for progress)
 };
 
 // Copies the regular file open at `src_fd` to a new file `name` in `dest_dir_fd` (O_EXCL,

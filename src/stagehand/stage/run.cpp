@@ -3,7 +3,7 @@
 
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/stage/copy.hpp"
-#include "stagehand/stage/extract.hpp"
+#include "stagehand/archive/extract.hpp"
 #include "stagehand/stage/source.hpp"
 #include "stagehand/util/fd.hpp"
 #include "stagehand/util/units.hpp"
@@ -113,7 +113,7 @@ Result<Delivered> deliver_into(int in_fd, StreamContent content, const struct st
   const int tmpdir_fd = to.tmpdir_fd;
   const std::string& dest = to.dest;
   const std::uint64_t room = to.room;
-  WorkCounters* const counters = to.counters;
+  archive::WorkCounters* const counters = to.counters;
   std::string name;
   auto parent = open_parent(tmpdir_fd, dest, name, made);
   if (!parent) {
@@ -144,10 +144,10 @@ Result<Delivered> deliver_into(int in_fd, StreamContent content, const struct st
   if (!dir) {
     return dir.error();
   }
-  ExtractLimits el;
+  archive::ExtractLimits el;
   el.max_bytes = room;
   el.counters = counters;
-  auto stats = extract_archive(in_fd, dir->get(), el, shown);
+  auto stats = archive::extract_archive(in_fd, dir->get(), el, shown);
   if (!stats) {
     return stats.error();
   }
@@ -180,7 +180,7 @@ Result<Staged> stage_one(const CheckedSource& src, int tmpdir_fd, const StageLim
     src.kind == SourceKind::file && ::fstat(in->fd.get(), &in_st) == 0 && S_ISREG(in_st.st_mode) ? static_cast<std::uint64_t>(in_st.st_size) : 0;
   // A file's progress is its offset; a directory's, the bytes its copy has written so far, of the
   // total its check on this node measured.
-  WorkCounters tree_done;
+  archive::WorkCounters tree_done;
   const std::optional<ProgressScope> progress =
     src.kind == SourceKind::dir ? std::optional<ProgressScope>(std::in_place, limits.progress, src.shown,
                                               [&tree_done] { return tree_done.bytes.load(std::memory_order_relaxed); },
@@ -190,8 +190,8 @@ Result<Staged> stage_one(const CheckedSource& src, int tmpdir_fd, const StageLim
   // The content decides, here too: a file is unpacked only if it really is an archive.
   bool unpack = false;
   if (src.kind == SourceKind::file && src.unpack) {
-    auto kind = probe_archive(in->fd.get());
-    unpack = kind && *kind == ArchiveKind::archive;
+    auto kind = archive::probe_archive(in->fd.get());
+    unpack = kind && *kind == archive::ArchiveKind::archive;
   }
   if (src.kind == SourceKind::file && !unpack) {
     UniqueFd file(::openat(parent->get(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
@@ -221,10 +221,10 @@ Result<Staged> stage_one(const CheckedSource& src, int tmpdir_fd, const StageLim
     out.files = stats.files;
     out.bytes = stats.bytes;
   } else {
-    ExtractLimits el;
+    archive::ExtractLimits el;
     el.max_bytes = room;
     el.writer_threads = limits.writer_threads;
-    auto stats = extract_archive(in->fd.get(), dest.get(), el, src.shown);
+    auto stats = archive::extract_archive(in->fd.get(), dest.get(), el, src.shown);
     if (!stats) {
       return stats.error();
     }

@@ -2,7 +2,7 @@
 // on failure, nothing partial stays behind.
 #pragma once
 
-#include "stagehand/stage/counters.hpp"
+#include "stagehand/archive/counters.hpp"
 #include "stagehand/stage/progress.hpp"
 #include "stagehand/stage/spec.hpp"
 #include "stagehand/util/result.hpp"
@@ -17,7 +17,7 @@ namespace stagehand::stage {
 struct StageLimits
 {
   std::uint64_t max_bytes = 2ULL << 40; // per job, per node: data written in total
-  unsigned writer_threads = 0;          // for archives; see ExtractLimits
+  unsigned writer_threads = 0;          // for archives; see archive::ExtractLimits
   std::vector<std::string> allowed_roots; // [stage] allowed_roots, checked again on what is opened
   ProgressBoard* progress = nullptr;      // when set: the source being staged, for a reporter thread
 };
@@ -54,7 +54,7 @@ struct DeliverTo
   int tmpdir_fd = -1;
   std::string dest;
   std::uint64_t room = 0;
-  WorkCounters* counters = nullptr;
+  archive::WorkCounters* counters = nullptr;
 };
 Result<Delivered> deliver(int in_fd, StreamContent content, const struct stat& file_stat, const DeliverTo& to,
                           const std::string& shown);

@@ -2,7 +2,7 @@
 #include "stagehand/stage/spec.hpp"
 
 #include "stagehand/fs/walk.hpp"
-#include "stagehand/stage/entry_path.hpp"
+#include "stagehand/archive/entry_path.hpp"
 #include "stagehand/stage/request.hpp"
 #include "stagehand/stage/source.hpp"
 #include "stagehand/util/fd.hpp"
@@ -46,7 +46,7 @@ Result<std::string> normal_dest(const std::string& shown, std::string_view dest)
   if (!dest.empty() && dest.front() == '/') {
     return refuse(shown, "destination \"" + std::string(dest) + "\" must be relative to SLURM_TMPDIR");
   }
-  auto parts = split_entry_path(dest);
+  auto parts = archive::split_entry_path(dest);
   if (!parts || parts->empty()) {
     return refuse(shown, "destination \"" + std::string(dest) + "\" must stay inside SLURM_TMPDIR");
   }

@@ -5,8 +5,8 @@
 #pragma once
 
 #include "stagehand/fs/dir_cache.hpp"
-#include "stagehand/stage/new_file.hpp"
-#include "stagehand/stage/extract.hpp"
+#include "stagehand/archive/new_file.hpp"
+#include "stagehand/archive/extract.hpp"
 #include "stagehand/util/hash_set.hpp"
 #include "stagehand/util/task_pool.hpp"
 
@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-namespace stagehand::stage {
+namespace stagehand::archive {
 
 class ArchiveWriter
 {
@@ -145,4 +145,4 @@ private:
   std::optional<LastDir> m_last_dir;
 };
 
-} // namespace stagehand::stage
+} // namespace stagehand::archive

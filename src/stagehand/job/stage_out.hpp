@@ -10,7 +10,7 @@
 #include <chrono>
 #include <string>
 
-namespace stagehand::ipc {
+namespace stagehand::job {
 
 struct StageOutJob
 {
@@ -60,4 +60,4 @@ Result<std::string> retry_kept(const Config& config, const std::string& node, st
 Result<std::string> retry_kept_as_self(const Config& config, const std::string& node, std::uint32_t job_id,
                                        std::chrono::milliseconds budget);
 
-} // namespace stagehand::ipc
+} // namespace stagehand::job

@@ -1,8 +1,8 @@
 // Entry name checks (the first line of defence; the writer's O_NOFOLLOW walk is the second).
-#include "stagehand/stage/entry_path.hpp"
+#include "stagehand/archive/entry_path.hpp"
 #include "stagehand/util/strings.hpp"
 
-namespace stagehand::stage {
+namespace stagehand::archive {
 
 Result<std::vector<std::string>> split_entry_path(std::string_view name)
 {
@@ -37,4 +37,4 @@ Result<std::vector<std::string>> split_entry_path(std::string_view name)
   return parts;
 }
 
-} // namespace stagehand::stage
+} // namespace stagehand::archive

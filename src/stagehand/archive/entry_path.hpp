@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-namespace stagehand::stage {
+namespace stagehand::archive {
 
 inline constexpr std::size_t k_max_entry_path = 4096;
 // Deep enough for any real dataset (a directory staged through the daemon travels as a tar stream:
@@ -19,4 +19,4 @@ inline constexpr std::size_t k_max_entry_depth = 1024;
 // and depth limits is an error naming the entry. "." alone yields no components (the root).
 Result<std::vector<std::string>> split_entry_path(std::string_view name);
 
-} // namespace stagehand::stage
+} // namespace stagehand::archive

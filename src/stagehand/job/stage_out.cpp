@@ -1,5 +1,5 @@
 // --stage-out in the epilog: open the job's directory as root, copy as the job user in a child.
-#include "stagehand/ipc/stage_out_hook.hpp"
+#include "stagehand/job/stage_out.hpp"
 
 #include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/fs/walk.hpp"
@@ -17,7 +17,7 @@
 #include <ctime>
 #include <functional>
 
-namespace stagehand::ipc {
+namespace stagehand::job {
 
 namespace {
 
@@ -51,7 +51,7 @@ bool copy_entries(int dir_fd, const std::vector<stageout::OutSpec>& specs, const
 int copy_all(int sock, int dir_fd, const std::vector<stageout::OutSpec>& specs, const tmpdir::JobContext& job,
              const StageOutJob& out, Clock::time_point until)
 {
-  return copy_entries(dir_fd, specs, job, out, until, [&](const std::string& line) { return !!send_message(sock, line); })
+  return copy_entries(dir_fd, specs, job, out, until, [&](const std::string& line) { return !!ipc::send_message(sock, line); })
            ? 0
            : 1;
 }
@@ -79,7 +79,7 @@ int log_kept(int sock, int dir_fd, const std::vector<stageout::OutSpec>& specs, 
   if (written.empty()) { // nothing for this node's entries: the submit directory hears of it
     stageout::append_log_line({out.fallback_dir}, job.owner.job_id, job.node, line);
   }
-  (void)send_message(sock, "done");
+  (void)ipc::send_message(sock, "done");
   return 0;
 }
 
@@ -113,7 +113,7 @@ StageOutResult stage_out(const Config& config, const tmpdir::JobContext& job, co
     return failed("nothing copied: no scratch directory " + *base + "/" + name + " of the job user" +
                   (opened ? std::string() : " (" + opened.error().message + ")"));
   }
-  auto creds = credentials_of(job.owner.uid, job.owner.gid);
+  auto creds = ipc::credentials_of(job.owner.uid, job.owner.gid);
   if (!creds) {
     return failed("nothing copied: " + creds.error().message);
   }
@@ -140,7 +140,7 @@ StageOutResult stage_out(const Config& config, const tmpdir::JobContext& job, co
   const auto started = Clock::now();
   const auto child_until = started + budget * 9 / 10;
   const auto parent_until = started + budget;
-  auto child = spawn_as(*creds, {dir.get()}, [&](int sock, const std::vector<int>& kept) {
+  auto child = ipc::spawn_as(*creds, {dir.get()}, [&](int sock, const std::vector<int>& kept) {
     return copy_all(sock, kept.at(0), *specs, job, out, child_until);
   });
   if (!child) {
@@ -156,7 +156,7 @@ StageOutResult stage_out(const Config& config, const tmpdir::JobContext& job, co
       said += (said.empty() ? "" : "; ") + std::string("stopped at the time budget; the rest was not copied");
       break;
     }
-    auto msg = receive_message(child->sock(), left);
+    auto msg = ipc::receive_message(child->sock(), left);
     if (!msg && msg.error().code == ETIMEDOUT) {
       continue; // the next turn stops it
     }
@@ -205,7 +205,7 @@ std::string keep_results(const Config& config, const tmpdir::JobContext& job, co
   auto specs = stageout::parse_option(out.specs);
   auto opened = fs::open_beneath(base_fd->get(), dir_name, O_RDONLY | O_DIRECTORY);
   UniqueFd dir = opened ? std::move(*opened) : UniqueFd();
-  auto creds = credentials_of(job.owner.uid, job.owner.gid);
+  auto creds = ipc::credentials_of(job.owner.uid, job.owner.gid);
   struct stat st {};
   // Kept for their user, as a --tmpdir=keep directory is: theirs to read and to retry without the
   // daemon (`stagehand stage-out retry`) until keep_for, when GC takes them away and removes them.
@@ -220,13 +220,13 @@ std::string keep_results(const Config& config, const tmpdir::JobContext& job, co
     return line + " (not written to the job's log: the copy was stuck on a filesystem that does not answer)";
   }
   if (specs && dir.valid() && creds && st.st_uid == job.owner.uid && st.st_uid != 0) {
-    auto child = spawn_as(*creds, {dir.get()}, [&](int sock, const std::vector<int>& kept) {
+    auto child = ipc::spawn_as(*creds, {dir.get()}, [&](int sock, const std::vector<int>& kept) {
       return log_kept(sock, kept.at(0), *specs, job, out, line);
     });
     if (child) {
       dir.reset();
       // Bounded: a log on a hung filesystem, or a stopped child, must not hold the epilog or daemon.
-      if (receive_message(child->sock(), k_log_budget)) {
+      if (ipc::receive_message(child->sock(), k_log_budget)) {
         (void)child->wait();
       } else {
         child->kill();
@@ -355,4 +355,4 @@ Result<std::string> retry_kept_as_self(const Config& config, const std::string& 
   return said;
 }
 
-} // namespace stagehand::ipc
+} // namespace stagehand::job

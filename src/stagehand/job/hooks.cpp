@@ -1,5 +1,5 @@
 // prolog/epilog: directory work first, then the daemon, then (without it) bounded removal.
-#include "stagehand/ipc/job_hooks.hpp"
+#include "stagehand/job/hooks.hpp"
 
 #include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/ipc/client.hpp"
@@ -11,13 +11,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-namespace stagehand::ipc {
+namespace stagehand::job {
 
 namespace {
 
-CallOptions hook_options()
+ipc::CallOptions hook_options()
 {
-  CallOptions o;
+  ipc::CallOptions o;
   o.connect_deadline = k_hook_daemon_deadline;
   o.idle_deadline = k_hook_daemon_deadline;
   return o;
@@ -26,7 +26,7 @@ CallOptions hook_options()
 // Tells the daemon; a sentence saying how that went.
 std::string tell_daemon(const Config& config, const std::string& node, const proto::Request& request, bool* taken)
 {
-  auto reply = call(expand_node(config.daemon.socket, node), request, hook_options());
+  auto reply = ipc::call(expand_node(config.daemon.socket, node), request, hook_options());
   *taken = reply && !reply->error;
   if (!reply) {
     return "no daemon (" + reply.error().message + ")";
@@ -130,4 +130,4 @@ Result<std::string> job_end(const Config& config, const tmpdir::JobContext& job,
   return line;
 }
 
-} // namespace stagehand::ipc
+} // namespace stagehand::job

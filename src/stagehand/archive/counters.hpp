@@ -1,4 +1,4 @@
-// What a staging has done so far, for a watcher elsewhere: the progress reporter's thread, or the
+// What an extraction or a copy has done so far, for a watcher elsewhere: the progress reporter's thread, or the
 // daemon when these live in shared memory with the child doing the work. A source's offset says
 // nothing when it is a pipe or a directory.
 #pragma once
@@ -6,7 +6,7 @@
 #include <atomic>
 #include <cstdint>
 
-namespace stagehand::stage {
+namespace stagehand::archive {
 
 struct WorkCounters
 {
@@ -15,4 +15,4 @@ struct WorkCounters
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "WorkCounters may live in shared memory");
 
-} // namespace stagehand::stage
+} // namespace stagehand::archive

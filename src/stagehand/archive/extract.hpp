@@ -2,13 +2,13 @@
 // outside it. libarchive only reads; every write is ours, fd-relative.
 #pragma once
 
-#include "stagehand/stage/counters.hpp"
+#include "stagehand/archive/counters.hpp"
 #include "stagehand/util/result.hpp"
 
 #include <cstdint>
 #include <string>
 
-namespace stagehand::stage {
+namespace stagehand::archive {
 
 // The permission bits unpacked files get: the archive's (setuid, setgid and sticky always
 // dropped), or those without group/other write (the node cache's files: root's once published, so
@@ -49,4 +49,4 @@ Result<ArchiveKind> probe_archive(int fd);
 Result<ExtractStats> extract_archive(int archive_fd, int dest_fd, const ExtractLimits& limits,
                                      const std::string& source);
 
-} // namespace stagehand::stage
+} // namespace stagehand::archive

@@ -1,5 +1,5 @@
 // write_new_file: create (or replace), write through fs::pwrite_all, size, mode, mtime.
-#include "stagehand/stage/new_file.hpp"
+#include "stagehand/archive/new_file.hpp"
 
 #include "stagehand/fs/io.hpp"
 #include "stagehand/util/fd.hpp"
@@ -9,7 +9,7 @@
 
 #include <cstdio>
 
-namespace stagehand::stage {
+namespace stagehand::archive {
 
 mode_t current_umask()
 {
@@ -112,4 +112,4 @@ Status write_new_file(int parent, const char* name, std::string_view shown, cons
   return finish_file(fd->get(), shown, meta, data.size());
 }
 
-} // namespace stagehand::stage
+} // namespace stagehand::archive

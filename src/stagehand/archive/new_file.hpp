@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-namespace stagehand::stage {
+namespace stagehand::archive {
 
 struct FileMeta
 {
@@ -43,4 +43,4 @@ Status make_room(int parent, const char* name, std::string_view shown);
 // thread-safe). Call it before starting threads that write files.
 mode_t current_umask();
 
-} // namespace stagehand::stage
+} // namespace stagehand::archive

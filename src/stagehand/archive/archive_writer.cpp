@@ -1,8 +1,8 @@
 // ArchiveWriter: directories, files (streamed or queued), symlinks and hard links of one archive.
-#include "stagehand/stage/archive_writer.hpp"
+#include "stagehand/archive/archive_writer.hpp"
 
-#include "stagehand/stage/entry_path.hpp"
-#include "stagehand/stage/new_file.hpp"
+#include "stagehand/archive/entry_path.hpp"
+#include "stagehand/archive/new_file.hpp"
 #include "stagehand/util/strings.hpp"
 
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 #include <algorithm>
 #include <cstring>
 
-namespace stagehand::stage {
+namespace stagehand::archive {
 
 namespace {
 
@@ -485,4 +485,4 @@ Status ArchiveWriter::hardlink(int parent, const char* target)
   return ok_status();
 }
 
-} // namespace stagehand::stage
+} // namespace stagehand::archive

@@ -5,14 +5,14 @@
 #pragma once
 
 #include "stagehand/config/config.hpp"
-#include "stagehand/ipc/stage_out_hook.hpp"
+#include "stagehand/job/stage_out.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
 
 #include <chrono>
 #include <optional>
 #include <string>
 
-namespace stagehand::ipc {
+namespace stagehand::job {
 
 inline constexpr std::chrono::milliseconds k_hook_daemon_deadline{1000};
 inline constexpr std::chrono::milliseconds k_epilog_removal_budget{3000};
@@ -26,4 +26,4 @@ Result<std::string> job_end(const Config& config, const tmpdir::JobContext& job,
                             std::chrono::milliseconds budget = k_epilog_removal_budget,
                             const std::optional<StageOutJob>& out = std::nullopt);
 
-} // namespace stagehand::ipc
+} // namespace stagehand::job

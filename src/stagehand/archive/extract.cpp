@@ -1,8 +1,8 @@
 // Archive extraction: libarchive's reader feeding ArchiveWriter (fd-relative, writer threads).
-#include "stagehand/stage/extract.hpp"
+#include "stagehand/archive/extract.hpp"
 
-#include "stagehand/stage/archive_writer.hpp"
-#include "stagehand/stage/new_file.hpp"
+#include "stagehand/archive/archive_writer.hpp"
+#include "stagehand/archive/new_file.hpp"
 #include "stagehand/util/fd.hpp"
 #include "stagehand/util/task_pool.hpp"
 
@@ -12,7 +12,7 @@
 
 #include <memory>
 
-namespace stagehand::stage {
+namespace stagehand::archive {
 
 namespace {
 
@@ -116,4 +116,4 @@ Result<ExtractStats> extract_archive(int archive_fd, int dest_fd, const ExtractL
   return stats;
 }
 
-} // namespace stagehand::stage
+} // namespace stagehand::archive
