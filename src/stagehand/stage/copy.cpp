@@ -1,6 +1,7 @@
 // File and tree copies: fd-relative, O_NOFOLLOW, copy_file_range first.
 #include "stagehand/stage/copy.hpp"
 
+#include "stagehand/fs/tree_copy.hpp"
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/fs/io.hpp"
 #include "stagehand/util/fd.hpp"
@@ -155,61 +156,43 @@ Status copy_tree_symlink(const fs::WalkEntry& e, int dest_parent, CopyStats& sta
   return ok_status();
 }
 
-// copy_tree without naming the source: errors name paths below its root. The source is walked
-// with fs::walk_tree and each destination directory is opened from the destination's root when
-// its entries come (they come together), so the descriptors stay bounded whatever the shape.
+// copy_tree without naming the source: errors name paths below its root. One walk (fs::copy_walk)
+// with bounded descriptors whatever the shape; the root's mode and times are set last too.
 Status copy_tree_below(int src_dir_fd, int dest_dir_fd, std::uint64_t max_bytes, CopyStats& stats)
 {
   struct stat root_st {};
   if (::fstat(src_dir_fd, &root_st) != 0) {
     return Error::from_errno("cannot read the directory");
   }
-  std::vector<std::pair<std::string, struct stat>> dirs{{"", root_st}}; // in walk (pre-)order
-  std::string open_rel;
-  UniqueFd dest_parent(::fcntl(dest_dir_fd, F_DUPFD_CLOEXEC, 0));
-  auto walked = fs::walk_tree(src_dir_fd, [&](const fs::WalkEntry& e) -> Result<fs::WalkControl> {
-    const std::size_t slash = e.rel.rfind('/');
-    const std::string parent_rel = slash == std::string::npos ? std::string() : e.rel.substr(0, slash);
-    if (parent_rel != open_rel || !dest_parent.valid()) {
-      auto fd = fs::open_beneath(dest_dir_fd, parent_rel, O_RDONLY | O_DIRECTORY);
-      if (!fd) {
-        return fd.error().with_context("cannot open the copy of");
-      }
-      dest_parent = std::move(*fd);
-      open_rel = parent_rel;
-    }
+  auto finish = [](int fd, const struct stat& st) {
+    ::fchmod(fd, (st.st_mode & 0777) | S_IRWXU);
+    set_times(fd, st);
+  };
+  auto walked = fs::copy_walk(src_dir_fd, dest_dir_fd, "", [&](const fs::WalkEntry& e, int dest_parent) -> Result<fs::Placed> {
     Status st = ok_status();
     if (S_ISDIR(e.st.st_mode)) {
-      if (::mkdirat(dest_parent.get(), e.name.c_str(), 0700) != 0) {
+      if (::mkdirat(dest_parent, e.name.c_str(), 0700) != 0) {
         return Error::from_errno("cannot create " + e.rel);
       }
       ++stats.dirs;
-      dirs.emplace_back(e.rel, e.st);
-    } else if (S_ISREG(e.st.st_mode)) {
-      st = copy_tree_file(e, dest_parent.get(), max_bytes, stats);
+      return fs::Placed::directory;
+    }
+    if (S_ISREG(e.st.st_mode)) {
+      st = copy_tree_file(e, dest_parent, max_bytes, stats);
     } else if (S_ISLNK(e.st.st_mode)) {
-      st = copy_tree_symlink(e, dest_parent.get(), stats);
+      st = copy_tree_symlink(e, dest_parent, stats);
     } else {
       ++stats.skipped_special;
     }
     if (!st) {
       return st.error();
     }
-    return fs::WalkControl::go_on;
-  });
+    return fs::Placed::other;
+  }, finish);
   if (!walked) {
     return walked;
   }
-  dest_parent.reset();
-  // Directory modes and times last, deepest first (reverse pre-order puts every directory after
-  // all of its descendants): adding entries changed the mtimes.
-  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
-    auto fd = fs::open_beneath(dest_dir_fd, it->first, O_RDONLY | O_DIRECTORY);
-    if (fd) {
-      ::fchmod(fd->get(), (it->second.st_mode & 0777) | S_IRWXU);
-      set_times(fd->get(), it->second);
-    }
-  }
+  finish(dest_dir_fd, root_st); // the root after everything below it
   return ok_status();
 }
 

@@ -1,6 +1,7 @@
 // --stage-out copies: fd-relative below DEST, temporary name then rename for every file.
 #include "stagehand/stageout/copy.hpp"
 
+#include "stagehand/fs/tree_copy.hpp"
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/fs/io.hpp"
 #include "stagehand/stage/copy.hpp"
@@ -159,48 +160,29 @@ struct Copier
   // The contents of the directory `src_fd` into the directory `dest_fd`.
   Status put_tree(int src_fd, int dest_fd, const std::string& shown)
   {
-    std::vector<std::pair<std::string, mode_t>> dirs;
-    std::string open_rel;
-    UniqueFd dest_parent(::fcntl(dest_fd, F_DUPFD_CLOEXEC, 0));
-    auto walked = fs::walk_tree(src_fd, [&](const fs::WalkEntry& e) -> Result<fs::WalkControl> {
-      if (auto t = check_time(); !t) {
-        return t.error();
-      }
-      const std::string rel = shown + "/" + e.rel;
-      const std::size_t slash = e.rel.rfind('/');
-      const std::string parent_rel = slash == std::string::npos ? std::string() : e.rel.substr(0, slash);
-      if (parent_rel != open_rel || !dest_parent.valid()) {
-        auto fd = fs::open_beneath(dest_fd, parent_rel, O_RDONLY | O_DIRECTORY);
-        if (!fd) {
-          return fd.error().with_context("cannot open the copy of " + shown + "/" + parent_rel);
+    return fs::copy_walk(
+      src_fd, dest_fd, shown,
+      [&](const fs::WalkEntry& e, int dest_parent) -> Result<fs::Placed> {
+        if (auto t = check_time(); !t) {
+          return t.error();
         }
-        dest_parent = std::move(*fd);
-        open_rel = parent_rel;
-      }
-      Status st = ok_status();
-      if (S_ISDIR(e.st.st_mode)) {
-        st = put_dir(dest_parent.get(), e.name, rel);
-        dirs.emplace_back(e.rel, e.st.st_mode);
-      } else if (S_ISREG(e.st.st_mode) || S_ISLNK(e.st.st_mode)) {
-        st = put(e.parent_fd, e.name, dest_parent.get(), e.name, rel);
-      } else {
-        ++r.skipped;
-      }
-      if (!st) {
-        return st.error();
-      }
-      return fs::WalkControl::go_on;
-    });
-    if (!walked) {
-      return walked;
-    }
-    dest_parent.reset();
-    for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
-      if (auto fd = fs::open_beneath(dest_fd, it->first, O_RDONLY | O_DIRECTORY)) {
-        ::fchmod(fd->get(), (it->second & 0777) | S_IRWXU);
-      }
-    }
-    return ok_status();
+        const std::string rel = shown + "/" + e.rel;
+        Status st = ok_status();
+        fs::Placed placed = fs::Placed::other;
+        if (S_ISDIR(e.st.st_mode)) {
+          st = put_dir(dest_parent, e.name, rel);
+          placed = fs::Placed::directory;
+        } else if (S_ISREG(e.st.st_mode) || S_ISLNK(e.st.st_mode)) {
+          st = put(e.parent_fd, e.name, dest_parent, e.name, rel);
+        } else {
+          ++r.skipped;
+        }
+        if (!st) {
+          return st.error();
+        }
+        return placed;
+      },
+      [](int fd, const struct stat& st) { ::fchmod(fd, (st.st_mode & 0777) | S_IRWXU); });
   }
 };
 
