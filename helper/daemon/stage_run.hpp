@@ -107,6 +107,47 @@ private:
     std::string why_uncached;
     std::shared_ptr<FollowFill> follow; // with `spool`: the fill following it, if one was asked for
   };
+  // One source on its way (stage_source.cpp): what it is, and what became of it.
+  struct Sourcing
+  {
+    explicit Sourcing(const proto::SourceSpec& spec)
+      : src(spec), out{spec.shown, spec.dest, stage::Placement::copied, 0, 0, 0, proto::CacheOutcome::hit, ""}
+    {
+    }
+    double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+    const proto::SourceSpec& src;
+    const std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+    struct timespec started {}; // read before the source was identified (cache::changed_near)
+    std::uint64_t room = 0;     // what the job may still stage
+    double identified = 0;      // seconds, once identified
+    cache::SourceIdentity identity;
+    UniqueFd src_fd;
+    UniqueFd copy_fd;    // the broadcast's delivered copy, read in the source's place
+    std::string own_key; // the entry this request would fill
+    Delivery delivery;
+    std::string created; // what staging may create below the job's directory
+    std::string hit_key; // the entry looked up (a hit's, once found)
+    std::optional<stage::Delivered> delivered;
+    proto::StagedSource out;
+  };
+  Status identify_source(Sourcing& s);
+  // A hit, a delivery from another job's read, or this request's own read (cache/stage_plan).
+  Status obtain(Sourcing& s);
+  // Whether the cache holds the source (the entry pinned for the job); a limit error when it
+  // unpacks to more than the job has left.
+  Result<bool> find_entry_locked(Sourcing& s);
+  // Waits for another job's read of the source: true once delivered from its spool, false to look
+  // again (published: a hit; failed: read it ourselves).
+  Result<bool> wait_for_read(Sourcing& s, std::unique_lock<std::mutex>& lock, const std::shared_ptr<FillWait>& wait);
+  Result<bool> deliver_from_spool(Sourcing& s, std::unique_lock<std::mutex>& lock,
+                                  const std::shared_ptr<FillWait>& wait);
+  // A progress frame without the lock; an error when the client went away.
+  Status keep_alive(std::unique_lock<std::mutex>& lock, const proto::Progress& p);
+  // This request reads the source (single flight: others wait for it) and hands its spool to the fill thread.
+  Status read_source(Sourcing& s, std::unique_lock<std::mutex>& lock);
+  void hand_spool_to_fill_locked(Sourcing& s, Missed& missed, const std::shared_ptr<FillWait>& wait);
+  Status place(Sourcing& s);
+  void account(const Sourcing& s);
   Result<ipc::Child> spawn_delivery(int in_fd, const Delivery& d);
   Result<stage::Delivered> delivered_by(const ipc::Message& m) const;
   // From a spool another job's miss wrote (a local file: no read of the source).
