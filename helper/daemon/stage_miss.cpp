@@ -10,6 +10,7 @@
 #include "stagehand/proto/child_messages.hpp"
 #include "stagehand/cache/source.hpp"
 #include "stagehand/cache/spool.hpp"
+#include "stagehand/cache/stage_plan.hpp"
 #include "stagehand/ipc/shared_memory.hpp"
 
 #include <nlohmann/json.hpp>
@@ -70,203 +71,76 @@ Result<stage::Delivered> StageRun::deliver_from(int in_fd, const Delivery& d, co
   return delivered_by(*msg);
 }
 
-Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const MissContext& c)
+// One miss's read, its children and its spool (StageRun::miss), in steps.
+struct StageRun::MissRead
 {
-  const proto::SourceSpec& src = *d.src;
-  Missed out;
-  // The spool: only for what may be cached (read long enough after its last change, and not larger
-  // than the whole cache).
-  std::optional<cache::Fill> fill;
-  std::uint64_t cache_max = 0;
+  MissRead(StageRun& run, const Delivery& delivery, int source_fd, const MissContext& context)
+    : r(run), d(delivery), src(*delivery.src), src_fd(source_fd), c(context)
   {
-    std::lock_guard lock(m_d.m_mutex);
-    cache_max = m_d.m_config.daemon.cache_max_bytes;
   }
-  if (cache::changed_near(c.identity, c.started)) {
-    out.why_uncached = "source modified during or just before staging";
-  } else if (c.identity.bytes > cache_max) {
-    out.why_uncached = "larger than the node cache";
-  } else {
-    std::lock_guard lock(m_d.m_mutex);
-    auto begun = m_store->begin_fill(c.key, c.service.uid, c.service.gid);
-    if (begun) {
-      m_d.m_fill_dirs.insert(begun->name);
-      fill = std::move(*begun);
-    } else {
-      out.why_uncached = "the node cache could not store it";
-      spdlog::warn("job {}: {}: no cache fill ({})", m_job.job_id, src.path, begun.error().message);
-    }
-  }
-  // The cache's fill follows the spool as it is written (an archive or a tree: what is unpacked;
-  // a zip is read whole first, a plain file's spool becomes its entry as it is).
-  std::shared_ptr<FollowFill> follow;
-  if (fill && !d.seek_first && d.content != stage::StreamContent::plain_file) {
-    if (auto v = ipc::SharedMemory<cache::SpoolVerdict>::make()) {
-      follow = std::make_shared<FollowFill>();
-      follow->dir = UniqueFd(::fcntl(fill->dir.get(), F_DUPFD_CLOEXEC, 0));
-      follow->tree = src.kind == stage::SourceKind::dir;
-      follow->room = d.room;
-      follow->source = src.path;
-      follow->verdict.emplace(std::move(*v));
-      std::lock_guard lock(m_d.m_mutex);
-      if (m_fill_wait) {
-        m_d.offer_follow_locked(*m_fill_wait, follow); // started when a second job waits for this source
-      }
-    }
-  }
-  auto abandon_follow = [&] {
-    if (!follow) {
-      return;
-    }
-    follow->verdict->get()->state.store(static_cast<std::uint64_t>(cache::SpoolState::dropped));
-    std::optional<ipc::Child> running;
-    {
-      std::lock_guard lock(m_d.m_mutex);
-      follow->abandoned = true;
-      running = std::move(follow->child);
-      follow->child.reset();
-    }
-    if (running) {
-      running->kill(); // before its directory goes
-    }
-    follow.reset();
-  };
-  auto drop_fill = [&] {
-    abandon_follow();
-    if (fill) {
-      std::lock_guard lock(m_d.m_mutex);
-      m_d.remove_later_locked(m_store, *fill); // by the GC thread
-      fill.reset();
-    }
-  };
-  auto fail = [&](Error e) -> Error {
+
+  StageRun& r;
+  const Delivery& d;
+  const proto::SourceSpec& src;
+  int src_fd;
+  const MissContext& c;
+  Missed out;
+  std::uint64_t cache_max = 0;
+  std::optional<cache::Fill> fill;     // the spool's directory: only for what may be cached
+  std::shared_ptr<FollowFill> follow;  // the cache's fill following the spool, if offered
+  UniqueFd feed_rd, feed_wr;           // the read's bytes to the job's delivery
+  UniqueFd tree_rd;                    // a directory's tar stream from the job user's reader
+  std::optional<ipc::Child> reader;    // that reader (a directory)
+  std::optional<ipc::Child> delivery;  // the job user's delivery (not for a zip: from the spool after)
+  std::optional<ipc::Child> tee;       // the service user's one read, to the job and the spool
+  std::optional<ipc::SharedMemory<archive::WorkCounters>> counters;
+
+  Result<Missed> run();
+  void begin_spool();
+  void offer_follow();
+  void abandon_follow();
+  void drop_fill();
+  Error fail(Error e)
+  {
     drop_fill();
     return e;
-  };
+  }
+  Status start_reader();
+  Status start_delivery();
+  Status start_tee();
+  void kill_all();
+  proto::Progress status();
+  Error reader_failure(Error seen);
+  Result<bool> source_changed(const std::optional<Result<ipc::Message>>& read_msg);
+  Result<stage::Delivered> deliver_after(const std::string& dropped);
+  void settle(bool changed, const proto::Teed& teed);
+};
 
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) {
-    return fail(Error::from_errno("pipe"));
+Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const MissContext& c)
+{
+  MissRead m(*this, d, src_fd, c);
+  return m.run();
+}
+
+Result<StageRun::Missed> StageRun::MissRead::run()
+{
+  begin_spool();
+  offer_follow();
+  if (auto st = start_reader(); !st) {
+    return fail(st.error());
   }
-  UniqueFd feed_rd(p[0]);
-  UniqueFd feed_wr(p[1]);
-  // A directory arrives from the job user's reader as a tar stream; a file is read as it is.
-  UniqueFd tree_rd;
-  std::optional<ipc::Child> reader;
-  if (src.kind == stage::SourceKind::dir) {
-    if (::pipe2(p, O_CLOEXEC) != 0) {
-      return fail(Error::from_errno("pipe"));
-    }
-    tree_rd = UniqueFd(p[0]);
-    UniqueFd tree_wr(p[1]);
-    const std::string path = src.path;
-    const std::string shown = src.shown;
-    auto r = ipc::spawn_as(m_user, {src_fd, tree_wr.get()}, [&](int sock, const std::vector<int>& kept) {
-      auto s = cache::stream_tree(kept[0], kept[1], path, shown);
-      ::close(kept[1]);
-      if (!s) {
-        (void)ipc::send_message(sock, proto::child_failure(s.error()));
-        return 1;
-      }
-      (void)ipc::send_message(sock,
-                              proto::child_message(proto::TreeStreamed{s->identity.key, s->changed, s->identity.newest_ns}));
-      return 0;
-    });
-    if (!r) {
-      return fail(r.error());
-    }
-    reader = std::move(*r);
+  if (auto st = start_delivery(); !st) {
+    return fail(st.error());
   }
-  // A zip names its entries' types at its end: it is read into the spool first and delivered from
-  // there (seekable), not as it streams past.
-  std::optional<ipc::Child> delivery;
-  if (!d.seek_first) {
-    auto spawned = spawn_delivery(feed_rd.get(), d);
-    if (!spawned) {
-      return fail(spawned.error());
-    }
-    delivery = std::move(*spawned);
+  if (auto st = start_tee(); !st) {
+    return fail(st.error());
   }
-  feed_rd.reset();
-  // The bytes read so far, as the service side counts them: what the job and `stagehand status`
-  // see, and what keeps jobs waiting on this read from giving up on it.
-  auto counters = ipc::SharedMemory<archive::WorkCounters>::make();
-  if (!counters) {
-    return fail(counters.error());
-  }
-  archive::WorkCounters* const done = counters->get();
-  cache::SpoolPolicy policy;
-  policy.max_bytes = cache_max;
-  policy.max_stall = k_spool_stall;
-  const int in_fd = reader ? tree_rd.get() : c.read_fd;
-  std::vector<int> keep{in_fd, feed_wr.get(), counters->fd()};
-  if (fill) {
-    keep.push_back(fill->dir.get());
-  }
-  if (!reader && ::lseek(c.read_fd, 0, SEEK_SET) != 0) {
-    return fail(Error::from_errno(src.shown + ": cannot rewind"));
-  }
-  auto tee = ipc::spawn_as(c.service, keep, [&](int sock, const std::vector<int>& kept) {
-    auto shared = ipc::SharedMemory<archive::WorkCounters>::attach(kept[2]);
-    if (!shared) {
-      (void)ipc::send_message(sock, proto::child_failure(shared.error()));
-      return 1;
-    }
-    UniqueFd spool;
-    if (kept.size() > 3) {
-      spool = UniqueFd(::openat(kept[3], cache::k_spool_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-    }
-    auto r = cache::tee_source(kept[0], kept[1], spool.get(), policy, shared->get());
-    if (!r) {
-      (void)ipc::send_message(sock, proto::child_failure(r.error().with_context(src.shown)));
-      return 1;
-    }
-    const std::string dropped = kept.size() > 3 && !spool.valid() ? "the spool could not be made" : r->spool_dropped;
-    (void)ipc::send_message(sock, proto::child_message(proto::Teed{r->bytes, dropped}));
-    return 0;
-  });
-  feed_wr.reset();
-  tree_rd.reset();
-  counters->handed_out();
-  if (!tee) {
-    if (delivery) {
-      delivery->kill();
-    }
-    if (reader) {
-      reader->kill();
-    }
-    return fail(tee.error());
-  }
-  const std::uint64_t total = c.identity.bytes;
-  auto status = [&] {
-    fill_alive();
-    return proto::Progress{src.shown, done->bytes.load(std::memory_order_relaxed), total, c.seconds()};
-  };
-  auto kill_all = [&] {
-    if (delivery) {
-      delivery->kill();
-    }
-    tee->kill();
-    if (reader) {
-      reader->kill();
-    }
-  };
   // The job's side first: its answer is the job's answer (a corrupt archive, out of room).
-  // A delivery that ends early because the read failed (a truncated stream to it) says what the
-  // read said: the reader's error is sent before its end closes the pipe.
-  auto reader_failure = [&](Error seen) -> Error {
-    if (auto m = ipc::receive_message(tee->sock(), std::chrono::milliseconds(100)); m) {
-      if (auto r = proto::parse_child_message<proto::Teed>(m->text); !r) {
-        return r.error();
-      }
-    }
-    return seen;
-  };
   Result<stage::Delivered> delivered = Error::internal("not delivered");
   if (delivery) {
-    auto delivered_msg = await(*delivery, status);
+    auto delivered_msg = r.await(*delivery, [&] { return status(); });
     if (delivered_msg) {
-      delivered = delivered_by(*delivered_msg);
+      delivered = r.delivered_by(*delivered_msg);
     }
     if (!delivered_msg || !delivered) {
       Error e = reader_failure(delivered_msg ? delivered.error() : delivered_msg.error());
@@ -274,10 +148,10 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
       return fail(e);
     }
   }
-  auto tee_msg = await(*tee, status);
+  auto tee_msg = r.await(*tee, [&] { return status(); });
   std::optional<Result<ipc::Message>> read_msg;
   if (reader) {
-    read_msg = await(*reader, status);
+    read_msg = r.await(*reader, [&] { return status(); });
   }
   kill_all(); // each leads its own process group: whatever they forked ends here
   if (!tee_msg) {
@@ -287,49 +161,280 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
   if (!teed) {
     return fail(teed.error());
   }
-  bool changed = false;
-  if (reader) {
-    if (!*read_msg) {
-      return fail(read_msg->error());
-    }
-    auto read = proto::parse_child_message<proto::TreeStreamed>((*read_msg)->text);
-    if (!read) {
-      return fail(read.error());
-    }
-    changed = read->key != c.identity.key || read->changed ||
-              cache::changed_near(cache::SourceIdentity{"", 0, 0, read->newest_ns}, c.started);
-  } else {
-    auto again = cache::identify_file(src_fd, src.path, d.unpack);
-    changed = !again || again->key != c.identity.key;
+  auto changed = source_changed(read_msg);
+  if (!changed) {
+    return fail(changed.error());
   }
-  const std::string dropped = teed->dropped;
   if (!delivery) {
-    // From the spool when it holds the source, else from the source itself (read again: the
-    // cache could not keep it).
-    UniqueFd spool;
-    if (fill && dropped.empty()) {
-      spool = UniqueFd(::openat(fill->dir.get(), cache::k_spool_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-    }
-    if (!spool.valid() && ::lseek(c.read_fd, 0, SEEK_SET) != 0) {
-      return fail(Error::from_errno(src.shown + ": cannot rewind"));
-    }
-    delivered = deliver_from(spool.valid() ? spool.get() : c.read_fd, d, c.seconds);
+    delivered = deliver_after(teed->dropped);
     if (!delivered) {
       return fail(delivered.error());
     }
   }
   out.delivered = *delivered;
-  if (fill && changed) {
-    out.why_uncached = "source modified during or just before staging";
-  } else if (fill && !dropped.empty()) {
-    out.why_uncached = "not cached: " + dropped;
-    spdlog::info("job {}: {}: not cached ({})", m_job.job_id, src.path, dropped);
-    std::lock_guard lock(m_d.m_mutex);
-    ++m_d.m_counters.fills_dropped;
+  settle(*changed, *teed);
+  return std::move(out);
+}
+
+// The spool: only for what may be cached (read long enough after its last change, and not larger
+// than the whole cache).
+void StageRun::MissRead::begin_spool()
+{
+  {
+    std::lock_guard lock(r.m_d.m_mutex);
+    cache_max = r.m_d.m_config.daemon.cache_max_bytes;
+  }
+  out.why_uncached = cache::uncached_before_read(c.identity, c.started, cache_max);
+  if (!out.why_uncached.empty()) {
+    return;
+  }
+  std::lock_guard lock(r.m_d.m_mutex);
+  auto begun = r.m_store->begin_fill(c.key, c.service.uid, c.service.gid);
+  if (begun) {
+    r.m_d.m_fill_dirs.insert(begun->name);
+    fill = std::move(*begun);
+  } else {
+    out.why_uncached = "the node cache could not store it";
+    spdlog::warn("job {}: {}: no cache fill ({})", r.m_job.job_id, src.path, begun.error().message);
+  }
+}
+
+// The cache's fill follows the spool as it is written, once a second job waits for this source.
+void StageRun::MissRead::offer_follow()
+{
+  if (!fill || !cache::fill_follows_spool(d.content == stage::StreamContent::plain_file, d.seek_first)) {
+    return;
+  }
+  auto v = ipc::SharedMemory<cache::SpoolVerdict>::make();
+  if (!v) {
+    return;
+  }
+  follow = std::make_shared<FollowFill>();
+  follow->dir = UniqueFd(::fcntl(fill->dir.get(), F_DUPFD_CLOEXEC, 0));
+  follow->tree = src.kind == stage::SourceKind::dir;
+  follow->room = d.room;
+  follow->source = src.path;
+  follow->verdict.emplace(std::move(*v));
+  std::lock_guard lock(r.m_d.m_mutex);
+  if (r.m_fill_wait) {
+    r.m_d.offer_follow_locked(*r.m_fill_wait, follow); // started when a second job waits for this source
+  }
+}
+
+void StageRun::MissRead::abandon_follow()
+{
+  if (!follow) {
+    return;
+  }
+  follow->verdict->get()->state.store(static_cast<std::uint64_t>(cache::SpoolState::dropped));
+  std::optional<ipc::Child> running;
+  {
+    std::lock_guard lock(r.m_d.m_mutex);
+    follow->abandoned = true;
+    running = std::move(follow->child);
+    follow->child.reset();
+  }
+  if (running) {
+    running->kill(); // before its directory goes
+  }
+  follow.reset();
+}
+
+void StageRun::MissRead::drop_fill()
+{
+  abandon_follow();
+  if (fill) {
+    std::lock_guard lock(r.m_d.m_mutex);
+    r.m_d.remove_later_locked(r.m_store, *fill); // by the GC thread
+    fill.reset();
+  }
+}
+
+// The pipe to the job's delivery, and a directory's tar stream from the job user's reader (a file
+// is read as it is).
+Status StageRun::MissRead::start_reader()
+{
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) {
+    return Error::from_errno("pipe");
+  }
+  feed_rd = UniqueFd(p[0]);
+  feed_wr = UniqueFd(p[1]);
+  if (src.kind != stage::SourceKind::dir) {
+    return ok_status();
+  }
+  if (::pipe2(p, O_CLOEXEC) != 0) {
+    return Error::from_errno("pipe");
+  }
+  tree_rd = UniqueFd(p[0]);
+  UniqueFd tree_wr(p[1]);
+  const std::string path = src.path;
+  const std::string shown = src.shown;
+  auto spawned = ipc::spawn_as(r.m_user, {src_fd, tree_wr.get()}, [&](int sock, const std::vector<int>& kept) {
+    auto s = cache::stream_tree(kept[0], kept[1], path, shown);
+    ::close(kept[1]);
+    if (!s) {
+      (void)ipc::send_message(sock, proto::child_failure(s.error()));
+      return 1;
+    }
+    (void)ipc::send_message(sock,
+                            proto::child_message(proto::TreeStreamed{s->identity.key, s->changed, s->identity.newest_ns}));
+    return 0;
+  });
+  if (!spawned) {
+    return spawned.error();
+  }
+  reader = std::move(*spawned);
+  return ok_status();
+}
+
+// A zip names its entries' types at its end: it is read into the spool first and delivered from
+// there (seekable), not as it streams past.
+Status StageRun::MissRead::start_delivery()
+{
+  if (!d.seek_first) {
+    auto spawned = r.spawn_delivery(feed_rd.get(), d);
+    if (!spawned) {
+      return spawned.error();
+    }
+    delivery = std::move(*spawned);
+  }
+  feed_rd.reset();
+  return ok_status();
+}
+
+// The service user's one read of the source (or of the reader's stream), to the job and the spool.
+Status StageRun::MissRead::start_tee()
+{
+  // The bytes read so far, as the service side counts them: what the job and `stagehand status`
+  // see, and what keeps jobs waiting on this read from giving up on it.
+  auto made = ipc::SharedMemory<archive::WorkCounters>::make();
+  if (!made) {
+    return made.error();
+  }
+  counters.emplace(std::move(*made));
+  cache::SpoolPolicy policy;
+  policy.max_bytes = cache_max;
+  policy.max_stall = k_spool_stall;
+  const int in_fd = reader ? tree_rd.get() : c.read_fd;
+  std::vector<int> keep{in_fd, feed_wr.get(), counters->fd()};
+  if (fill) {
+    keep.push_back(fill->dir.get());
+  }
+  if (!reader && ::lseek(c.read_fd, 0, SEEK_SET) != 0) {
+    return Error::from_errno(src.shown + ": cannot rewind");
+  }
+  auto spawned = ipc::spawn_as(c.service, keep, [&](int sock, const std::vector<int>& kept) {
+    auto shared = ipc::SharedMemory<archive::WorkCounters>::attach(kept[2]);
+    if (!shared) {
+      (void)ipc::send_message(sock, proto::child_failure(shared.error()));
+      return 1;
+    }
+    UniqueFd spool;
+    if (kept.size() > 3) {
+      spool = UniqueFd(::openat(kept[3], cache::k_spool_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    }
+    auto teed = cache::tee_source(kept[0], kept[1], spool.get(), policy, shared->get());
+    if (!teed) {
+      (void)ipc::send_message(sock, proto::child_failure(teed.error().with_context(src.shown)));
+      return 1;
+    }
+    const std::string dropped = kept.size() > 3 && !spool.valid() ? "the spool could not be made" : teed->spool_dropped;
+    (void)ipc::send_message(sock, proto::child_message(proto::Teed{teed->bytes, dropped}));
+    return 0;
+  });
+  feed_wr.reset();
+  tree_rd.reset();
+  counters->handed_out();
+  if (!spawned) {
+    kill_all();
+    return spawned.error();
+  }
+  tee = std::move(*spawned);
+  return ok_status();
+}
+
+void StageRun::MissRead::kill_all()
+{
+  if (delivery) {
+    delivery->kill();
+  }
+  if (tee) {
+    tee->kill();
+  }
+  if (reader) {
+    reader->kill();
+  }
+}
+
+proto::Progress StageRun::MissRead::status()
+{
+  r.fill_alive();
+  return proto::Progress{src.shown, counters->get()->bytes.load(std::memory_order_relaxed), c.identity.bytes,
+                         c.seconds()};
+}
+
+// A delivery that ends early because the read failed (a truncated stream to it) says what the
+// read said: the reader's error is sent before its end closes the pipe.
+Error StageRun::MissRead::reader_failure(Error seen)
+{
+  if (auto m = ipc::receive_message(tee->sock(), std::chrono::milliseconds(100)); m) {
+    if (auto said = proto::parse_child_message<proto::Teed>(m->text); !said) {
+      return said.error();
+    }
+  }
+  return seen;
+}
+
+// Whether the source changed while it was read (its entry would not be what was read).
+Result<bool> StageRun::MissRead::source_changed(const std::optional<Result<ipc::Message>>& read_msg)
+{
+  if (!reader) {
+    auto again = cache::identify_file(src_fd, src.path, d.unpack);
+    return !again || again->key != c.identity.key;
+  }
+  if (!*read_msg) {
+    return read_msg->error();
+  }
+  auto read = proto::parse_child_message<proto::TreeStreamed>((*read_msg)->text);
+  if (!read) {
+    return read.error();
+  }
+  return read->key != c.identity.key || read->changed ||
+         cache::changed_near(cache::SourceIdentity{"", 0, 0, read->newest_ns}, c.started);
+}
+
+// A zip, delivered once read: from the spool when it holds the source, else from the source
+// itself (read again: the cache could not keep it).
+Result<stage::Delivered> StageRun::MissRead::deliver_after(const std::string& dropped)
+{
+  UniqueFd spool;
+  if (fill && dropped.empty()) {
+    spool = UniqueFd(::openat(fill->dir.get(), cache::k_spool_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  }
+  if (!spool.valid() && ::lseek(c.read_fd, 0, SEEK_SET) != 0) {
+    return Error::from_errno(src.shown + ": cannot rewind");
+  }
+  return r.deliver_from(spool.valid() ? spool.get() : c.read_fd, d, c.seconds);
+}
+
+// The spool goes to the cache, or is dropped saying why.
+void StageRun::MissRead::settle(bool changed, const proto::Teed& teed)
+{
+  if (fill) {
+    const std::string why = cache::uncached_after_read(changed, teed.dropped);
+    if (!why.empty()) {
+      out.why_uncached = why;
+    }
+    if (!changed && !teed.dropped.empty()) {
+      spdlog::info("job {}: {}: not cached ({})", r.m_job.job_id, src.path, teed.dropped);
+      std::lock_guard lock(r.m_d.m_mutex);
+      ++r.m_d.m_counters.fills_dropped;
+    }
   }
   if (out.why_uncached.empty() && fill) {
     out.spool = std::move(fill);
-    out.spool_bytes = teed->bytes;
+    out.spool_bytes = teed.bytes;
     if (follow) {
       follow->verdict->get()->state.store(static_cast<std::uint64_t>(cache::SpoolState::complete));
       out.follow = std::move(follow);
@@ -337,7 +442,6 @@ Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const Mis
   } else {
     drop_fill();
   }
-  return out;
 }
 
 } // namespace stagehand::daemon

@@ -153,6 +153,7 @@ private:
   // From a spool another job's miss wrote (a local file: no read of the source).
   Result<stage::Delivered> deliver_from(int in_fd, const Delivery& d, const std::function<double()>& seconds);
   Result<Missed> miss(const Delivery& d, int src_fd, const MissContext& c);
+  struct MissRead; // one miss, in steps (stage_miss.cpp)
   void rollback();
 
   Daemon& m_d;
