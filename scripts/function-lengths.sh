@@ -9,7 +9,7 @@ limit=${1:-80}
 cd "$(dirname "$0")/.."
 command -v ctags >/dev/null || { echo "function-lengths: needs ctags (apt-get install universal-ctags)" >&2; exit 2; }
 ctags --version | grep -q "Universal Ctags" || { echo "function-lengths: needs universal-ctags" >&2; exit 2; }
-long=$(ctags -R --languages=C++ --kinds-C++=f --fields=+ne --extras=-F -o - src plugin helper |
+long=$(ctags -R --languages=C++ --kinds-C++=f --fields=+ne -o - src plugin helper |
   awk -F'\t' -v limit="$limit" '{
     line = ""; end = ""
     for (i = 4; i <= NF; i++) {

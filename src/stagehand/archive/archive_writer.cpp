@@ -193,22 +193,22 @@ Error ArchiveWriter::abandon(Error e)
   return e;
 }
 
-Result<bool> ArchiveWriter::name_entry(std::string_view raw)
+Result<bool> ArchiveWriter::name_entry(std::string_view raw, Entry& cur)
 {
-  m_in_last_dir = false;
+  cur.in_last_dir = false;
   if (m_last_dir && raw.size() <= k_max_entry_path && raw.size() > m_last_dir->spelled.size() &&
       raw.starts_with(m_last_dir->spelled)) {
     // Same directory, same spelling: split_entry_path would give its checked parts plus this name.
     const std::string_view name = raw.substr(m_last_dir->spelled.size());
     if (name.find('/') == std::string_view::npos && name != "." && name != "..") {
-      m_in_last_dir = true;
-      m_name.assign(name);
-      m_rel.assign(m_last_dir->rel);
-      m_shown.assign(m_rel);
-      if (!m_rel.empty()) {
-        m_shown += '/';
+      cur.in_last_dir = true;
+      cur.name.assign(name);
+      cur.rel.assign(m_last_dir->rel);
+      cur.shown.assign(cur.rel);
+      if (!cur.rel.empty()) {
+        cur.shown += '/';
       }
-      m_shown += m_name;
+      cur.shown += cur.name;
       return true;
     }
   }
@@ -219,27 +219,27 @@ Result<bool> ArchiveWriter::name_entry(std::string_view raw)
   if (parts->empty()) {
     return false;
   }
-  m_name = std::move(parts->back());
+  cur.name = std::move(parts->back());
   parts->pop_back();
-  m_parts = std::move(*parts);
-  m_rel = join(m_parts, "/");
-  m_shown = m_rel.empty() ? m_name : m_rel + "/" + m_name;
+  cur.parts = std::move(*parts);
+  cur.rel = join(cur.parts, "/");
+  cur.shown = cur.rel.empty() ? cur.name : cur.rel + "/" + cur.name;
   return true;
 }
 
-Result<fs::SharedFd> ArchiveWriter::open_parent(std::string_view raw)
+Result<fs::SharedFd> ArchiveWriter::open_parent(std::string_view raw, const Entry& cur)
 {
-  if (m_in_last_dir) {
+  if (cur.in_last_dir) {
     return m_last_dir->fd;
   }
-  auto parent = m_dirs.open(m_parts);
+  auto parent = m_dirs.open(cur.parts);
   if (!parent) {
     return parent.error().with_context("entry \"" + std::string(raw) + "\"");
   }
   // Remembered when the name ends in this entry's own name ("./a/b/c", not "a/b/" or "a/b/."):
-  // then the spelling before it splits to exactly m_parts.
-  if (raw.ends_with(m_name) && (raw.size() == m_name.size() || raw[raw.size() - m_name.size() - 1] == '/')) {
-    m_last_dir = LastDir{std::string(raw.substr(0, raw.size() - m_name.size())), m_rel, *parent};
+  // then the spelling before it splits to exactly cur.parts.
+  if (raw.ends_with(cur.name) && (raw.size() == cur.name.size() || raw[raw.size() - cur.name.size() - 1] == '/')) {
+    m_last_dir = LastDir{std::string(raw.substr(0, raw.size() - cur.name.size())), cur.rel, *parent};
   }
   return parent;
 }
@@ -254,7 +254,7 @@ Status ArchiveWriter::entry(struct archive* a, struct archive_entry* e)
   }
   const char* raw_name = entry_text(e, archive_entry_pathname, archive_entry_pathname_utf8);
   const std::string_view raw(raw_name ? raw_name : "");
-  auto named = name_entry(raw);
+  auto named = name_entry(raw, m_entry);
   if (!named) {
     return named.error();
   }
@@ -265,31 +265,31 @@ Status ArchiveWriter::entry(struct archive* a, struct archive_entry* e)
   const char* link_target = entry_text(e, archive_entry_hardlink, archive_entry_hardlink_utf8);
   // Entries run in archive order except small new files, which writer threads write in batches:
   // an entry that touches a path they may still be writing waits for them first.
-  const std::uint64_t hash = m_pool.parallel() ? path_hash(m_shown) : 0;
+  const std::uint64_t hash = m_pool.parallel() ? path_hash(m_entry.shown) : 0;
   if (m_pool.parallel() && (m_queued.size() >= k_max_remembered || m_pool.failed() ||
-                            touches_queued(m_rel, hash, link_target))) {
+                            touches_queued(m_entry.rel, hash, link_target))) {
     if (auto st = drain(); !st) {
       return st;
     }
   }
-  auto parent = open_parent(raw); // held until this entry is done
+  auto parent = open_parent(raw, m_entry); // held until this entry is done
   if (!parent) {
     return parent.error();
   }
   const int pfd = (*parent)->get();
   if (link_target) {
-    return hardlink(pfd, link_target);
+    return hardlink(m_entry, pfd, link_target);
   }
   switch (type) {
   case AE_IFDIR:
-    return directory(pfd, e);
+    return directory(m_entry, pfd, e);
   case AE_IFREG:
     if (m_pool.parallel() && archive_entry_size(e) <= static_cast<la_int64_t>(k_small_file)) {
-      return queue_file(a, std::move(*parent), e, hash);
+      return queue_file(m_entry, a, std::move(*parent), e, hash);
     }
-    return regular_file(a, pfd, e);
+    return regular_file(m_entry, a, pfd, e);
   case AE_IFLNK:
-    return symlink(pfd, entry_text(e, archive_entry_symlink, archive_entry_symlink_utf8));
+    return symlink(m_entry, pfd, entry_text(e, archive_entry_symlink, archive_entry_symlink_utf8));
   default:
     ++m_stats.skipped_special; // devices, FIFOs, sockets are never created
     return ok_status();
@@ -318,23 +318,23 @@ Status ArchiveWriter::finish()
   return ok_status();
 }
 
-Status ArchiveWriter::directory(int parent, struct archive_entry* e)
+Status ArchiveWriter::directory(const Entry& cur, int parent, struct archive_entry* e)
 {
-  if (::mkdirat(parent, m_name.c_str(), 0700) == 0) {
+  if (::mkdirat(parent, cur.name.c_str(), 0700) == 0) {
     ++m_stats.dirs;
   } else if (errno != EEXIST) {
-    return Error::from_errno("cannot create directory " + m_name);
+    return Error::from_errno("cannot create directory " + cur.name);
   }
-  if (auto fd = m_dirs.open(components(m_shown)); !fd) { // refuses a symlink or file at that name
+  if (auto fd = m_dirs.open(components(cur.shown)); !fd) { // refuses a symlink or file at that name
     return fd.error();
   }
   mode_t mode = (archive_entry_perm(e) & 0777) | S_IRWXU;
   struct timespec mtime {archive_entry_mtime(e), archive_entry_mtime_nsec(e)};
-  m_dir_times.push_back(DirTimes{m_shown, mode, mtime});
+  m_dir_times.push_back(DirTimes{cur.shown, mode, mtime});
   return ok_status();
 }
 
-template<typename Sink> Status ArchiveWriter::read_blocks(struct archive* a, Sink&& sink)
+template<typename Sink> Status ArchiveWriter::read_blocks(const Entry& cur, struct archive* a, Sink&& sink)
 {
   for (;;) {
     const void* buf = nullptr;
@@ -345,7 +345,7 @@ template<typename Sink> Status ArchiveWriter::read_blocks(struct archive* a, Sin
       return ok_status();
     }
     if (r != ARCHIVE_OK && r != ARCHIVE_WARN) {
-      return Error::corrupt(std::string("corrupt data in \"") + m_shown +
+      return Error::corrupt(std::string("corrupt data in \"") + cur.shown +
                             "\": " + (archive_error_string(a) ? archive_error_string(a) : "read error"));
     }
     m_stats.bytes += size;
@@ -356,7 +356,7 @@ template<typename Sink> Status ArchiveWriter::read_blocks(struct archive* a, Sin
       return too_many_bytes(m_limits.max_bytes);
     }
     if (offset < 0) {
-      return Error::corrupt("corrupt data in \"" + m_shown + "\": negative offset");
+      return Error::corrupt("corrupt data in \"" + cur.shown + "\": negative offset");
     }
     if (auto st = sink(static_cast<const char*>(buf), size, static_cast<std::uint64_t>(offset)); !st) {
       return st;
@@ -365,14 +365,14 @@ template<typename Sink> Status ArchiveWriter::read_blocks(struct archive* a, Sin
 }
 
 // A large file: the reader streams its blocks straight into it.
-Status ArchiveWriter::regular_file(struct archive* a, int parent, struct archive_entry* e)
+Status ArchiveWriter::regular_file(const Entry& cur, struct archive* a, int parent, struct archive_entry* e)
 {
   const FileMeta meta = meta_of(e, m_limits.file_modes);
   if (meta.size > m_limits.max_bytes) { // a sparse tail counts as written
     return too_many_bytes(m_limits.max_bytes);
   }
-  auto st = write_new_file(parent, m_name.c_str(), m_shown, meta,
-                           [&](const BlockSink& sink) { return read_blocks(a, sink); });
+  auto st = write_new_file(parent, cur.name.c_str(), cur.shown, meta,
+                           [&](const BlockSink& sink) { return read_blocks(cur, a, sink); });
   if (!st) {
     return st;
   }
@@ -381,7 +381,8 @@ Status ArchiveWriter::regular_file(struct archive* a, int parent, struct archive
 }
 
 // A small file: read into the batch here, written by a writer thread with the rest of the batch.
-Status ArchiveWriter::queue_file(struct archive* a, fs::SharedFd parent, struct archive_entry* e, std::uint64_t hash)
+Status ArchiveWriter::queue_file(const Entry& cur, struct archive* a, fs::SharedFd parent, struct archive_entry* e,
+                                 std::uint64_t hash)
 {
   const FileMeta meta = meta_of(e, m_limits.file_modes);
   std::string& bytes = m_batch.bytes;
@@ -394,14 +395,14 @@ Status ArchiveWriter::queue_file(struct archive* a, fs::SharedFd parent, struct 
   if (!new_dir) {
     --f.dir;
   }
-  bytes.append(m_name.c_str(), m_name.size() + 1); // with its NUL
+  bytes.append(cur.name.c_str(), cur.name.size() + 1); // with its NUL
   f.shown = bytes.size();
-  bytes.append(m_shown.c_str(), m_shown.size() + 1);
+  bytes.append(cur.shown.c_str(), cur.shown.size() + 1);
   f.data = bytes.size();
-  auto read = read_blocks(a, [&](const char* p, std::size_t size, std::uint64_t offset) -> Status {
+  auto read = read_blocks(cur, a, [&](const char* p, std::size_t size, std::uint64_t offset) -> Status {
     const std::uint64_t end = offset + size;
     if (end > meta.size) {
-      return Error::corrupt("corrupt data in \"" + m_shown + "\": more data than its declared size");
+      return Error::corrupt("corrupt data in \"" + cur.shown + "\": more data than its declared size");
     }
     const std::size_t have = bytes.size() - f.data;
     if (offset == have) {
@@ -423,7 +424,7 @@ Status ArchiveWriter::queue_file(struct archive* a, fs::SharedFd parent, struct 
   f.data_len = bytes.size() - f.data;
   ++m_stats.files;
   m_queued.insert(hash);
-  if (m_clear_dir && m_clear_dir->starts_with(m_shown)) { // a file where a directory was seen clear
+  if (m_clear_dir && m_clear_dir->starts_with(cur.shown)) { // a file where a directory was seen clear
     m_clear_dir.reset();
   }
   if (new_dir) {
@@ -438,25 +439,25 @@ Status ArchiveWriter::queue_file(struct archive* a, fs::SharedFd parent, struct 
   return ok_status();
 }
 
-Status ArchiveWriter::symlink(int parent, const char* target)
+Status ArchiveWriter::symlink(const Entry& cur, int parent, const char* target)
 {
   if (!target || !*target) {
-    return Error::corrupt("symlink \"" + m_shown + "\" has no target");
+    return Error::corrupt("symlink \"" + cur.shown + "\" has no target");
   }
-  if (auto st = make_room(parent, m_name.c_str(), m_shown); !st) {
+  if (auto st = make_room(parent, cur.name.c_str(), cur.shown); !st) {
     return st;
   }
   // The link may point anywhere: it is only ever created, never followed by the writer.
-  if (::symlinkat(target, parent, m_name.c_str()) != 0) {
-    return Error::from_errno("cannot create symlink " + m_shown);
+  if (::symlinkat(target, parent, cur.name.c_str()) != 0) {
+    return Error::from_errno("cannot create symlink " + cur.shown);
   }
   ++m_stats.symlinks;
   return ok_status();
 }
 
-Status ArchiveWriter::hardlink(int parent, const char* target)
+Status ArchiveWriter::hardlink(const Entry& cur, int parent, const char* target)
 {
-  const std::string& shown = m_shown;
+  const std::string& shown = cur.shown;
   auto tparts = split_entry_path(target);
   if (!tparts || tparts->empty()) {
     return Error::refused("hard link \"" + shown + "\" -> \"" + target + "\": target outside the archive: refused");
@@ -475,10 +476,10 @@ Status ArchiveWriter::hardlink(int parent, const char* target)
   if (::fstatat(tfd, tname.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) {
     return Error::refused("hard link \"" + shown + "\" -> \"" + target + "\": not a file unpacked earlier: refused");
   }
-  if (auto room = make_room(parent, m_name.c_str(), shown); !room) {
+  if (auto room = make_room(parent, cur.name.c_str(), shown); !room) {
     return room;
   }
-  if (::linkat(tfd, tname.c_str(), parent, m_name.c_str(), 0) != 0) {
+  if (::linkat(tfd, tname.c_str(), parent, cur.name.c_str(), 0) != 0) {
     return Error::from_errno("cannot create hard link " + shown);
   }
   ++m_stats.hardlinks;

@@ -59,18 +59,29 @@ private:
     struct timespec mtime;
   };
 
-  // Checks the entry's name and sets m_rel, m_name and m_shown; false for "." or "./" (the
-  // destination itself). Entries come grouped by directory: a name in the same directory as the
-  // last entry's, spelled the same way, reuses that directory's checked parts and open handle.
-  Result<bool> name_entry(std::string_view raw);
-  // Opens (makes where missing) the current entry's directory.
-  Result<fs::SharedFd> open_parent(std::string_view raw);
+  // An entry of the archive, named: its directory below the destination ("a/b", "" for the
+  // destination), its name there, and its path ("a/b/name") for errors and the conflict check.
+  struct Entry
+  {
+    std::string rel;
+    std::string name;
+    std::string shown;
+    std::vector<std::string> parts; // the directories of `rel`, unless in_last_dir
+    bool in_last_dir = false;       // in m_last_dir
+  };
+  // Checks the entry's name and fills `cur`; false for "." or "./" (the destination itself).
+  // Entries come grouped by directory: a name in the same directory as the last entry's, spelled
+  // the same way, reuses that directory's checked parts and open handle.
+  Result<bool> name_entry(std::string_view raw, Entry& cur);
+  // Opens (makes where missing) the entry's directory.
+  Result<fs::SharedFd> open_parent(std::string_view raw, const Entry& cur);
 
-  // The current entry (m_name in `parent`) as a directory, a file streamed by the reader, a small
-  // file for the writer threads, a symlink or a hard link.
-  Status directory(int parent, struct archive_entry* e);
-  Status regular_file(struct archive* a, int parent, struct archive_entry* e);
-  Status queue_file(struct archive* a, fs::SharedFd parent, struct archive_entry* e, std::uint64_t path_hash);
+  // The entry (cur.name in `parent`) as a directory, a file streamed by the reader, a small file
+  // for the writer threads, a symlink or a hard link.
+  Status directory(const Entry& cur, int parent, struct archive_entry* e);
+  Status regular_file(const Entry& cur, struct archive* a, int parent, struct archive_entry* e);
+  Status queue_file(const Entry& cur, struct archive* a, fs::SharedFd parent, struct archive_entry* e,
+                    std::uint64_t path_hash);
   // Hands the current batch to the writer threads.
   void flush_batch();
   // Waits until every queued file is written; the first error of any.
@@ -79,11 +90,11 @@ private:
   // directory on its way, or a hard link's target. Such an entry waits for the writers.
   bool touches_queued(std::string_view dir, std::uint64_t path_hash, const char* link_target);
   bool dir_touches_queued(std::string_view dir) const; // `dir` or a directory above it
-  Status symlink(int parent, const char* target);
-  Status hardlink(int parent, const char* target);
+  Status symlink(const Entry& cur, int parent, const char* target);
+  Status hardlink(const Entry& cur, int parent, const char* target);
 
-  // Feeds each data block of the current entry to `sink`, counting bytes against the limit.
-  template<typename Sink> Status read_blocks(struct archive* a, Sink&& sink);
+  // Feeds each data block of the entry to `sink`, counting bytes against the limit.
+  template<typename Sink> Status read_blocks(const Entry& cur, struct archive* a, Sink&& sink);
 
   ExtractLimits m_limits;
   ExtractStats m_stats;
@@ -128,13 +139,9 @@ private:
   HashSet m_queued;                 // hashes of the paths queued since the last drain
   std::optional<std::string> m_clear_dir; // a directory none of whose ancestors is in m_queued
   std::vector<DirTimes> m_dir_times;
-  // The current entry: its directory below the destination ("a/b", "" for the destination), its
-  // name there, and its path ("a/b/name") for errors and the conflict check.
-  std::string m_rel;
-  std::string m_name;
-  std::string m_shown;
-  std::vector<std::string> m_parts; // the directories of m_rel, unless m_in_last_dir
-  bool m_in_last_dir = false;       // the current entry is in m_last_dir
+  // The current entry, named by name_entry and passed to the methods that place it (kept here so
+  // that its strings' buffers serve every entry).
+  Entry m_entry;
   // The last entry's directory as the archive spelled it ("./a/b/"), and what it resolved to.
   struct LastDir
   {
