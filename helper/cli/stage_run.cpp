@@ -55,17 +55,22 @@ struct DaemonAsk
   std::vector<std::size_t> absent;
 };
 
-// Stages through the daemon. `unavailable` means: stage in-process instead (a line said why, and
-// `failure` holds it for the summary lines when a daemon was there: busy, stuck, refused).
-DaemonOutcome stage_via_daemon(const stage::StageRequest& a, const std::vector<stage::CheckedSource>& sources,
-                               int root_fd, DaemonAsk& ask, std::string& failure)
+// The outermost path of each destination that does not exist yet: all that a daemon which dies
+// midway may leave behind.
+std::vector<std::string> missing_dests(int root_fd, const std::vector<stage::CheckedSource>& sources)
 {
-  std::vector<std::string> missing_before;
+  std::vector<std::string> missing;
   for (const auto& s : sources) {
     if (auto m = stage::outermost_missing(root_fd, s.dest); !m.empty()) {
-      missing_before.push_back(std::move(m));
+      missing.push_back(std::move(m));
     }
   }
+  return missing;
+}
+
+proto::Stage stage_request(const stage::StageRequest& a, const std::vector<stage::CheckedSource>& sources,
+                           const DaemonAsk& ask)
+{
   proto::Stage req;
   req.job_id = a.job_id;
   req.max_bytes = a.max_bytes;
@@ -76,18 +81,68 @@ DaemonOutcome stage_via_daemon(const stage::StageRequest& a, const std::vector<s
                                             s.kind, s.mode,
                                             i < ask.copies.size() ? ask.copies[i] : ""});
   }
+  return req;
+}
+
+// Sends `req` to the daemon and waits for its reply, printing its progress every progress interval.
+Result<proto::ReplyFrame> call_daemon(const stage::StageRequest& a, const proto::Stage& req)
+{
   ipc::CallOptions options;
   options.connect_deadline = std::chrono::milliseconds(2000);
   options.idle_deadline = std::chrono::milliseconds(60000); // the daemon sends a frame every few seconds
   const auto t0 = std::chrono::steady_clock::now();
   const std::chrono::seconds interval(a.progress_interval);
   auto next_progress = t0 + interval;
-  auto reply = ipc::call(a.socket, req, options, [&](const proto::Progress& p) {
+  return ipc::call(a.socket, req, options, [&](const proto::Progress& p) {
     if (interval.count() > 0 && std::chrono::steady_clock::now() >= next_progress) {
       print_progress(a.node, p);
       next_progress = std::chrono::steady_clock::now() + interval;
     }
   });
+}
+
+// One summary line per source the daemon staged; those it only reported go to `ask.absent`.
+void print_daemon_summaries(const stage::StageRequest& a, const proto::StageReply& staged, DaemonAsk& ask)
+{
+  for (std::size_t i = 0; i < staged.staged.size(); ++i) {
+    const auto& s = staged.staged[i];
+    if (s.cache == proto::CacheOutcome::absent) {
+      ask.absent.push_back(i);
+      continue;
+    }
+    std::string note = s.note;
+    if (i < ask.notes.size() && !ask.notes[i].empty() && s.cache != proto::CacheOutcome::hit) {
+      note = ask.notes[i] + (note.empty() ? "" : ", " + note);
+    }
+    std::printf("stagehand: %s: %s\n", a.node.c_str(),
+                stage::summary_line(s.how, s.shown, a.tmpdir, s.dest, s.files, s.bytes, s.seconds,
+                                    proto::outcome_name(s.cache), note)
+                  .c_str());
+  }
+  std::fflush(stdout);
+}
+
+// Whatever a daemon that died midway left must go before staging here: only paths that did not
+// exist before it was asked (`missing_before`), never a directory the job made.
+void remove_left_behind(int root_fd, const std::vector<std::string>& missing_before)
+{
+  for (const auto& made : missing_before) {
+    const auto slash = made.rfind('/');
+    auto parent =
+      fs::open_beneath(root_fd, slash == std::string::npos ? "" : made.substr(0, slash), O_RDONLY | O_DIRECTORY);
+    if (parent) {
+      (void)fs::remove_tree(parent->get(), slash == std::string::npos ? made : made.substr(slash + 1));
+    }
+  }
+}
+
+// Stages through the daemon. `unavailable` means: stage in-process instead (a line said why, and
+// `failure` holds it for the summary lines when a daemon was there: busy, stuck, refused).
+DaemonOutcome stage_via_daemon(const stage::StageRequest& a, const std::vector<stage::CheckedSource>& sources,
+                               int root_fd, DaemonAsk& ask, std::string& failure)
+{
+  const std::vector<std::string> missing_before = missing_dests(root_fd, sources);
+  auto reply = call_daemon(a, stage_request(a, sources, ask));
   std::string why;
   bool listening = true; // a daemon answered, or took the connection and then failed us
   if (!reply) {
@@ -108,33 +163,10 @@ DaemonOutcome stage_via_daemon(const stage::StageRequest& a, const std::vector<s
   } else if (auto staged = proto::parse_stage_reply(reply->result_json); !staged) {
     why = staged.error().message;
   } else {
-    for (std::size_t i = 0; i < staged->staged.size(); ++i) {
-      const auto& s = staged->staged[i];
-      if (s.cache == proto::CacheOutcome::absent) {
-        ask.absent.push_back(i);
-        continue;
-      }
-      std::string note = s.note;
-      if (i < ask.notes.size() && !ask.notes[i].empty() && s.cache != proto::CacheOutcome::hit) {
-        note = ask.notes[i] + (note.empty() ? "" : ", " + note);
-      }
-      std::printf("stagehand: %s: %s\n", a.node.c_str(),
-                  stage::summary_line(s.how, s.shown, a.tmpdir, s.dest, s.files, s.bytes, s.seconds,
-                                      proto::outcome_name(s.cache), note)
-                    .c_str());
-    }
-    std::fflush(stdout);
+    print_daemon_summaries(a, *staged, ask);
     return DaemonOutcome::staged;
   }
-  // Whatever a daemon that died midway left must go before staging here: only paths that did not
-  // exist before it was asked, never a directory the job made.
-  for (const auto& made : missing_before) {
-    const auto slash = made.rfind('/');
-    auto parent = fs::open_beneath(root_fd, slash == std::string::npos ? "" : made.substr(0, slash), O_RDONLY | O_DIRECTORY);
-    if (parent) {
-      (void)fs::remove_tree(parent->get(), slash == std::string::npos ? made : made.substr(slash + 1));
-    }
-  }
+  remove_left_behind(root_fd, missing_before);
   std::printf("stagehand: %s: the node daemon could not stage (%s); staging without the cache\n", a.node.c_str(),
               why.c_str());
   std::fflush(stdout);
@@ -144,85 +176,149 @@ DaemonOutcome stage_via_daemon(const stage::StageRequest& a, const std::vector<s
   return DaemonOutcome::unavailable;
 }
 
-int stage_run_checked(const std::vector<std::string>& args)
+// Why the daemon did not stage, cut to fit in a summary line.
+std::string shortened(const std::string& failure)
 {
-  auto request = stage::parse_request_args(args);
-  if (!request) {
-    std::fprintf(stderr, "stagehand: stage-run: %s\n%s\n", request.error().message.c_str(), stage::k_stage_run_usage);
-    return 2;
-  }
-  const stage::StageRequest& a = *request;
-  StageConfig config;
-  config.max_bytes = a.max_bytes;
-  config.allowed_roots = a.allowed_roots;
+  return failure.size() > 160 ? failure.substr(0, 157) + "..." : failure;
+}
+
+bool is_archive(int fd)
+{
+  auto kind = archive::probe_archive(fd);
+  return kind && *kind == archive::ArchiveKind::archive;
+}
+
+// The directory relative sources resolve against: --base, else this process's working directory.
+std::string base_dir(const stage::StageRequest& a)
+{
   std::string base = a.base;
   if (base.empty()) {
     char cwd[4096];
     base = ::getcwd(cwd, sizeof cwd) ? cwd : "/";
   }
+  return base;
+}
 
+// The job's directory on this node, its .stagehand directory, and the lock the job's tasks on
+// the node serialise on (held while this lives).
+struct JobDir
+{
+  UniqueFd root;
+  UniqueFd state;
+  UniqueFd lock;
+};
+
+// Opens the job's directory and its .stagehand directory and takes the lock; nullopt, after a
+// line saying why, when it cannot.
+std::optional<JobDir> lock_job_dir(const stage::StageRequest& a)
+{
   UniqueFd root(::open(a.tmpdir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!root.valid()) {
     std::fprintf(stderr, "stagehand: --stage-data: no scratch directory %s on node %s\n", a.tmpdir.c_str(),
                  a.node.c_str());
-    return 1;
+    return std::nullopt;
   }
   if (::mkdirat(root.get(), stage::k_state_dir, 0700) != 0 && errno != EEXIST) {
     std::perror("stagehand: --stage-data: .stagehand");
-    return 1;
+    return std::nullopt;
   }
   UniqueFd state(::openat(root.get(), stage::k_state_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  UniqueFd lock(state.valid() ? ::openat(state.get(), stage::k_lock_name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600)
-                              : -1);
+  UniqueFd lock(state.valid()
+                  ? ::openat(state.get(), stage::k_lock_name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600)
+                  : -1);
   if (!lock.valid() || ::flock(lock.get(), LOCK_EX) != 0) {
     std::perror("stagehand: --stage-data: lock");
-    return 1;
+    return std::nullopt;
   }
-  // Another task of this job on this node got here first: reuse its result.
-  const std::string done = stage::done_marker(a.specs);
-  const std::string failed_name = stage::failed_marker(a.specs);
-  if (::faccessat(state.get(), done.c_str(), F_OK, 0) == 0) {
-    return 0;
+  return JobDir{std::move(root), std::move(state), std::move(lock)};
+}
+
+// The staging of these specs on this node, under the lock: the sources checked, then staged
+// through the node daemon, a broadcast, or in this process. A step that can end the run returns
+// its exit code, or nullopt when the run goes on.
+struct NodeStaging
+{
+  const stage::StageRequest& a;
+  int root_fd;
+  int state_fd;
+  std::string done;        // the marker that says these specs were staged on this node
+  std::string failed_name; // the marker that holds why they failed on this node
+  StageConfig config;
+  std::vector<stage::CheckedSource> sources;
+  // Per source: still to stage (by index: a broadcast's copies are named by the source's index).
+  std::vector<bool> todo;
+  std::string without_daemon; // why the node daemon did not stage, for each summary line
+  bool through_daemon = false;
+  bool broadcasts = false;
+
+  NodeStaging(const stage::StageRequest& request, const JobDir& dir)
+    : a(request), root_fd(dir.root.get()), state_fd(dir.state.get()), done(stage::done_marker(request.specs)),
+      failed_name(stage::failed_marker(request.specs))
+  {
+    config.max_bytes = a.max_bytes;
+    config.allowed_roots = a.allowed_roots;
   }
-  if (UniqueFd failed(::openat(state.get(), failed_name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)); failed.valid()) {
-    auto line = fs::read_all(failed.get(), failed_name);
-    std::fprintf(stderr, "%s", line ? line->c_str() : "stagehand: --stage-data: staging failed earlier on this node\n");
+
+  // Another task of this job on this node got here first: its result (its line again when it
+  // failed), or nullopt when none did.
+  std::optional<int> earlier_outcome() const
+  {
+    if (::faccessat(state_fd, done.c_str(), F_OK, 0) == 0) {
+      return 0;
+    }
+    if (UniqueFd failed(::openat(state_fd, failed_name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)); failed.valid()) {
+      auto line = fs::read_all(failed.get(), failed_name);
+      std::fprintf(stderr, "%s",
+                   line ? line->c_str() : "stagehand: --stage-data: staging failed earlier on this node\n");
+      return 1;
+    }
+    return std::nullopt;
+  }
+
+  // One line to the job's output, kept in the failed marker for the job's other tasks.
+  int fail(const std::string& message) const
+  {
+    std::string line = "stagehand: " + message + " (node " + a.node + ")\n";
+    std::fputs(line.c_str(), stderr);
+    write_marker(state_fd, failed_name, line);
     return 1;
   }
 
-  auto fail = [&](const std::string& message) {
-    std::string line = "stagehand: " + message + " (node " + a.node + ")\n";
-    std::fputs(line.c_str(), stderr);
-    write_marker(state.get(), failed_name, line);
-    return 1;
-  };
-  auto specs = stage::parse_stage_option(a.specs);
-  if (!specs) {
-    return fail(specs.error().message);
+  int succeed() const
+  {
+    write_marker(state_fd, done, "");
+    return 0;
   }
-  auto is_archive = [](int fd) {
-    auto kind = archive::probe_archive(fd);
-    return kind && *kind == archive::ArchiveKind::archive;
-  };
-  const bool daemon = !a.socket.empty() && a.job_id != 0;
-  // The content decides here, as the user, whether a file unpacks and so what its default
-  // destination is called (the daemon reads the same content with the same formats).
-  auto sources = stage::check_sources(*specs, base, config, is_archive);
-  if (!sources) {
-    return fail(sources.error().message);
+
+  bool anything_todo() const { return std::find(todo.begin(), todo.end(), true) != todo.end(); }
+
+  // The elements of `from` (one per source) whose source is still to stage.
+  template<typename T>
+  std::vector<T> pick(const std::vector<T>& from) const
+  {
+    std::vector<T> out;
+    for (std::size_t i = 0; i < from.size(); ++i) {
+      if (todo[i]) {
+        out.push_back(from[i]);
+      }
+    }
+    return out;
   }
+
   // Hits root showed as views (task_init_privileged): the job's files already, nothing to stage.
-  // `todo` marks the rest (by index: a broadcast's copies are named by the source's index).
-  std::vector<bool> todo(sources->size(), true);
-  if (!a.views.empty()) {
+  void show_views()
+  {
+    if (a.views.empty()) {
+      return;
+    }
     std::vector<tmpdir::View> views;
     for (const auto& line : a.views) {
       if (auto v = tmpdir::parse_view_line(line)) {
         views.push_back(*v);
       }
     }
-    for (std::size_t i = 0; i < sources->size(); ++i) {
-      const auto& s = (*sources)[i];
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+      const auto& s = sources[i];
       auto v = std::find_if(views.begin(), views.end(), [&](const tmpdir::View& x) { return x.dest == s.dest; });
       if (v == views.end()) {
         continue;
@@ -235,131 +331,206 @@ int stage_run_checked(const std::vector<std::string>& args)
     }
     std::fflush(stdout);
   }
-  for (std::size_t i = 0; i < sources->size(); ++i) {
-    struct stat st {};
-    if (todo[i] && ::fstatat(root.get(), (*sources)[i].dest.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
-      return fail("--stage-data: " + (*sources)[i].shown + ": $SLURM_TMPDIR/" + (*sources)[i].dest +
-                  " already exists: refused (staging never replaces what the job made)");
-    }
-  }
-  auto pick = [&](const std::vector<stage::CheckedSource>& from) {
-    std::vector<stage::CheckedSource> out;
-    for (std::size_t i = 0; i < from.size(); ++i) {
-      if (todo[i]) {
-        out.push_back(from[i]);
+
+  // The first source still to stage whose destination exists already, or null.
+  const stage::CheckedSource* existing_dest() const
+  {
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+      struct stat st {};
+      if (todo[i] && ::fstatat(root_fd, sources[i].dest.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        return &sources[i];
       }
     }
-    return out;
-  };
-  std::string without_daemon; // why the node daemon did not stage, for each summary line
-  bool through_daemon = false;
-  // A multi-node job with a node daemon: the daemon stages its hits (and directories) and reports
-  // the file sources it would read; those are broadcast (read once for the job) and the daemon
-  // then stages them from the delivered copies, filling its cache from them.
-  const bool broadcasts = a.bcast != stage::BcastRole::none &&
-                          std::any_of(sources->begin(), sources->end(), [](const auto& s) { return s.kind == stage::SourceKind::file; });
-  if (daemon && std::find(todo.begin(), todo.end(), true) != todo.end()) {
+    return nullptr;
+  }
+
+  // The daemon staged the sources still to do but those it reported absent (`absent` indexes the
+  // sources it was given): these alone remain.
+  void keep_absent(const std::vector<std::size_t>& absent)
+  {
+    std::vector<bool> left(sources.size(), false);
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < sources.size(); ++i) {
+      if (todo[i]) {
+        left[i] = std::find(absent.begin(), absent.end(), n++) != absent.end();
+      }
+    }
+    todo = std::move(left);
+  }
+
+  // The daemon's first pass: everything it can, or with a broadcast coming, all but the file
+  // sources it would read (it reports those, and they stay to do).
+  std::optional<int> stage_first_through_daemon()
+  {
     std::string failure;
     DaemonAsk ask;
     ask.misses = broadcasts ? proto::Misses::report : proto::Misses::read;
-    const auto first = pick(*sources);
-    switch (stage_via_daemon(a, first, root.get(), ask, failure)) {
-    case DaemonOutcome::staged: {
+    const auto first = pick(sources);
+    switch (stage_via_daemon(a, first, root_fd, ask, failure)) {
+    case DaemonOutcome::staged:
       through_daemon = true;
-      std::vector<bool> left(sources->size(), false);
-      std::size_t n = 0;
-      for (std::size_t i = 0; i < sources->size(); ++i) {
-        if (todo[i]) {
-          left[i] = std::find(ask.absent.begin(), ask.absent.end(), n++) != ask.absent.end();
-        }
-      }
-      todo = std::move(left);
+      keep_absent(ask.absent);
       break;
-    }
     case DaemonOutcome::failed:
       return fail(failure);
     case DaemonOutcome::unavailable:
-      without_daemon = failure.size() > 160 ? failure.substr(0, 157) + "..." : failure;
+      without_daemon = shortened(failure);
       break;
     }
+    return std::nullopt;
   }
-  const bool nothing_left = std::find(todo.begin(), todo.end(), true) == todo.end();
-  if (nothing_left && !(broadcasts && a.bcast == stage::BcastRole::reader)) {
-    remove_delivery(a, root.get(), sources->size()); // a reader without a daemon may have sent one
-    write_marker(state.get(), done, "");
-    return 0;
-  }
-  stage::ProgressBoard board;
-  std::optional<ProgressReporter> reporter;
-  reporter.emplace(a.node, std::chrono::seconds(a.progress_interval), state.get(), board);
-  // Multi-node jobs: file sources read once and delivered by Slurm's broadcast (broadcast.hpp). A
-  // reader that needs nothing still tells the others so (they stop waiting).
-  const Delivery delivery = take_part(a, root.get(), *sources, todo, &board);
-  if (nothing_left) {
-    reporter.reset();
-    remove_delivery(a, root.get(), sources->size());
-    write_marker(state.get(), done, "");
-    return 0;
-  }
-  if (through_daemon) {
-    reporter.reset(); // the daemon's progress frames take over
+
+  // The daemon's second pass, after a broadcast: the rest, read from the delivered copies where
+  // there are some (filling its cache from them).
+  std::optional<int> stage_delivered_through_daemon(const Delivery& delivery)
+  {
     std::string failure;
     DaemonAsk ask;
-    for (std::size_t i = 0; i < sources->size(); ++i) {
+    for (std::size_t i = 0; i < sources.size(); ++i) {
       if (todo[i]) {
         ask.copies.push_back(delivery.copied[i] ? stage::bcast_copy_name(a.specs, i) : "");
         ask.notes.push_back(delivery.copied[i] ? delivery.note : "");
       }
     }
-    switch (stage_via_daemon(a, pick(*sources), root.get(), ask, failure)) {
+    switch (stage_via_daemon(a, pick(sources), root_fd, ask, failure)) {
     case DaemonOutcome::staged:
-      remove_delivery(a, root.get(), sources->size());
-      write_marker(state.get(), done, "");
-      return 0;
+      remove_delivery(a, root_fd, sources.size());
+      return succeed();
     case DaemonOutcome::failed:
-      remove_delivery(a, root.get(), sources->size());
+      remove_delivery(a, root_fd, sources.size());
       return fail(failure);
     case DaemonOutcome::unavailable:
-      without_daemon = failure.size() > 160 ? failure.substr(0, 157) + "..." : failure;
-      reporter.emplace(a.node, std::chrono::seconds(a.progress_interval), state.get(), board);
+      without_daemon = shortened(failure);
       break;
     }
+    return std::nullopt;
   }
-  stage::StageLimits limits;
-  limits.max_bytes = config.max_bytes;
-  limits.allowed_roots = config.allowed_roots;
-  if (delivery.used && !limits.allowed_roots.empty()) {
-    limits.allowed_roots.push_back(a.tmpdir); // the delivered copies; the sources were checked by the reader
-  }
-  limits.progress = &board;
-  const auto rest = pick(delivery.sources);
-  std::vector<bool> rest_copied;
-  for (std::size_t i = 0; i < sources->size(); ++i) {
-    if (todo[i]) {
-      rest_copied.push_back(delivery.copied[i]);
+
+  // The summary lines of what this process staged; `copied`: per line, whether it read a
+  // delivered copy.
+  void print_summaries(const std::vector<std::string>& lines, const std::vector<bool>& copied,
+                       const std::string& note) const
+  {
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      std::string line = lines[i];
+      const std::string tail = " (no cache)";
+      if (i < copied.size() && copied[i] && line.ends_with(tail)) {
+        line.insert(line.size() - tail.size(), ", " + note);
+      }
+      if (!without_daemon.empty() && line.ends_with(tail)) {
+        // A summary that staged without the daemon says why (SPEC: never a silent fallback).
+        line.insert(line.size() - tail.size(), ", not through the node daemon: " + without_daemon);
+      }
+      std::printf("stagehand: %s: %s\n", a.node.c_str(), line.c_str());
     }
+    std::fflush(stdout);
   }
-  auto lines = stage::stage_all(rest, root.get(), a.tmpdir, limits);
-  reporter.reset();
-  remove_delivery(a, root.get(), sources->size());
-  if (!lines) {
-    return fail(lines.error().message);
-  }
-  for (std::size_t i = 0; i < lines->size(); ++i) {
-    std::string line = (*lines)[i];
-    const std::string tail = " (no cache)";
-    if (i < rest_copied.size() && rest_copied[i] && line.ends_with(tail)) {
-      line.insert(line.size() - tail.size(), ", " + delivery.note);
+
+  // Stages the rest in this process, from the delivered copies where there are some.
+  int stage_here(const Delivery& delivery, stage::ProgressBoard& board, std::optional<ProgressReporter>& reporter)
+  {
+    stage::StageLimits limits;
+    limits.max_bytes = config.max_bytes;
+    limits.allowed_roots = config.allowed_roots;
+    if (delivery.used && !limits.allowed_roots.empty()) {
+      limits.allowed_roots.push_back(a.tmpdir); // the delivered copies; the sources were checked by the reader
     }
-    if (!without_daemon.empty() && line.ends_with(tail)) {
-      // A summary that staged without the daemon says why (SPEC: never a silent fallback).
-      line.insert(line.size() - tail.size(), ", not through the node daemon: " + without_daemon);
+    limits.progress = &board;
+    const auto rest = pick(delivery.sources);
+    const std::vector<bool> rest_copied = pick(delivery.copied);
+    auto lines = stage::stage_all(rest, root_fd, a.tmpdir, limits);
+    reporter.reset();
+    remove_delivery(a, root_fd, sources.size());
+    if (!lines) {
+      return fail(lines.error().message);
     }
-    std::printf("stagehand: %s: %s\n", a.node.c_str(), line.c_str());
+    print_summaries(*lines, rest_copied, delivery.note);
+    return succeed();
   }
-  std::fflush(stdout);
-  write_marker(state.get(), done, "");
-  return 0;
+
+  // What the daemon left (everything without one): this node's part in a broadcast, then the
+  // daemon's second pass or staging in this process.
+  int stage_rest()
+  {
+    const bool nothing_left = !anything_todo();
+    if (nothing_left && !(broadcasts && a.bcast == stage::BcastRole::reader)) {
+      remove_delivery(a, root_fd, sources.size()); // a reader without a daemon may have sent one
+      return succeed();
+    }
+    stage::ProgressBoard board;
+    std::optional<ProgressReporter> reporter;
+    reporter.emplace(a.node, std::chrono::seconds(a.progress_interval), state_fd, board);
+    // Multi-node jobs: file sources read once and delivered by Slurm's broadcast (broadcast.hpp). A
+    // reader that needs nothing still tells the others so (they stop waiting).
+    const Delivery delivery = take_part(a, root_fd, sources, todo, &board);
+    if (nothing_left) {
+      reporter.reset();
+      remove_delivery(a, root_fd, sources.size());
+      return succeed();
+    }
+    if (through_daemon) {
+      reporter.reset(); // the daemon's progress frames take over
+      if (auto rc = stage_delivered_through_daemon(delivery)) {
+        return *rc;
+      }
+      reporter.emplace(a.node, std::chrono::seconds(a.progress_interval), state_fd, board);
+    }
+    return stage_here(delivery, board, reporter);
+  }
+
+  // Checks the specs and sources (as the user) and stages them.
+  int run(const std::string& base)
+  {
+    auto specs = stage::parse_stage_option(a.specs);
+    if (!specs) {
+      return fail(specs.error().message);
+    }
+    const bool daemon = !a.socket.empty() && a.job_id != 0;
+    // The content decides here, as the user, whether a file unpacks and so what its default
+    // destination is called (the daemon reads the same content with the same formats).
+    auto checked = stage::check_sources(*specs, base, config, is_archive);
+    if (!checked) {
+      return fail(checked.error().message);
+    }
+    sources = std::move(*checked);
+    todo.assign(sources.size(), true);
+    show_views();
+    if (const auto* s = existing_dest()) {
+      return fail("--stage-data: " + s->shown + ": $SLURM_TMPDIR/" + s->dest +
+                  " already exists: refused (staging never replaces what the job made)");
+    }
+    // A multi-node job with a node daemon: the daemon stages its hits (and directories) and reports
+    // the file sources it would read; those are broadcast (read once for the job) and the daemon
+    // then stages them from the delivered copies, filling its cache from them.
+    broadcasts = a.bcast != stage::BcastRole::none && std::any_of(sources.begin(), sources.end(), [](const auto& s) {
+                   return s.kind == stage::SourceKind::file;
+                 });
+    if (daemon && anything_todo()) {
+      if (auto rc = stage_first_through_daemon()) {
+        return *rc;
+      }
+    }
+    return stage_rest();
+  }
+};
+
+int stage_run_checked(const std::vector<std::string>& args)
+{
+  auto request = stage::parse_request_args(args);
+  if (!request) {
+    std::fprintf(stderr, "stagehand: stage-run: %s\n%s\n", request.error().message.c_str(), stage::k_stage_run_usage);
+    return 2;
+  }
+  const std::string base = base_dir(*request);
+  const auto dir = lock_job_dir(*request);
+  if (!dir) {
+    return 1;
+  }
+  NodeStaging staging(*request, *dir);
+  if (auto rc = staging.earlier_outcome()) {
+    return *rc;
+  }
+  return staging.run(base);
 }
 
 } // namespace
