@@ -113,11 +113,12 @@ void StageOutQueue::work(stageout::PendingCopy p)
       save_locked();
     }
     r = job::stage_out(m_config, job, out, p.dir, std::chrono::duration_cast<std::chrono::milliseconds>(k_copy_budget));
-    if (r.outcome == job::CopyOutcome::complete) {
+    const auto next = stageout::after_attempt(r.outcome == job::CopyOutcome::complete, p.attempts);
+    if (next == stageout::AfterAttempt::done) {
       spdlog::info("job {}: {}", p.job_id, r.said);
       break;
     }
-    if (p.attempts >= stageout::k_max_attempts) {
+    if (next == stageout::AfterAttempt::keep_results) {
       spdlog::error("job {}: {} (attempt {} of {}, giving up)", p.job_id, r.said, p.attempts, stageout::k_max_attempts);
       break;
     }

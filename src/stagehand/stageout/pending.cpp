@@ -9,6 +9,14 @@ namespace stagehand::stageout {
 
 using json = nlohmann::json;
 
+AfterAttempt after_attempt(bool complete, std::uint32_t attempts)
+{
+  if (complete) {
+    return AfterAttempt::done;
+  }
+  return attempts >= k_max_attempts ? AfterAttempt::keep_results : AfterAttempt::retry;
+}
+
 std::string to_json(const std::vector<PendingCopy>& pending)
 {
   json list = json::array();

@@ -26,6 +26,12 @@ struct PendingCopy
 inline constexpr const char* k_pending_file = "stage-out.json";
 inline constexpr std::uint32_t k_max_attempts = 3;
 
+// What the daemon does after an attempt at a copy: done (the results delivered, the directory
+// removed), keep the results on the node for `stagehand stage-out retry` (3 attempts failed; never
+// deleted because a copy failed), or try again after a pause.
+enum class AfterAttempt { done, keep_results, retry };
+AfterAttempt after_attempt(bool complete, std::uint32_t attempts);
+
 std::string to_json(const std::vector<PendingCopy>& pending);
 Result<std::vector<PendingCopy>> from_json(std::string_view text);
 
