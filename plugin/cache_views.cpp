@@ -188,6 +188,92 @@ bool mount_view(const std::string& cache_dir, const Job& job, int job_fd, int jo
   return true;
 }
 
+// Where views_for makes the views: the job's directory, and root's view directories (`.views/`
+// and this job's, its lock held), with the name of the record for these specs.
+struct ViewsPlace
+{
+  const Config& config;
+  const Job& job;
+  const std::string& node;
+  int job_fd;
+  int views_fd;
+  int mine_fd;
+  const std::string& record;
+};
+
+// Records the views `made` (under the lock): what views_for returns.
+Result<std::vector<tmpdir::View>> write_record(const ViewsPlace& at, const std::vector<tmpdir::View>& made)
+{
+  auto text = tmpdir::format_view_record(made);
+  if (!text) {
+    return text.error();
+  }
+  if (auto st2 = fs::write_file_atomic(at.mine_fd, at.record, *text, 0600, fs::Durability::none); !st2) {
+    return st2.error(); // the views stay mounted until the epilog; this task stages as without
+  }
+  return made;
+}
+
+// The daemon's word on which of `sources` are cache hits, one entry each; nullopt when there is
+// none to go by (said, unless no daemon runs here).
+std::optional<proto::CacheViewReply> ask_daemon(const ViewsPlace& at, const std::vector<proto::SourceSpec>& sources)
+{
+  ipc::CallOptions options;
+  options.connect_deadline = std::chrono::milliseconds(1000);
+  options.idle_deadline = std::chrono::milliseconds(15000);
+  auto reply = ipc::call(expand_node(at.config.daemon.socket, at.node), proto::CacheView{at.job.id, sources}, options);
+  if (!reply || reply->error) {
+    const std::string why = !reply ? reply.error().message : reply->error->message;
+    if (!reply && (reply.error().code == ENOENT || reply.error().code == ECONNREFUSED)) {
+      return std::nullopt; // no daemon here: nothing is cached
+    }
+    say("job " + std::to_string(at.job.id) + ": the node daemon did not answer (" + why + "); no views");
+    return std::nullopt;
+  }
+  auto hits = proto::parse_cache_view_reply(reply->result_json);
+  if (!hits || hits->entries.size() != sources.size()) {
+    say("job " + std::to_string(at.job.id) + ": unreadable answer from the node daemon; no views");
+    return std::nullopt;
+  }
+  return std::move(*hits);
+}
+
+// Mounts a view of each source of `specs` that is a cache hit, and records them.
+Result<std::vector<tmpdir::View>> make_views(const ViewsPlace& at, const std::string& specs)
+{
+  std::vector<tmpdir::View> made;
+  auto parsed = stage::parse_stage_option(specs);
+  if (!parsed) {
+    return write_record(at, made);
+  }
+  auto sources = candidates(*parsed);
+  if (sources.empty()) {
+    return write_record(at, made);
+  }
+  const std::string cache_dir = expand_node(at.config.daemon.cache_dir, at.node);
+  auto cache = fs::open_trusted_dir(cache_dir, fs::CreateMissing::no);
+  if (!cache) {
+    say(cache.error().message);
+    return write_record(at, made);
+  }
+  if (!supported(at.views_fd, cache->get(), at.mine_fd)) {
+    return write_record(at, made);
+  }
+  auto hits = ask_daemon(at, sources);
+  if (!hits) {
+    return write_record(at, made);
+  }
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    const proto::ViewEntry& hit = hits->entries[i];
+    tmpdir::View view{sources[i].dest, hit.files, hit.bytes, hit.how};
+    if (valid_key(hit.entry) && view_line(view) &&
+        mount_view(cache_dir, at.job, at.job_fd, at.mine_fd, hit.entry, view.dest)) {
+      made.push_back(view);
+    }
+  }
+  return write_record(at, made);
+}
+
 // The views of this job on this node for `specs`, made now or by an earlier task.
 Result<std::vector<tmpdir::View>> views_for(const Config& config, const Job& job, const std::string& node,
                                            const std::string& specs)
@@ -217,60 +303,7 @@ Result<std::vector<tmpdir::View>> views_for(const Config& config, const Job& job
   if (auto kept = fs::read_small_file(mine->get(), record, 1U << 20)) {
     return tmpdir::parse_view_record(*kept);
   }
-  std::vector<tmpdir::View> made;
-  auto write_record = [&]() -> Result<std::vector<tmpdir::View>> {
-    auto text = tmpdir::format_view_record(made);
-    if (!text) {
-      return text.error();
-    }
-    if (auto st2 = fs::write_file_atomic(mine->get(), record, *text, 0600, fs::Durability::none); !st2) {
-      return st2.error(); // the views stay mounted until the epilog; this task stages as without
-    }
-    return made;
-  };
-  auto parsed = stage::parse_stage_option(specs);
-  if (!parsed) {
-    return write_record();
-  }
-  auto sources = candidates(*parsed);
-  if (sources.empty()) {
-    return write_record();
-  }
-  const std::string cache_dir = expand_node(config.daemon.cache_dir, node);
-  auto cache = fs::open_trusted_dir(cache_dir, fs::CreateMissing::no);
-  if (!cache) {
-    say(cache.error().message);
-    return write_record();
-  }
-  if (!supported(views->get(), cache->get(), mine->get())) {
-    return write_record();
-  }
-  ipc::CallOptions options;
-  options.connect_deadline = std::chrono::milliseconds(1000);
-  options.idle_deadline = std::chrono::milliseconds(15000);
-  auto reply = ipc::call(expand_node(config.daemon.socket, node), proto::CacheView{job.id, sources}, options);
-  if (!reply || reply->error) {
-    const std::string why = !reply ? reply.error().message : reply->error->message;
-    if (!reply && (reply.error().code == ENOENT || reply.error().code == ECONNREFUSED)) {
-      return write_record(); // no daemon here: nothing is cached
-    }
-    say("job " + std::to_string(job.id) + ": the node daemon did not answer (" + why + "); no views");
-    return write_record();
-  }
-  auto hits = proto::parse_cache_view_reply(reply->result_json);
-  if (!hits || hits->entries.size() != sources.size()) {
-    say("job " + std::to_string(job.id) + ": unreadable answer from the node daemon; no views");
-    return write_record();
-  }
-  for (std::size_t i = 0; i < sources.size(); ++i) {
-    const proto::ViewEntry& hit = hits->entries[i];
-    tmpdir::View view{sources[i].dest, hit.files, hit.bytes, hit.how};
-    if (valid_key(hit.entry) && view_line(view) &&
-        mount_view(cache_dir, job, job_dir->get(), mine->get(), hit.entry, view.dest)) {
-      made.push_back(view);
-    }
-  }
-  return write_record();
+  return make_views(ViewsPlace{config, job, node, job_dir->get(), views->get(), mine->get(), record}, specs);
 }
 
 // This node's name. slurmstepd sets SLURMD_NODENAME only after task_init_privileged, so until

@@ -209,6 +209,83 @@ Result<TeeResult> copy_loop(int in_fd, Tee& t)
   }
 }
 
+// A pipe as the source: what is teed to the delivery end is then moved to the spool; once nobody
+// delivers, the rest goes to the spool alone.
+Result<TeeResult> tee_from_pipe(int in_fd, Tee& t)
+{
+  for (;;) {
+    if (t.delivering()) {
+      const ssize_t n = t.tee_to_delivery(in_fd, k_chunk);
+      if (n == 0) {
+        return t.result(); // the writer closed the pipe: the end
+      }
+      if (n > 0) {
+        t.count(static_cast<std::uint64_t>(n));
+        if (auto moved = t.consume(in_fd, static_cast<std::size_t>(n)); !moved) {
+          return moved.error();
+        }
+        continue;
+      }
+    }
+    if (!t.spooling()) {
+      return t.result(); // nobody wants the rest
+    }
+    auto n = t.spool_from(in_fd, k_chunk);
+    if (!n) {
+      return n.error();
+    }
+    if (*n == 0) {
+      return t.result();
+    }
+  }
+}
+
+// A file as the source: moved into a private pipe first (page references, not copies), then as
+// from a pipe.
+Result<TeeResult> tee_from_file(int in_fd, Tee& t)
+{
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) {
+    return Error::from_errno("pipe");
+  }
+  UniqueFd rd(p[0]);
+  UniqueFd wr(p[1]);
+  (void)::fcntl(wr.get(), F_SETPIPE_SZ, static_cast<int>(k_chunk));
+  for (;;) {
+    if (!t.delivering() && !t.spooling()) {
+      return t.result();
+    }
+    const ssize_t got = ::splice(in_fd, nullptr, wr.get(), nullptr, k_chunk, SPLICE_F_MOVE);
+    if (got < 0 && errno == EINTR) {
+      continue;
+    }
+    if (got < 0 && (errno == EINVAL || errno == ENOSYS) && t.result().bytes == 0) {
+      return copy_loop(in_fd, t); // a filesystem without splice
+    }
+    if (got < 0) {
+      return Error::from_errno("cannot read");
+    }
+    if (got == 0) {
+      return t.result();
+    }
+    t.count(static_cast<std::uint64_t>(got));
+    std::size_t left = static_cast<std::size_t>(got);
+    while (left > 0) {
+      std::size_t n = left;
+      if (t.delivering()) {
+        const ssize_t teed = t.tee_to_delivery(rd.get(), left);
+        if (teed > 0) {
+          n = static_cast<std::size_t>(teed);
+        }
+      }
+      if (auto moved = t.consume(rd.get(), n); !moved) {
+        return moved.error();
+      }
+      left -= n;
+    }
+  }
+}
+
 } // namespace
 
 Status follow_spool(int dir_fd, int out_fd, const SpoolVerdict& verdict)
@@ -269,73 +346,9 @@ Result<TeeResult> tee_source(int in_fd, int deliver_fd, int spool_fd, const Spoo
     return Error::from_errno("cannot stat");
   }
   if (S_ISFIFO(st.st_mode)) {
-    for (;;) {
-      if (t.delivering()) {
-        const ssize_t n = t.tee_to_delivery(in_fd, k_chunk);
-        if (n == 0) {
-          return t.result(); // the writer closed the pipe: the end
-        }
-        if (n > 0) {
-          t.count(static_cast<std::uint64_t>(n));
-          if (auto moved = t.consume(in_fd, static_cast<std::size_t>(n)); !moved) {
-            return moved.error();
-          }
-          continue;
-        }
-      }
-      if (!t.spooling()) {
-        return t.result(); // nobody wants the rest
-      }
-      auto n = t.spool_from(in_fd, k_chunk);
-      if (!n) {
-        return n.error();
-      }
-      if (*n == 0) {
-        return t.result();
-      }
-    }
+    return tee_from_pipe(in_fd, t);
   }
-  // A file: moved into a private pipe first (page references, not copies), then as above.
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) {
-    return Error::from_errno("pipe");
-  }
-  UniqueFd rd(p[0]);
-  UniqueFd wr(p[1]);
-  (void)::fcntl(wr.get(), F_SETPIPE_SZ, static_cast<int>(k_chunk));
-  for (;;) {
-    if (!t.delivering() && !t.spooling()) {
-      return t.result();
-    }
-    const ssize_t got = ::splice(in_fd, nullptr, wr.get(), nullptr, k_chunk, SPLICE_F_MOVE);
-    if (got < 0 && errno == EINTR) {
-      continue;
-    }
-    if (got < 0 && (errno == EINVAL || errno == ENOSYS) && t.result().bytes == 0) {
-      return copy_loop(in_fd, t); // a filesystem without splice
-    }
-    if (got < 0) {
-      return Error::from_errno("cannot read");
-    }
-    if (got == 0) {
-      return t.result();
-    }
-    t.count(static_cast<std::uint64_t>(got));
-    std::size_t left = static_cast<std::size_t>(got);
-    while (left > 0) {
-      std::size_t n = left;
-      if (t.delivering()) {
-        const ssize_t teed = t.tee_to_delivery(rd.get(), left);
-        if (teed > 0) {
-          n = static_cast<std::size_t>(teed);
-        }
-      }
-      if (auto moved = t.consume(rd.get(), n); !moved) {
-        return moved.error();
-      }
-      left -= n;
-    }
-  }
+  return tee_from_file(in_fd, t);
 }
 
 } // namespace stagehand::cache

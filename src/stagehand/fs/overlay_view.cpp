@@ -263,17 +263,9 @@ Result<UniqueFd> make_owned_dir(int parent_fd, const char* name, uid_t uid, gid_
   return fd;
 }
 
-} // namespace
-
-Status mount_overlay_view(const OverlayViewRequest& r)
+// The mount point `r.target_name`: one name in its directory, not a mount point already, empty.
+Result<UniqueFd> open_empty_target(const OverlayViewRequest& r)
 {
-  if (!one_component(r.target_name)) {
-    return Error::refused("overlay view: the mount point must be one name in its directory: " + r.target_name, EINVAL);
-  }
-  struct stat tree {};
-  if (::fstat(r.tree_fd, &tree) != 0 || !S_ISDIR(tree.st_mode)) {
-    return Error::refused("overlay view: the tree is not a directory", ENOTDIR);
-  }
   auto target = open_below(r.target_parent_fd, r.target_name, true);
   if (!target) {
     return target.error().with_context("overlay view");
@@ -285,16 +277,13 @@ Status mount_overlay_view(const OverlayViewRequest& r)
   if (!*empty) {
     return Error::refused("overlay view: " + r.target_name + " is not empty", ENOTEMPTY);
   }
-  // The merged root is the upper's root: the job's, with the tree root's mode plus u+rwx.
-  const mode_t root_mode = (tree.st_mode & 01777) | S_IRWXU;
-  auto upper = make_owned_dir(r.scratch_fd, "upper", r.job_uid, r.job_gid, root_mode);
-  if (!upper) {
-    return upper.error().with_context("overlay view");
-  }
-  auto work = make_owned_dir(r.scratch_fd, "work", 0, 0, 0700);
-  if (!work) {
-    return work.error().with_context("overlay view");
-  }
+  return target;
+}
+
+// A clone of the tree, read-only, its owner shown as the job user (the tree's uid and gid mapped
+// to the job's), not attached anywhere.
+Result<UniqueFd> idmapped_clone(const OverlayViewRequest& r)
+{
   auto ns = idmap_namespace(r.tree_uid, r.tree_gid, r.job_uid, r.job_gid);
   if (!ns) {
     return ns.error().with_context("overlay view");
@@ -310,10 +299,24 @@ Status mount_overlay_view(const OverlayViewRequest& r)
     return Error::from_errno("overlay view: idmapped mount of the tree (mount_setattr)");
   }
   ns->reset();
+  return clone;
+}
 
+// The overlay's own directories, in root's scratch directory: the upper and the work directory.
+struct OverlayDirs
+{
+  int upper_fd;
+  int work_fd;
+};
+
+// Makes the overlay of `clone` and mounts it on `target_fd`: its layers by fd where the kernel
+// takes them, else (or as `r.passing` says) through the clone attached in the scratch directory
+// for as long as it takes to make it.
+Status mount_overlay(const OverlayViewRequest& r, int target_fd, const OverlayDirs& dirs, UniqueFd clone)
+{
   Result<UniqueFd> overlay = Error::internal("overlay view: no attempt");
   if (r.passing != LayerPassing::attached) {
-    overlay = make_overlay(clone.get(), upper->get(), work->get(), LayerPassing::by_fd);
+    overlay = make_overlay(clone.get(), dirs.upper_fd, dirs.work_fd, LayerPassing::by_fd);
     // EINVAL: no "lowerdir+" by fd (< 6.13) or no detached layer (< 6.15); EBADF: no O_PATH fd.
     const bool older_kernel = !overlay && (overlay.error().code == EINVAL || overlay.error().code == EBADF);
     if (!overlay && (r.passing == LayerPassing::by_fd || !older_kernel)) {
@@ -332,13 +335,12 @@ Status mount_overlay_view(const OverlayViewRequest& r)
       return Error::from_errno("overlay view: cannot attach the idmapped tree");
     }
     attached = true;
-    overlay = make_overlay(clone.get(), upper->get(), work->get(), LayerPassing::attached);
+    overlay = make_overlay(clone.get(), dirs.upper_fd, dirs.work_fd, LayerPassing::attached);
   }
   Status result = ok_status();
   if (!overlay) {
     result = overlay.error().with_context("overlay view");
-  } else if (move_mount(overlay->get(), "", target->get(), "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) !=
-             0) {
+  } else if (move_mount(overlay->get(), "", target_fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0) {
     result = Error::from_errno("overlay view: cannot mount on " + r.target_name);
   }
   if (attached) {
@@ -350,6 +352,38 @@ Status mount_overlay_view(const OverlayViewRequest& r)
     (void)::unlinkat(r.scratch_fd, "lower", AT_REMOVEDIR);
   }
   return result;
+}
+
+} // namespace
+
+Status mount_overlay_view(const OverlayViewRequest& r)
+{
+  if (!one_component(r.target_name)) {
+    return Error::refused("overlay view: the mount point must be one name in its directory: " + r.target_name, EINVAL);
+  }
+  struct stat tree {};
+  if (::fstat(r.tree_fd, &tree) != 0 || !S_ISDIR(tree.st_mode)) {
+    return Error::refused("overlay view: the tree is not a directory", ENOTDIR);
+  }
+  auto target = open_empty_target(r);
+  if (!target) {
+    return target.error();
+  }
+  // The merged root is the upper's root: the job's, with the tree root's mode plus u+rwx.
+  const mode_t root_mode = (tree.st_mode & 01777) | S_IRWXU;
+  auto upper = make_owned_dir(r.scratch_fd, "upper", r.job_uid, r.job_gid, root_mode);
+  if (!upper) {
+    return upper.error().with_context("overlay view");
+  }
+  auto work = make_owned_dir(r.scratch_fd, "work", 0, 0, 0700);
+  if (!work) {
+    return work.error().with_context("overlay view");
+  }
+  auto clone = idmapped_clone(r);
+  if (!clone) {
+    return clone.error();
+  }
+  return mount_overlay(r, target->get(), OverlayDirs{upper->get(), work->get()}, std::move(*clone));
 }
 
 Status unmount_overlay_view(int parent_fd, const std::string& name)

@@ -121,11 +121,11 @@ void bound_memory()
   ::setrlimit(RLIMIT_DATA, &data);
 }
 
-[[noreturn]] void child_main(const Credentials& creds, int sock, const std::vector<int>& keep, const ChildBody& body,
-                             pid_t parent, const ChildHooks& hooks)
+// The child's descriptors: sock -> 3, keep -> 4.. (dup above that range first so nothing is
+// clobbered; not to a fixed high number, which a low RLIMIT_NOFILE, 256 say, would refuse); 0, 1
+// and 2 on /dev/null, every other one closed. Returns the new numbers of `keep`.
+std::vector<int> renumber_fds(int sock, const std::vector<int>& keep)
 {
-  // Descriptors first: sock -> 3, keep -> 4.. (dup above that range first so nothing is
-  // clobbered; not to a fixed high number, which a low RLIMIT_NOFILE, 256 say, would refuse).
   const int above = static_cast<int>(4 + keep.size());
   std::vector<int> moved;
   int high = ::fcntl(sock, F_DUPFD, above);
@@ -150,6 +150,63 @@ void bound_memory()
     kept.push_back(static_cast<int>(4 + i));
   }
   close_from(static_cast<int>(4 + moved.size()));
+  return kept;
+}
+
+// The TracerPid of process `parent`; 0 when it cannot be read.
+long tracer_of_parent(pid_t parent)
+{
+  char buf[4096];
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/status", static_cast<int>(parent));
+  return read_small(path, buf, sizeof buf) ? tracer_of(buf) : 0;
+}
+
+// To `creds` for good (never root), or the child ends.
+void drop_privileges(const Credentials& creds)
+{
+  if (creds.uid == 0 || ::setgroups(creds.groups.size(), creds.groups.data()) != 0 ||
+      ::setresgid(creds.gid, creds.gid, creds.gid) != 0 || ::setresuid(creds.uid, creds.uid, creds.uid) != 0) {
+    ::_exit(121);
+  }
+  // Never regain root: check that the drop really happened.
+  if (::setuid(0) == 0 || ::geteuid() != creds.uid) {
+    ::_exit(121);
+  }
+}
+
+// Ends the child if someone attached while the uid changed: its own TracerPid, read through
+// `status_fd` (its /proc/self/status, opened as root; closed here), unless it is `parent_tracer`.
+void exit_if_traced(int status_fd, long parent_tracer, SuidDumpable dumpable)
+{
+  char buf[4096];
+  const long tracer = status_fd >= 0 && read_small(status_fd, buf, sizeof buf) ? tracer_of(buf) : -1;
+  if (status_fd >= 0) {
+    ::close(status_fd);
+  }
+  if (tracer > 0 ? tracer != parent_tracer : tracer < 0 && dumpable != SuidDumpable::safe) {
+    ::_exit(k_exit_traced);
+  }
+}
+
+[[noreturn]] void run_body(const ChildBody& body, const std::vector<int>& kept)
+{
+  ::signal(SIGPIPE, SIG_IGN);
+  int rc = 1;
+  try {
+    rc = body(3, kept);
+  } catch (const std::bad_alloc&) {
+    rc = k_exit_out_of_memory;
+  } catch (...) {
+    rc = 123;
+  }
+  ::_exit(rc);
+}
+
+[[noreturn]] void child_main(const Credentials& creds, int sock, const std::vector<int>& keep, const ChildBody& body,
+                             pid_t parent, const ChildHooks& hooks)
+{
+  const std::vector<int> kept = renumber_fds(sock, keep); // descriptors first
 
   // Its own process group (as root, before the drop): Child::kill ends whatever it forked as well.
   ::setpgid(0, 0);
@@ -164,46 +221,21 @@ void bound_memory()
   }
   // Opened as root, read after the drop: whether someone attached while the uid changed. A
   // tracer the parent has too (`strace -f` on the daemon, root's) is allowed.
-  char buf[4096];
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/status", static_cast<int>(parent));
-  const long parent_tracer = read_small(path, buf, sizeof buf) ? tracer_of(buf) : 0;
+  const long parent_tracer = tracer_of_parent(parent);
   const int status_fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
   if (hooks.before_drop) {
     hooks.before_drop();
   }
-  if (creds.uid == 0 || ::setgroups(creds.groups.size(), creds.groups.data()) != 0 ||
-      ::setresgid(creds.gid, creds.gid, creds.gid) != 0 || ::setresuid(creds.uid, creds.uid, creds.uid) != 0) {
-    ::_exit(121);
-  }
-  // Never regain root: check that the drop really happened.
-  if (::setuid(0) == 0 || ::geteuid() != creds.uid) {
-    ::_exit(121);
-  }
+  drop_privileges(creds);
   // Not dumpable whatever fs.suid_dumpable says: the job user must not ptrace or read the memory
   // of a child that the daemon trusts to report what it saw.
   ::prctl(PR_SET_DUMPABLE, 0);
-  const long tracer = status_fd >= 0 && read_small(status_fd, buf, sizeof buf) ? tracer_of(buf) : -1;
-  if (status_fd >= 0) {
-    ::close(status_fd);
-  }
-  if (tracer > 0 ? tracer != parent_tracer : tracer < 0 && dumpable != SuidDumpable::safe) {
-    ::_exit(k_exit_traced);
-  }
+  exit_if_traced(status_fd, parent_tracer, dumpable);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) {
     ::_exit(122);
   }
-  ::signal(SIGPIPE, SIG_IGN);
-  int rc = 1;
-  try {
-    rc = body(3, kept);
-  } catch (const std::bad_alloc&) {
-    rc = k_exit_out_of_memory;
-  } catch (...) {
-    rc = 123;
-  }
-  ::_exit(rc);
+  run_body(body, kept);
 }
 
 } // namespace

@@ -42,57 +42,54 @@ Status wait_for(int fd, short events, Clock::time_point until, const char* what)
   }
 }
 
-} // namespace
-
-Result<proto::ReplyFrame> call(const std::string& socket_path, const proto::Request& request,
-                               const CallOptions& options, const ProgressSink& progress)
+// Completes the non-blocking connect of `fd` to `addr` (the daemon's `socket_path`) by `until`.
+Status connect_socket(int fd, const struct sockaddr_un& addr, const std::string& socket_path, Clock::time_point until)
 {
-  struct sockaddr_un addr {};
-  if (socket_path.size() >= sizeof addr.sun_path) {
-    return Error::config("daemon socket path too long: " + socket_path);
-  }
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
-  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd.valid()) {
-    return Error::from_errno("socket");
-  }
-  const auto connect_until = Clock::now() + options.connect_deadline;
-  if (::connect(fd.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof addr) != 0) {
+  if (::connect(fd, reinterpret_cast<const struct sockaddr*>(&addr), sizeof addr) != 0) {
     if (errno != EINPROGRESS && errno != EAGAIN) {
       return Error::from_errno(socket_path);
     }
-    if (auto st = wait_for(fd.get(), POLLOUT, connect_until, "connect"); !st) {
+    if (auto st = wait_for(fd, POLLOUT, until, "connect"); !st) {
       return st.error();
     }
     int err = 0;
     socklen_t len = sizeof err;
-    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
     if (err != 0) {
       return Error::from_errno(socket_path, err);
     }
   }
-  // stagehandd always runs as root: whatever else listens at its path (a socket planted where a
-  // misconfigured directory let someone) is told nothing, and its answers are never believed.
+  return ok_status();
+}
+
+// stagehandd always runs as root: whatever else listens at its path (a socket planted where a
+// misconfigured directory let someone) is told nothing, and its answers are never believed.
+Status check_peer_is_root(int fd, const std::string& socket_path)
+{
   struct ucred peer {};
   socklen_t peer_len = sizeof peer;
-  if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) != 0) {
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) != 0) {
     return Error::from_errno(socket_path + ": cannot read the peer's credentials");
   }
   if (peer.uid != 0) {
     return Error::refused(socket_path + " is served by uid " + std::to_string(peer.uid) +
                           ", not root: not stagehandd (nothing sent)");
   }
+  return ok_status();
+}
+
+Status send_request(int fd, const proto::Request& request, Clock::time_point until)
+{
   const std::string frame = proto::encode_frame(proto::serialize(request));
   std::size_t sent = 0;
   while (sent < frame.size()) {
-    ssize_t n = ::send(fd.get(), frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
+    ssize_t n = ::send(fd, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
     if (n > 0) {
       sent += static_cast<std::size_t>(n);
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (auto st = wait_for(fd.get(), POLLOUT, connect_until, "send"); !st) {
+      if (auto st = wait_for(fd, POLLOUT, until, "send"); !st) {
         return st.error();
       }
       continue;
@@ -102,6 +99,12 @@ Result<proto::ReplyFrame> call(const std::string& socket_path, const proto::Requ
     }
     return Error::from_errno("cannot send to the daemon");
   }
+  return ok_status();
+}
+
+// Reads frames until the result, passing progress frames to `progress`.
+Result<proto::ReplyFrame> read_reply(int fd, const CallOptions& options, const ProgressSink& progress)
+{
   proto::FrameReader reader(proto::k_max_response_bytes);
   char buf[65536];
   for (;;) {
@@ -118,10 +121,10 @@ Result<proto::ReplyFrame> call(const std::string& socket_path, const proto::Requ
       }
       return parsed;
     }
-    if (auto st = wait_for(fd.get(), POLLIN, Clock::now() + options.idle_deadline, "reply"); !st) {
+    if (auto st = wait_for(fd, POLLIN, Clock::now() + options.idle_deadline, "reply"); !st) {
       return st.error();
     }
-    ssize_t n = ::recv(fd.get(), buf, sizeof buf, 0);
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
       continue;
     }
@@ -135,6 +138,34 @@ Result<proto::ReplyFrame> call(const std::string& socket_path, const proto::Requ
       return st.error();
     }
   }
+}
+
+} // namespace
+
+Result<proto::ReplyFrame> call(const std::string& socket_path, const proto::Request& request,
+                               const CallOptions& options, const ProgressSink& progress)
+{
+  struct sockaddr_un addr {};
+  if (socket_path.size() >= sizeof addr.sun_path) {
+    return Error::config("daemon socket path too long: " + socket_path);
+  }
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) {
+    return Error::from_errno("socket");
+  }
+  const auto connect_until = Clock::now() + options.connect_deadline;
+  if (auto st = connect_socket(fd.get(), addr, socket_path, connect_until); !st) {
+    return st.error();
+  }
+  if (auto st = check_peer_is_root(fd.get(), socket_path); !st) {
+    return st.error();
+  }
+  if (auto st = send_request(fd.get(), request, connect_until); !st) {
+    return st.error();
+  }
+  return read_reply(fd.get(), options, progress);
 }
 
 } // namespace stagehand::ipc

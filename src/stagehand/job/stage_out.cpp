@@ -86,6 +86,58 @@ int log_kept(int sock, int dir_fd, const std::vector<stageout::OutSpec>& specs, 
 // How long writing the kept line to the user's logs may take.
 constexpr std::chrono::milliseconds k_log_budget{20000};
 
+// While in scope, and if `on`: the job's directory handed back to its user for the copy; taken
+// from them again (tmpdir::take_from_user, through the same fd) when it goes.
+struct Retake
+{
+  int fd;
+  bool on;
+  ~Retake()
+  {
+    if (on) {
+      (void)tmpdir::take_from_user(fd);
+    }
+  }
+};
+
+// What the copying child says, one message per entry, until it closes its end or `until` passes
+// (then it is killed), and how it ended: stage_out's result.
+StageOutResult collect_copy(ipc::Child& child, Clock::time_point until)
+{
+  std::string said;
+  CopyOutcome outcome = CopyOutcome::complete;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+    if (left.count() <= 0) {
+      child.kill();
+      outcome = CopyOutcome::failed;
+      said += (said.empty() ? "" : "; ") + std::string("stopped at the time budget; the rest was not copied");
+      break;
+    }
+    auto msg = ipc::receive_message(child.sock(), left);
+    if (!msg && msg.error().code == ETIMEDOUT) {
+      continue; // the next turn stops it
+    }
+    if (!msg) {
+      break; // done: the child closed its end
+    }
+    if (msg->text.empty() || msg->text[0] != '+') {
+      outcome = CopyOutcome::failed;
+    }
+    said += (said.empty() ? "" : "; ") + (msg->text.empty() ? msg->text : msg->text.substr(1));
+  }
+  auto ended = child.wait();
+  if (!ended || *ended != 0) {
+    outcome = CopyOutcome::failed;
+    said += (said.empty() ? "" : "; ") + std::string("the copying process ended badly") +
+            (ended ? "" : " (" + ended.error().message + ")");
+  }
+  const Copier copier = !ended && proc::left_behind(ended.error()) ? Copier::stuck : Copier::ended;
+  if (said.empty()) {
+    said = "nothing to copy on this node (not the job's first node)";
+  }
+  return StageOutResult{"stage-out: " + said, outcome, copier};
+}
 
 } // namespace
 
@@ -125,17 +177,7 @@ StageOutResult stage_out(const Config& config, const tmpdir::JobContext& job, co
       return failed("nothing copied: " + back.error().message);
     }
   }
-  struct Retake
-  {
-    int fd;
-    bool on;
-    ~Retake()
-    {
-      if (on) {
-        (void)tmpdir::take_from_user(fd);
-      }
-    }
-  } retake{dir.get(), taken};
+  const Retake retake{dir.get(), taken};
   // The child stops itself a little before the budget, so it can still say what it copied.
   const auto started = Clock::now();
   const auto child_until = started + budget * 9 / 10;
@@ -146,37 +188,7 @@ StageOutResult stage_out(const Config& config, const tmpdir::JobContext& job, co
   if (!child) {
     return failed("nothing copied: " + child.error().message);
   }
-  std::string said;
-  CopyOutcome outcome = CopyOutcome::complete;
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(parent_until - Clock::now());
-    if (left.count() <= 0) {
-      child->kill();
-      outcome = CopyOutcome::failed;
-      said += (said.empty() ? "" : "; ") + std::string("stopped at the time budget; the rest was not copied");
-      break;
-    }
-    auto msg = ipc::receive_message(child->sock(), left);
-    if (!msg && msg.error().code == ETIMEDOUT) {
-      continue; // the next turn stops it
-    }
-    if (!msg) {
-      break; // done: the child closed its end
-    }
-    if (msg->text.empty() || msg->text[0] != '+') {
-      outcome = CopyOutcome::failed;
-    }
-    said += (said.empty() ? "" : "; ") + (msg->text.empty() ? msg->text : msg->text.substr(1));
-  }
-  auto ended = child->wait();
-  if (!ended || *ended != 0) {
-    outcome = CopyOutcome::failed;
-    said += (said.empty() ? "" : "; ") + std::string("the copying process ended badly") +
-            (ended ? "" : " (" + ended.error().message + ")");
-  }
-  const Copier copier = !ended && proc::left_behind(ended.error()) ? Copier::stuck : Copier::ended;
-  return StageOutResult{"stage-out: " + (said.empty() ? std::string("nothing to copy on this node (not the job's first node)") : said),
-                        outcome, copier};
+  return collect_copy(*child, parent_until);
 }
 
 std::string keep_results(const Config& config, const tmpdir::JobContext& job, const StageOutJob& out,

@@ -237,89 +237,132 @@ std::string strip_archive_suffix(std::string_view name)
   return std::string(name);
 }
 
+namespace {
+
+// What check_sources checks each spec against.
+struct SourceChecks
+{
+  const std::string& base_dir;
+  const StageConfig& config;
+  const ArchiveProbe& probe;
+};
+
+// Where the source goes: `spec`'s destination or `default_dest`, without the suffix of an archive
+// named after its source that unpacks.
+Status name_dest(CheckedSource& c, const StageSpec& spec, const std::string& default_dest)
+{
+  c.dest_from = spec.dest.empty() ? DestFrom::source_name : spec.dest_from;
+  auto named = normal_dest(spec.src, spec.dest.empty() ? default_dest : spec.dest);
+  if (!named) {
+    return named.error();
+  }
+  c.named_dest = *named;
+  c.dest = c.named_dest;
+  if (c.kind == SourceKind::file && c.unpack && c.dest_from == DestFrom::source_name) {
+    auto stripped = normal_dest(spec.src, strip_archive_suffix(c.named_dest)); // only an archive that unpacks
+    if (!stripped) {
+      return stripped.error();
+    }
+    c.dest = *stripped;
+  }
+  return ok_status();
+}
+
+// One spec: its source resolved, opened and measured, and its destination.
+Result<CheckedSource> check_source(const StageSpec& spec, const SourceChecks& checks)
+{
+  CheckedSource c;
+  c.shown = spec.src;
+  c.mode = spec.unpack;
+  const std::string src = expand_tilde(spec.src, spec.tilde);
+  // Said after a message: where a relative source was looked for, or what "~" became.
+  const std::string where = src.front() != '/' ? checks.base_dir : src != spec.src ? "= " + src : std::string();
+  std::string joined = src.front() == '/' ? src : checks.base_dir + "/" + src;
+  char resolved[PATH_MAX];
+  if (!::realpath(joined.c_str(), resolved)) {
+    return refuse(spec.src, errno == ENOENT ? "no such file or directory" : std::strerror(errno), where);
+  }
+  c.path = resolved;
+  // One open, every decision on the descriptor (the node opens the same way while staging).
+  auto opened = open_source(c.path, std::nullopt, checks.config.allowed_roots);
+  if (!opened) {
+    return refuse(spec.src, opened.error().message, where);
+  }
+  const int fd = opened->fd.get();
+  const struct stat& st = opened->st;
+  std::string default_dest;
+  if (S_ISDIR(st.st_mode)) {
+    c.kind = SourceKind::dir;
+    auto bytes = tree_bytes(fd, spec.src);
+    if (!bytes) {
+      const bool mount = bytes.error().code == EXDEV; // a mount inside: said as it is
+      return refuse(spec.src, (mount ? "" : "unreadable: ") + bytes.error().message, where);
+    }
+    c.bytes = *bytes;
+    default_dest = relative_default(src, c.path);
+  } else { // open_source let only a file or a directory through
+    c.bytes = static_cast<std::uint64_t>(st.st_size);
+    if (spec.unpack == Unpack::if_archive) {
+      c.unpack = checks.probe ? checks.probe(fd) : true; // without a probe: decided on the node
+      c.decided = static_cast<bool>(checks.probe);
+    }
+    default_dest = relative_default(src, c.path);
+  }
+  if (auto named = name_dest(c, spec, default_dest); !named) {
+    return named.error();
+  }
+  return c;
+}
+
+// Whether `c` is listed already (the same source to the same place, one per #SBATCH line, twice:
+// once); a destination that overlaps another one is refused.
+Result<bool> listed_already(const std::vector<CheckedSource>& out, const CheckedSource& c)
+{
+  for (const auto& other : out) {
+    if (other.path == c.path && other.dest == c.dest && other.mode == c.mode) {
+      return true;
+    }
+    if (path_under(c.dest, other.dest) || path_under(other.dest, c.dest)) {
+      return refuse(c.shown,
+                    "destination \"" + c.dest + "\" overlaps \"" + other.dest + "\" (from " + other.shown + ")");
+    }
+  }
+  return false;
+}
+
+} // namespace
+
 Result<std::vector<CheckedSource>> check_sources(const std::vector<StageSpec>& specs, const std::string& base_dir,
                                                  const StageConfig& config, const ArchiveProbe& probe)
 {
+  const SourceChecks checks{base_dir, config, probe};
   std::vector<CheckedSource> out;
   std::uint64_t total = 0;
   for (const auto& spec : specs) {
-    CheckedSource c;
-    c.shown = spec.src;
-    c.mode = spec.unpack;
-    const std::string src = expand_tilde(spec.src, spec.tilde);
-    // Said after a message: where a relative source was looked for, or what "~" became.
-    const std::string where = src.front() != '/' ? base_dir : src != spec.src ? "= " + src : std::string();
-    std::string joined = src.front() == '/' ? src : base_dir + "/" + src;
-    char resolved[PATH_MAX];
-    if (!::realpath(joined.c_str(), resolved)) {
-      return refuse(spec.src, errno == ENOENT ? "no such file or directory" : std::strerror(errno), where);
+    auto c = check_source(spec, checks);
+    if (!c) {
+      return c.error();
     }
-    c.path = resolved;
-    // One open, every decision on the descriptor (the node opens the same way while staging).
-    auto opened = open_source(c.path, std::nullopt, config.allowed_roots);
-    if (!opened) {
-      return refuse(spec.src, opened.error().message, where);
+    auto merged = listed_already(out, *c);
+    if (!merged) {
+      return merged.error();
     }
-    const int fd = opened->fd.get();
-    const struct stat& st = opened->st;
-    std::string default_dest;
-    if (S_ISDIR(st.st_mode)) {
-      c.kind = SourceKind::dir;
-      auto bytes = tree_bytes(fd, spec.src);
-      if (!bytes) {
-        const bool mount = bytes.error().code == EXDEV; // a mount inside: said as it is
-        return refuse(spec.src, (mount ? "" : "unreadable: ") + bytes.error().message, where);
-      }
-      c.bytes = *bytes;
-      default_dest = relative_default(src, c.path);
-    } else { // open_source let only a file or a directory through
-      c.bytes = static_cast<std::uint64_t>(st.st_size);
-      if (spec.unpack == Unpack::if_archive) {
-        c.unpack = probe ? probe(fd) : true; // without a probe: decided on the node
-        c.decided = static_cast<bool>(probe);
-      }
-      default_dest = relative_default(src, c.path);
-    }
-    c.dest_from = spec.dest.empty() ? DestFrom::source_name : spec.dest_from;
-    auto named = normal_dest(spec.src, spec.dest.empty() ? default_dest : spec.dest);
-    if (!named) {
-      return named.error();
-    }
-    c.named_dest = *named;
-    c.dest = c.named_dest;
-    if (c.kind == SourceKind::file && c.unpack && c.dest_from == DestFrom::source_name) {
-      auto stripped = normal_dest(spec.src, strip_archive_suffix(c.named_dest)); // only an archive that unpacks
-      if (!stripped) {
-        return stripped.error();
-      }
-      c.dest = *stripped;
-    }
-    bool merged = false; // the same source to the same place (one per #SBATCH line, twice): once
-    for (const auto& other : out) {
-      if (other.path == c.path && other.dest == c.dest && other.mode == c.mode) {
-        merged = true;
-        break;
-      }
-      if (path_under(c.dest, other.dest) || path_under(other.dest, c.dest)) {
-        return refuse(spec.src, "destination \"" + c.dest + "\" overlaps \"" + other.dest + "\" (from " + other.shown + ")");
-      }
-    }
-    if (merged) {
+    if (*merged) {
       continue;
     }
     // max_bytes counts what will be written: an archive that unpacks counts while it unpacks (the
     // extractor stops at the limit), never by its packed size; without a probe, a file named like
     // an archive is taken for one.
-    const bool unpacks = c.kind == SourceKind::file && c.unpack &&
-                         (c.decided || strip_archive_suffix(c.named_dest) != c.named_dest);
-    total += unpacks ? 0 : c.bytes;
+    const bool unpacks = c->kind == SourceKind::file && c->unpack &&
+                         (c->decided || strip_archive_suffix(c->named_dest) != c->named_dest);
+    total += unpacks ? 0 : c->bytes;
     if (total > config.max_bytes) {
       return refuse(spec.src,
                     "the sources total " + std::to_string(total) + " bytes, over [stage] max_bytes " +
                       std::to_string(config.max_bytes),
                     {}, ErrorKind::limit);
     }
-    out.push_back(std::move(c));
+    out.push_back(std::move(*c));
   }
   return out;
 }
