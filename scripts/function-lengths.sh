@@ -3,13 +3,16 @@
 # brace) in src/, plugin/ and helper/: one line each, "LINES FILE:LINE NAME", longest first; exit 1
 # when there is any. A table or test data that is long by nature is marked on the line before its
 # function with "// long: <why>" and left out. Needs universal-ctags (Debian: universal-ctags).
-#   scripts/function-lengths.sh [LIMIT]
+#   scripts/function-lengths.sh [LIMIT [DIR...]]     (DIRs relative to the repository root, or absolute)
 set -euo pipefail
 limit=${1:-80}
+shift || true
 cd "$(dirname "$0")/.."
+dirs=("$@")
+[ ${#dirs[@]} -gt 0 ] || dirs=(src plugin helper)
 command -v ctags >/dev/null || { echo "function-lengths: needs ctags (apt-get install universal-ctags)" >&2; exit 2; }
 ctags --version | grep -q "Universal Ctags" || { echo "function-lengths: needs universal-ctags" >&2; exit 2; }
-long=$(ctags -R --languages=C++ --kinds-C++=f --fields=+ne -o - src plugin helper |
+long=$(ctags -R --languages=C++ --kinds-C++=f --fields=+ne -o - "${dirs[@]}" |
   awk -F'\t' -v limit="$limit" '{
     line = ""; end = ""
     for (i = 4; i <= NF; i++) {
@@ -23,8 +26,8 @@ long=$(ctags -R --languages=C++ --kinds-C++=f --fields=+ne -o - src plugin helpe
     [[ $marked == *"// long: "* ]] || printf '%s %s:%s %s\n' "$n" "$file" "$line" "$name"
   done)
 if [ -n "$long" ]; then
-  echo "function-lengths: functions over $limit lines:"
+  echo "function-lengths: functions over $limit lines in ${dirs[*]}:"
   echo "$long"
   exit 1
 fi
-echo "function-lengths: no function over $limit lines in src/, plugin/ and helper/"
+echo "function-lengths: no function over $limit lines in ${dirs[*]}"

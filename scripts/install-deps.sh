@@ -8,6 +8,8 @@ packages=(
   libspdlog-dev libtomlplusplus-dev libarchive-dev
   tar libarchive-tools zip unzip zstd xz-utils bzip2 gzip
   libgtest-dev googletest bats clang libclang-rt-14-dev
+  # scripts/function-lengths.sh (a unit test): no function over 80 lines
+  universal-ctags
   # the sanitizer phase: clang 19's ASan locks its allocator around fork (LLVM 18 and later), so
   # stagehandd, which forks its user-side children from a multithreaded process, runs under it
   clang-19 libclang-rt-19-dev
