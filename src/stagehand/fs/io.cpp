@@ -71,10 +71,15 @@ Result<std::size_t> read_some(int fd, char* buf, std::size_t len, const std::str
   }
 }
 
-Status write_all(int fd, std::string_view data, const std::string& what)
+namespace {
+
+// Writes `len` bytes with `write_at(done)` (the bytes written so far), again after EINTR and
+// short writes; a write of nothing is EIO.
+template<typename WriteAt> Status write_fully(std::size_t len, std::string_view what, WriteAt&& write_at)
 {
-  while (!data.empty()) {
-    ssize_t n = sys_write(fd, data.data(), data.size());
+  std::size_t done = 0;
+  while (done < len) {
+    const ssize_t n = write_at(done);
     if (n < 0) {
       if (errno == EINTR) {
         continue;
@@ -84,29 +89,24 @@ Status write_all(int fd, std::string_view data, const std::string& what)
     if (n == 0) {
       return failed("cannot write", what, EIO);
     }
-    data.remove_prefix(static_cast<std::size_t>(n));
+    done += static_cast<std::size_t>(n);
   }
   return ok_status();
 }
 
+} // namespace
+
+Status write_all(int fd, std::string_view data, const std::string& what)
+{
+  return write_fully(data.size(), what,
+                     [&](std::size_t done) { return sys_write(fd, data.data() + done, data.size() - done); });
+}
+
 Status pwrite_all(int fd, const char* data, std::size_t len, std::uint64_t offset, std::string_view what)
 {
-  while (len > 0) {
-    ssize_t n = sys_pwrite(fd, data, len, static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) {
-        continue;
-      }
-      return failed("cannot write", what);
-    }
-    if (n == 0) {
-      return failed("cannot write", what, EIO);
-    }
-    data += n;
-    len -= static_cast<std::size_t>(n);
-    offset += static_cast<std::uint64_t>(n);
-  }
-  return ok_status();
+  return write_fully(len, what, [&](std::size_t done) {
+    return sys_pwrite(fd, data + done, len - done, static_cast<off_t>(offset + done));
+  });
 }
 
 } // namespace stagehand::fs
