@@ -92,8 +92,8 @@ struct StageRun::MissRead
   UniqueFd tree_rd;                    // a directory's tar stream from the job user's reader
   std::optional<ipc::Child> reader;    // that reader (a directory)
   std::optional<ipc::Child> delivery;  // the job user's delivery (not for a zip: from the spool after)
+  std::optional<ipc::SharedMemory<archive::WorkCounters>> counters; // the tee's bytes, for progress
   std::optional<ipc::Child> tee;       // the service user's one read, to the job and the spool
-  std::optional<ipc::SharedMemory<archive::WorkCounters>> counters;
 
   Result<Missed> run();
   void begin_spool();
