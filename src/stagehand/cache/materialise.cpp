@@ -171,6 +171,51 @@ struct FileBatch
   std::vector<bool> may_link; // per name: others_read()
 };
 
+// The symlink `name` in `src_dir` made again in `dest_dir` (its target as read, never followed), the user's.
+Status copy_symlink(int src_dir, int dest_dir, const std::string& name, off_t size, const JobUser& user,
+                    const std::string& shown)
+{
+  std::string target(static_cast<std::size_t>(size) + 1, '\0');
+  ssize_t n = ::readlinkat(src_dir, name.c_str(), target.data(), target.size());
+  if (n < 0) {
+    return Error::from_errno(shown);
+  }
+  target.resize(static_cast<std::size_t>(n));
+  if (::symlinkat(target.c_str(), dest_dir, name.c_str()) != 0) {
+    return Error::from_errno("cannot create " + shown);
+  }
+  auto link = open_own(dest_dir, name, S_IFLNK, shown);
+  if (!link) {
+    return link.error();
+  }
+  return give_to(link->get(), user, shown);
+}
+
+// Refuses `name` in `parent_fd` when it exists, or is something no open may enter (a mount point):
+// the job's, refused either way.
+Status refuse_existing(int parent_fd, const std::string& name, const std::string& dest_rel)
+{
+  if (auto there = fs::open_beneath(parent_fd, name, O_PATH); there || there.error().code != ENOENT) {
+    return Error::refused("$SLURM_TMPDIR/" + dest_rel + " already exists: refused (staging never replaces "
+                          "what the job made)",
+                          EEXIST);
+  }
+  return ok_status();
+}
+
+// Where a walk of a cache entry's tree is: the directory of its last entry, open on both sides, and
+// that directory's files not yet handed to the pool.
+struct TreeWalk
+{
+  explicit TreeWalk(const std::string& dest) : dest_rel(dest) {}
+
+  const std::string& dest_rel;
+  std::string cur_rel = "\x01"; // the directory `cur` holds, relative to dest_rel
+  fs::SharedFd cur;
+  fs::SharedFd cur_src;
+  FileBatch batch;
+};
+
 class Materialiser
 {
 public:
@@ -190,101 +235,53 @@ public:
     if (::fstatat(src_parent, src_name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
       return fail(Error::from_errno("cache entry data"));
     }
-    // Exists, or is something no open may enter (a mount point): the job's, refused either way.
-    if (auto there = fs::open_beneath(parent->get(), name, O_PATH); there || there.error().code != ENOENT) {
-      return fail(Error::refused("$SLURM_TMPDIR/" + dest_rel + " already exists: refused (staging never replaces "
-                                 "what the job made)",
-                                 EEXIST));
+    if (auto absent = refuse_existing(parent->get(), name, dest_rel); !absent) {
+      return fail(absent.error());
     }
     if (!S_ISDIR(st.st_mode)) {
-      // Linked or created exclusively: a name the job takes meanwhile fails here and stays the job's.
-      if (auto s = place_file(src_parent, src_name, parent->get(), name, m_user, dest_rel, m_linked,
-                              others_read(st.st_mode));
-          !s) {
-        return fail(s.error());
-      }
-      m_out.linked = m_linked;
-      m_made.push_back({parent_of(dest_rel), name, ino_at(parent->get(), name)});
-      ++m_out.files;
-      m_out.bytes += static_cast<std::uint64_t>(st.st_size);
-      m_out.created_top = m_made.front().parent_rel.empty() ? m_made.front().name
-                                                             : m_made.front().parent_rel + "/" + m_made.front().name;
-      return m_out;
+      return run_file(src_parent, src_name, parent->get(), name, dest_rel, st);
     }
-    if (::mkdirat(parent->get(), name.c_str(), 0700) != 0) {
+    return run_tree(src_parent, src_name, parent->get(), name, dest_rel, st.st_mode);
+  }
+
+private:
+  // A file at `dest_rel` (`name` in `parent_fd`), linked or created exclusively: a name the job takes
+  // meanwhile fails here and stays the job's.
+  Result<Materialised> run_file(int src_parent, const std::string& src_name, int parent_fd, const std::string& name,
+                                const std::string& dest_rel, const struct stat& st)
+  {
+    if (auto s = place_file(src_parent, src_name, parent_fd, name, m_user, dest_rel, m_linked, others_read(st.st_mode));
+        !s) {
+      return fail(s.error());
+    }
+    m_out.linked = m_linked;
+    m_made.push_back({parent_of(dest_rel), name, ino_at(parent_fd, name)});
+    ++m_out.files;
+    m_out.bytes += static_cast<std::uint64_t>(st.st_size);
+    m_out.created_top = created_top();
+    return m_out;
+  }
+
+  // A directory at `dest_rel` (`name` in `parent_fd`): made, the user's, then filled from a walk of
+  // the cache entry's tree, its files placed by the pool.
+  Result<Materialised> run_tree(int src_parent, const std::string& src_name, int parent_fd, const std::string& name,
+                                const std::string& dest_rel, mode_t mode)
+  {
+    if (::mkdirat(parent_fd, name.c_str(), 0700) != 0) {
       return fail(Error::from_errno("cannot create $SLURM_TMPDIR/" + dest_rel));
     }
-    m_made.push_back({parent_of(dest_rel), name, ino_at(parent->get(), name)});
-    if (auto s = prepare_user_dir(parent->get(), name, st.st_mode, m_user, dest_rel); !s) {
+    m_made.push_back({parent_of(dest_rel), name, ino_at(parent_fd, name)});
+    if (auto s = prepare_user_dir(parent_fd, name, mode, m_user, dest_rel); !s) {
       return fail(s.error());
     }
     UniqueFd src_top(::openat(src_parent, src_name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (!src_top.valid()) {
       return fail(Error::from_errno("cache entry data"));
     }
-    std::string cur_rel = "\x01"; // the directory `cur` holds, relative to dest_rel
-    fs::SharedFd cur;
-    fs::SharedFd cur_src;
-    FileBatch batch;
-    auto walked = fs::walk_tree(src_top.get(), [&](const fs::WalkEntry& e) -> Result<fs::WalkControl> {
-      const std::string rel_parent = parent_of(e.rel);
-      if (rel_parent != cur_rel) {
-        flush(batch);
-        auto fd = fs::open_beneath(m_job, join(dest_rel, rel_parent), O_RDONLY | O_DIRECTORY);
-        if (!fd) {
-          return fd.error();
-        }
-        cur = std::make_shared<const UniqueFd>(std::move(*fd));
-        cur_src = std::make_shared<const UniqueFd>(::fcntl(e.parent_fd, F_DUPFD_CLOEXEC, 0));
-        if (!cur_src->valid()) {
-          return Error::from_errno("cache entry data");
-        }
-        cur_rel = rel_parent;
-        ++m_lane; // a directory's batches share a thread: threads link into different directories
-      }
-      const std::string shown = dest_rel + "/" + e.rel;
-      if (S_ISDIR(e.st.st_mode)) {
-        if (auto s = make_user_dir(cur->get(), e.name, e.st.st_mode, m_user, shown); !s) {
-          return s.error();
-        }
-      } else if (S_ISREG(e.st.st_mode)) {
-        if (batch.names.empty()) {
-          batch.src_dir = cur_src;
-          batch.dest_dir = cur;
-          batch.dest_prefix = join(dest_rel, rel_parent) + "/";
-        }
-        batch.names.push_back(e.name);
-        batch.may_link.push_back(others_read(e.st.st_mode));
-        if (batch.names.size() >= k_batch_files) {
-          flush(batch);
-        }
-        ++m_out.files;
-        m_out.bytes += static_cast<std::uint64_t>(e.st.st_size);
-      } else if (S_ISLNK(e.st.st_mode)) {
-        std::string target(static_cast<std::size_t>(e.st.st_size) + 1, '\0');
-        ssize_t n = ::readlinkat(e.parent_fd, e.name.c_str(), target.data(), target.size());
-        if (n < 0) {
-          return Error::from_errno(shown);
-        }
-        target.resize(static_cast<std::size_t>(n));
-        if (::symlinkat(target.c_str(), cur->get(), e.name.c_str()) != 0) {
-          return Error::from_errno("cannot create " + shown);
-        }
-        auto link = open_own(cur->get(), e.name, S_IFLNK, shown);
-        if (!link) {
-          return link.error();
-        }
-        if (auto s = give_to(link->get(), m_user, shown); !s) {
-          return s.error();
-        }
-      }
-      if (m_pool.failed()) {
-        return m_pool.drain().error();
-      }
-      return fs::WalkControl::go_on;
-    });
+    TreeWalk walk(dest_rel);
+    auto walked = fs::walk_tree(src_top.get(), [&](const fs::WalkEntry& e) { return visit(walk, e); });
     if (walked) {
-      flush(batch);
+      flush(walk.batch);
     }
     const Status placed = m_pool.drain(); // before anything is undone or reported
     m_out.linked = m_linked;
@@ -294,12 +291,75 @@ public:
     if (!placed) {
       return fail(placed.error());
     }
-    m_out.created_top = m_made.front().parent_rel.empty() ? m_made.front().name
-                                                           : m_made.front().parent_rel + "/" + m_made.front().name;
+    m_out.created_top = created_top();
     return m_out;
   }
 
-private:
+  // One entry of the tree, made in its directory (entered first when it is not the last entry's).
+  Result<fs::WalkControl> visit(TreeWalk& w, const fs::WalkEntry& e)
+  {
+    const std::string rel_parent = parent_of(e.rel);
+    if (rel_parent != w.cur_rel) {
+      if (auto s = enter_dir(w, e, rel_parent); !s) {
+        return s.error();
+      }
+    }
+    const std::string shown = w.dest_rel + "/" + e.rel;
+    if (S_ISDIR(e.st.st_mode)) {
+      if (auto s = make_user_dir(w.cur->get(), e.name, e.st.st_mode, m_user, shown); !s) {
+        return s.error();
+      }
+    } else if (S_ISREG(e.st.st_mode)) {
+      queue_file(w, e, rel_parent);
+    } else if (S_ISLNK(e.st.st_mode)) {
+      if (auto s = copy_symlink(e.parent_fd, w.cur->get(), e.name, e.st.st_size, m_user, shown); !s) {
+        return s.error();
+      }
+    }
+    if (m_pool.failed()) {
+      return m_pool.drain().error();
+    }
+    return fs::WalkControl::go_on;
+  }
+
+  // Hands the last directory's files to the pool and opens `rel_parent` (e's directory) on both sides.
+  Status enter_dir(TreeWalk& w, const fs::WalkEntry& e, const std::string& rel_parent)
+  {
+    flush(w.batch);
+    auto fd = fs::open_beneath(m_job, join(w.dest_rel, rel_parent), O_RDONLY | O_DIRECTORY);
+    if (!fd) {
+      return fd.error();
+    }
+    w.cur = std::make_shared<const UniqueFd>(std::move(*fd));
+    w.cur_src = std::make_shared<const UniqueFd>(::fcntl(e.parent_fd, F_DUPFD_CLOEXEC, 0));
+    if (!w.cur_src->valid()) {
+      return Error::from_errno("cache entry data");
+    }
+    w.cur_rel = rel_parent;
+    ++m_lane; // a directory's batches share a thread: threads link into different directories
+    return ok_status();
+  }
+
+  // Adds the regular file `e` to its directory's batch, handed to the pool when full.
+  void queue_file(TreeWalk& w, const fs::WalkEntry& e, const std::string& rel_parent)
+  {
+    if (w.batch.names.empty()) {
+      w.batch.src_dir = w.cur_src;
+      w.batch.dest_dir = w.cur;
+      w.batch.dest_prefix = join(w.dest_rel, rel_parent) + "/";
+    }
+    w.batch.names.push_back(e.name);
+    w.batch.may_link.push_back(others_read(e.st.st_mode));
+    if (w.batch.names.size() >= k_batch_files) {
+      flush(w.batch);
+    }
+    ++m_out.files;
+    m_out.bytes += static_cast<std::uint64_t>(e.st.st_size);
+  }
+
+  // The outermost path this call made: the first thing it made.
+  std::string created_top() const { return join(m_made.front().parent_rel, m_made.front().name); }
+
   // Hands `batch` to the pool (which runs it here when it has no threads).
   void flush(FileBatch& batch)
   {
