@@ -223,7 +223,7 @@ private:
   std::vector<TmpName> m_removals;                           // for the GC thread to remove
   std::map<std::string, int> m_pins;                         // keys being materialised
   std::map<std::uint64_t, Staging> m_stagings; // running stagings, for status
-  std::uint64_t m_next_staging = 0;
+  std::uint64_t m_next_staging = 0; // the last staging id given (ids start at 1)
   gc::ReportOnce m_gc_reported; // failures GC has logged already
   std::shared_ptr<StageOutQueue> m_stage_out; // --stage-out copies after the jobs (own lock)
 

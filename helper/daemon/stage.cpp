@@ -46,7 +46,7 @@ void StageRun::execute()
   m_job_fd = std::move(*job_fd);
   {
     std::lock_guard lock(m_d.m_mutex);
-    m_staging_id = m_d.m_next_staging++;
+    m_staging_id = ++m_d.m_next_staging;
   }
   proto::StageReply reply;
   auto refuse = [&](Error e, std::uint64_t earlier) {
@@ -122,7 +122,9 @@ std::optional<std::uint64_t> StageRun::charge_job()
 void StageRun::finish_staging()
 {
   std::lock_guard lock(m_d.m_mutex);
-  m_d.m_stagings.erase(m_staging_id);
+  if (m_staging_id) {
+    m_d.m_stagings.erase(*m_staging_id);
+  }
 }
 
 void StageRun::fill_alive()
@@ -137,7 +139,9 @@ void StageRun::progress(const proto::Progress& p)
 {
   {
     std::lock_guard lock(m_d.m_mutex);
-    m_d.m_stagings[m_staging_id] = Daemon::Staging{m_job.uid, p};
+    if (m_staging_id) { // a staging; cache_view's keepalives are no staging (status never lists them)
+      m_d.m_stagings[*m_staging_id] = Daemon::Staging{m_job.uid, p};
+    }
     if (m_fill_wait) {
       if (p.done_bytes != m_fill_wait->progress) {
         m_fill_wait->progressed = std::chrono::steady_clock::now();

@@ -169,7 +169,7 @@ private:
   std::vector<std::string> m_made; // created below the job directory, for rollback
   std::vector<std::string> m_pinned;
   std::uint64_t m_total = 0;
-  std::uint64_t m_staging_id = 0;
+  std::optional<std::uint64_t> m_staging_id; // a staging's entry in status (none for cache_view)
   bool m_claimed = false; // cache_view: this job claimed a source to read
 };
 
