@@ -196,6 +196,17 @@ private:
   void write_metrics();
   void gc_loop();
   void kick_gc();
+  // Parts of collect() (gc_thread.cpp) and on_status() (queries.cpp).
+  // The registry's running jobs into `evidence`, and the cache now into `store`; true when a
+  // running record has no slurmstepd here.
+  bool note_registered_running(gc::Evidence& evidence, std::shared_ptr<cache::Store>& store);
+  // slurmctld's running jobs on this node into `evidence`; logs when it stops or starts answering.
+  void ask_slurmctld(gc::Evidence& evidence);
+  // Ends the jobs GC found ended, forgets old ended records, and saves the registry if it changed.
+  void registry_after_gc_locked(const gc::Plan& plan, const gc::Evidence& evidence, std::int64_t asked_at);
+  // The job directories in `snap` and the pending stage-outs that `peer` may see, into `reply`.
+  void status_jobs_locked(const std::optional<gc::Snapshot>& snap, const std::set<std::uint32_t>& live,
+                          const Peer& peer, proto::StatusReply& reply);
 
   // Fixed at start
   std::string m_config_path;

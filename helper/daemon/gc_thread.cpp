@@ -29,61 +29,9 @@ constexpr std::int64_t k_forget_ended_after = 24 * 3600; // registry records of 
 // the GC thread longer; the rest waits for the next pass.
 constexpr std::chrono::seconds k_gc_pass_budget{20};
 
-} // namespace
-
-proto::GcReply Daemon::collect(bool dry_run)
+// What a pass removed into `reply`, and into the log (but trash, which is removed at every pass).
+void report_applied(const std::string& base_path, const gc::Applied& applied, proto::GcReply& reply)
 {
-  proto::GcReply reply;
-  reply.dry_run = dry_run;
-  auto base = open_base();
-  if (!base) {
-    reply.errors.push_back(base.error().message);
-    return reply;
-  }
-  auto snap = gc::snapshot_base(base->get(), now_s());
-  if (!snap) {
-    reply.errors.push_back(snap.error().message);
-    return reply;
-  }
-  gc::Evidence evidence;
-  evidence.live_steps = gc::live_step_jobs();
-  bool registry_unsure = false; // a record says running, and no slurmstepd here says so
-  std::shared_ptr<cache::Store> store;
-  {
-    std::lock_guard lock(m_mutex);
-    for (const auto& [id, job] : m_registry.jobs()) {
-      if (job.state == registry::JobState::running) {
-        evidence.registered_running.insert(id);
-        registry_unsure = registry_unsure || !evidence.live_steps.count(id);
-      }
-    }
-    store = m_store;
-  }
-  evidence.pending_stage_outs = gc::pending_stage_outs(m_config.daemon.state_dir);
-  const gc::Options options = gc::options_from(m_config);
-  const std::int64_t asked_at = now_s();
-  if (gc::needs_slurmctld(*snap, evidence, options) || registry_unsure) {
-    evidence.running_here = gc::slurmctld_running(m_node, "squeue", std::chrono::seconds(15));
-    const bool down = !evidence.running_here;
-    if (down != m_ctld_unreachable.exchange(down)) { // said once per change, not every interval
-      if (down) {
-        spdlog::warn("gc: slurmctld does not answer (squeue); every job directory whose job may still run is kept");
-      } else {
-        spdlog::info("gc: slurmctld answers again");
-      }
-    }
-  } else {
-    evidence.running_here = std::set<std::uint32_t>{};
-  }
-  const auto plan = gc::make_plan(*snap, evidence, options);
-  const std::string& base_path = m_base_path;
-  if (dry_run) {
-    for (const auto& a : plan.remove) {
-      reply.actions.push_back(proto::GcAction{base_path + "/" + a.name, gc::reason_name(a.reason)});
-    }
-    return reply;
-  }
-  auto applied = gc::apply(base->get(), plan, std::chrono::steady_clock::now() + k_gc_pass_budget);
   for (const auto& a : applied.done) {
     reply.actions.push_back(proto::GcAction{base_path + "/" + a.name, gc::reason_name(a.reason)});
     if (a.reason != gc::Reason::trash) {
@@ -103,6 +51,67 @@ proto::GcReply Daemon::collect(bool dry_run)
     spdlog::warn("gc: {}/{}: a stage-out nothing copies any more; its results are kept under a record until keep_for",
                  base_path, r);
   }
+}
+
+// A pass in the counters: runs, removals by reason, and the trash entries it left.
+void count_gc_pass(Counters& counters, const gc::Snapshot& snap, const gc::Applied& applied)
+{
+  ++counters.gc_runs;
+  for (const auto& a : applied.done) {
+    ++counters.gc_removed[gc::reason_label(a.reason)];
+  }
+  counters.trash_entries = 0;
+  for (const auto& e : snap.entries) {
+    if (std::string_view(e.name).starts_with(".trash.")) {
+      ++counters.trash_entries;
+    }
+  }
+  for (const auto& a : applied.done) {
+    if (a.reason == gc::Reason::trash && counters.trash_entries > 0) {
+      --counters.trash_entries;
+    }
+  }
+}
+
+} // namespace
+
+proto::GcReply Daemon::collect(bool dry_run)
+{
+  proto::GcReply reply;
+  reply.dry_run = dry_run;
+  auto base = open_base();
+  if (!base) {
+    reply.errors.push_back(base.error().message);
+    return reply;
+  }
+  auto snap = gc::snapshot_base(base->get(), now_s());
+  if (!snap) {
+    reply.errors.push_back(snap.error().message);
+    return reply;
+  }
+  gc::Evidence evidence;
+  evidence.live_steps = gc::live_step_jobs();
+  std::shared_ptr<cache::Store> store;
+  // A record says running, and no slurmstepd here says so.
+  const bool registry_unsure = note_registered_running(evidence, store);
+  evidence.pending_stage_outs = gc::pending_stage_outs(m_config.daemon.state_dir);
+  const gc::Options options = gc::options_from(m_config);
+  const std::int64_t asked_at = now_s();
+  if (gc::needs_slurmctld(*snap, evidence, options) || registry_unsure) {
+    ask_slurmctld(evidence);
+  } else {
+    evidence.running_here = std::set<std::uint32_t>{};
+  }
+  const auto plan = gc::make_plan(*snap, evidence, options);
+  const std::string& base_path = m_base_path;
+  if (dry_run) {
+    for (const auto& a : plan.remove) {
+      reply.actions.push_back(proto::GcAction{base_path + "/" + a.name, gc::reason_name(a.reason)});
+    }
+    return reply;
+  }
+  auto applied = gc::apply(base->get(), plan, std::chrono::steady_clock::now() + k_gc_pass_budget);
+  report_applied(base_path, applied, reply);
   std::vector<TmpName> debris; // a crash's leftovers in the cache, removed below without the lock
   // The cache's names, listed without the lock (however many entries it holds); set_aside_debris
   // below checks each difference with the index again under it.
@@ -112,22 +121,59 @@ proto::GcReply Daemon::collect(bool dry_run)
   for (const auto& f : m_gc_reported.fresh(applied)) {
     spdlog::warn("gc: {}: {}; the rest stays in the trash (said once, retried at every pass)", base_path, f.message);
   }
-  ++m_counters.gc_runs;
-  for (const auto& a : applied.done) {
-    ++m_counters.gc_removed[gc::reason_label(a.reason)];
-  }
-  m_counters.trash_entries = 0;
-  for (const auto& e : snap->entries) {
-    if (std::string_view(e.name).starts_with(".trash.")) {
-      ++m_counters.trash_entries;
-    }
-  }
-  for (const auto& a : applied.done) {
-    if (a.reason == gc::Reason::trash && m_counters.trash_entries > 0) {
-      --m_counters.trash_entries;
-    }
-  }
+  count_gc_pass(m_counters, *snap, applied);
   // The registry follows what GC found: orphans ended; ended records forgotten after a day.
+  registry_after_gc_locked(plan, evidence, asked_at);
+  std::vector<std::string> shown; // debris[i] as it was found
+  if (m_store && m_store == store) { // not when a reload moved the cache since the scan
+    for (auto& d : m_store->set_aside_debris(m_fill_dirs, scan)) {
+      m_fill_dirs.insert(d.tmp_name); // as for any removal in flight: the next sweep leaves it alone
+      debris.emplace_back(m_store, std::move(d.tmp_name));
+      shown.push_back(m_store->path() + "/" + d.shown);
+    }
+  }
+  evict_to_fit_locked(m_store);
+  lock.unlock();
+  auto failed = remove_now(debris); // reported as removed only once it is
+  for (std::size_t i = 0; i < debris.size(); ++i) {
+    if (failed[i]) {
+      reply.errors.push_back(std::move(*failed[i]));
+    } else {
+      reply.actions.push_back(proto::GcAction{shown[i], "interrupted cache fill"});
+    }
+  }
+  return reply;
+}
+
+bool Daemon::note_registered_running(gc::Evidence& evidence, std::shared_ptr<cache::Store>& store)
+{
+  bool registry_unsure = false;
+  std::lock_guard lock(m_mutex);
+  for (const auto& [id, job] : m_registry.jobs()) {
+    if (job.state == registry::JobState::running) {
+      evidence.registered_running.insert(id);
+      registry_unsure = registry_unsure || !evidence.live_steps.count(id);
+    }
+  }
+  store = m_store;
+  return registry_unsure;
+}
+
+void Daemon::ask_slurmctld(gc::Evidence& evidence)
+{
+  evidence.running_here = gc::slurmctld_running(m_node, "squeue", std::chrono::seconds(15));
+  const bool down = !evidence.running_here;
+  if (down != m_ctld_unreachable.exchange(down)) { // said once per change, not every interval
+    if (down) {
+      spdlog::warn("gc: slurmctld does not answer (squeue); every job directory whose job may still run is kept");
+    } else {
+      spdlog::info("gc: slurmctld answers again");
+    }
+  }
+}
+
+void Daemon::registry_after_gc_locked(const gc::Plan& plan, const gc::Evidence& evidence, std::int64_t asked_at)
+{
   bool changed = false;
   for (const auto& [job, state] : plan.jobs) {
     if (state == gc::JobDirState::orphan) {
@@ -158,25 +204,6 @@ proto::GcReply Daemon::collect(bool dry_run)
   if (changed) {
     save_registry_locked();
   }
-  std::vector<std::string> shown; // debris[i] as it was found
-  if (m_store && m_store == store) { // not when a reload moved the cache since the scan
-    for (auto& d : m_store->set_aside_debris(m_fill_dirs, scan)) {
-      m_fill_dirs.insert(d.tmp_name); // as for any removal in flight: the next sweep leaves it alone
-      debris.emplace_back(m_store, std::move(d.tmp_name));
-      shown.push_back(m_store->path() + "/" + d.shown);
-    }
-  }
-  evict_to_fit_locked(m_store);
-  lock.unlock();
-  auto failed = remove_now(debris); // reported as removed only once it is
-  for (std::size_t i = 0; i < debris.size(); ++i) {
-    if (failed[i]) {
-      reply.errors.push_back(std::move(*failed[i]));
-    } else {
-      reply.actions.push_back(proto::GcAction{shown[i], "interrupted cache fill"});
-    }
-  }
-  return reply;
 }
 
 void Daemon::kick_gc()

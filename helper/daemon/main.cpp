@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 
 using namespace stagehand;
@@ -38,15 +39,10 @@ std::string short_hostname()
   return h.substr(0, h.find('.'));
 }
 
-} // namespace
-
-int main(int argc, char** argv)
+// The command line into `config_path` and `node`; an exit status when there is nothing more to do
+// (--help, or a mistake).
+std::optional<int> parse_arguments(int argc, char** argv, std::string& config_path, std::string& node)
 {
-  auto logger = spdlog::stderr_color_mt("stagehandd");
-  helper::set_escaping_pattern(*logger, "%^%l%$: %v"); // the journal adds time and unit
-  spdlog::set_default_logger(logger);
-  std::string config_path{k_default_config_path};
-  std::string node;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--config" && i + 1 < argc) {
@@ -63,23 +59,12 @@ int main(int argc, char** argv)
       return 2;
     }
   }
-  if (::geteuid() != 0) {
-    spdlog::error("must run as root (it manages job directories and drops to job users for their data)");
-    return 1;
-  }
-  if (node.empty()) {
-    node = short_hostname();
-  }
-  if (auto ok = tmpdir::check_node_name(node); !ok) {
-    spdlog::error("--node: {}", ok.error().message);
-    return 2;
-  }
-  auto config = load_config(config_path, OwnerCheck::require_root_owned);
-  if (!config) {
-    spdlog::error("{}", config.error().message);
-    return 1;
-  }
-  // Signals arrive on a descriptor, read by the server loop; children start with them unblocked.
+  return std::nullopt;
+}
+
+// Signals arrive on a descriptor, read by the server loop; children start with them unblocked.
+UniqueFd signal_descriptor()
+{
   sigset_t mask;
   sigemptyset(&mask);
   sigaddset(&mask, SIGTERM);
@@ -87,38 +72,31 @@ int main(int argc, char** argv)
   sigaddset(&mask, SIGHUP);
   ::pthread_sigmask(SIG_BLOCK, &mask, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
-  UniqueFd sigfd(::signalfd(-1, &mask, SFD_CLOEXEC));
+  return UniqueFd(::signalfd(-1, &mask, SFD_CLOEXEC));
+}
+
+// At least 8192 open files where the hard limit allows.
+void raise_open_files()
+{
   struct rlimit files {};
   if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < 8192) {
     files.rlim_cur = std::min<rlim_t>(8192, files.rlim_max);
     ::setrlimit(RLIMIT_NOFILE, &files);
   }
+}
 
-  // A child that outlives SIGKILL (blocked on a user's FUSE server that never answers) is reaped
-  // by a thread of its own when it ends; the request that waited for it has long been answered.
-  proc::set_reaper_log([](const std::string& line) { spdlog::warn("{}", line); });
-  proc::enable_reaper_thread();
-
-  daemon::Daemon d(std::move(*config), config_path, node);
-  if (auto st = d.start(); !st) {
-    spdlog::error("{}", st.error().message);
-    return 1;
-  }
-  auto listen = daemon::listen_socket(d.socket_path());
-  if (!listen) {
-    spdlog::error("{}", listen.error().message);
-    return 1;
-  }
-  d.start_fill_thread();
-  d.start_gc_thread(); // the first collection runs now: trash left while we were down goes first
+// Serves until SIGTERM or SIGINT, then stops: requests in progress get a moment to finish.
+int serve(daemon::Daemon& d, UniqueFd listen, int signal_fd)
+{
+  struct rlimit files {};
   ::getrlimit(RLIMIT_NOFILE, &files);
   const auto limits = daemon::limits_within(files.rlim_cur);
-  daemon::Server server(d, std::move(*listen), limits);
+  daemon::Server server(d, std::move(listen), limits);
   spdlog::info("listening on {} (requests at once: {}, {} per user; past that a request waits up to {} s)",
                d.socket_path(), limits.max_in_flight, limits.max_in_flight_per_uid,
                std::chrono::duration_cast<std::chrono::seconds>(limits.queue_wait).count());
   daemon::sd_notify("READY=1\nSTATUS=serving on " + d.socket_path());
-  server.run(sigfd.get(), [&] {
+  server.run(signal_fd, [&] {
     daemon::sd_notify("RELOADING=1");
     if (auto st = d.reload(); !st) {
       spdlog::error("reload: {} (keeping the previous configuration)", st.error().message);
@@ -141,4 +119,55 @@ int main(int argc, char** argv)
   d.stop();
   spdlog::info("stopped");
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+  auto logger = spdlog::stderr_color_mt("stagehandd");
+  helper::set_escaping_pattern(*logger, "%^%l%$: %v"); // the journal adds time and unit
+  spdlog::set_default_logger(logger);
+  std::string config_path{k_default_config_path};
+  std::string node;
+  if (auto status = parse_arguments(argc, argv, config_path, node)) {
+    return *status;
+  }
+  if (::geteuid() != 0) {
+    spdlog::error("must run as root (it manages job directories and drops to job users for their data)");
+    return 1;
+  }
+  if (node.empty()) {
+    node = short_hostname();
+  }
+  if (auto ok = tmpdir::check_node_name(node); !ok) {
+    spdlog::error("--node: {}", ok.error().message);
+    return 2;
+  }
+  auto config = load_config(config_path, OwnerCheck::require_root_owned);
+  if (!config) {
+    spdlog::error("{}", config.error().message);
+    return 1;
+  }
+  UniqueFd sigfd = signal_descriptor();
+  raise_open_files();
+
+  // A child that outlives SIGKILL (blocked on a user's FUSE server that never answers) is reaped
+  // by a thread of its own when it ends; the request that waited for it has long been answered.
+  proc::set_reaper_log([](const std::string& line) { spdlog::warn("{}", line); });
+  proc::enable_reaper_thread();
+
+  daemon::Daemon d(std::move(*config), config_path, node);
+  if (auto st = d.start(); !st) {
+    spdlog::error("{}", st.error().message);
+    return 1;
+  }
+  auto listen = daemon::listen_socket(d.socket_path());
+  if (!listen) {
+    spdlog::error("{}", listen.error().message);
+    return 1;
+  }
+  d.start_fill_thread();
+  d.start_gc_thread(); // the first collection runs now: trash left while we were down goes first
+  return serve(d, std::move(*listen), sigfd.get());
 }

@@ -37,6 +37,34 @@ std::string user_name(uid_t uid)
   return std::to_string(uid);
 }
 
+// Each job's user name in place of its uid.
+void name_users(std::vector<proto::JobInfo>& jobs)
+{
+  std::map<std::uint32_t, std::string> names;
+  for (auto& j : jobs) {
+    auto [name, fresh] = names.try_emplace(j.uid);
+    if (fresh) {
+      name->second = user_name(j.uid);
+    }
+    j.user = name->second;
+  }
+}
+
+// The progress records of the running jobs in `reply` into its stagings.
+void add_job_progress(int base_fd, proto::StatusReply& reply)
+{
+  for (const auto& j : reply.jobs) { // the peer's own jobs only, as listed
+    if (j.state != "running") {
+      continue;
+    }
+    if (auto dir = fs::open_beneath(base_fd, tmpdir::job_dir_name(j.job_id), O_RDONLY | O_DIRECTORY)) {
+      if (auto p = stage::read_progress_record(dir->get())) {
+        reply.stagings.push_back(*p);
+      }
+    }
+  }
+}
+
 } // namespace
 
 void Daemon::on_status(const Peer& peer, Responder& out)
@@ -54,6 +82,43 @@ void Daemon::on_status(const Peer& peer, Responder& out)
   const auto kept = base ? stageout::load_kept(base->get()) : std::vector<stageout::KeptResults>{};
   const std::string& base_path = m_base_path;
   std::unique_lock lock(m_mutex);
+  status_jobs_locked(snap, live, peer, reply);
+  for (const auto& k : kept) {
+    if (peer.root() || k.uid == peer.uid) {
+      reply.jobs.push_back(proto::JobInfo{k.job_id, "", k.uid, base_path + "/" + k.dir, stageout::kept_state(k)});
+    }
+  }
+  if (m_store) { // from the index: no manifest is read
+    const auto totals = m_store->totals();
+    reply.cache.entries = totals.entries;
+    reply.cache.bytes = totals.bytes;
+  }
+  reply.cache.max_bytes = m_config.daemon.cache_max_bytes;
+  reply.cache.hits = m_counters.hits;
+  reply.cache.misses = m_counters.misses;
+  reply.cache.evictions = m_counters.evictions;
+  reply.cache.fills_dropped = m_counters.fills_dropped;
+  for (const auto& [id, staging] : m_stagings) {
+    if (peer.root() || staging.uid == peer.uid) { // a user sees only their own
+      reply.stagings.push_back(staging.progress);
+    }
+  }
+  lock.unlock();
+  // User names after the daemon's lock: a name service that answers slowly (LDAP, SSSD) holds up
+  // this reply only, never a job's prolog, epilog or staging.
+  name_users(reply.jobs);
+  // Stagings that run in the job without the daemon (no cache, or it could not) keep a record in
+  // the job's directory: read as root with the care root takes with what a user wrote.
+  if (base) {
+    add_job_progress(base->get(), reply);
+  }
+  out.result(reply);
+}
+
+void Daemon::status_jobs_locked(const std::optional<gc::Snapshot>& snap, const std::set<std::uint32_t>& live,
+                                const Peer& peer, proto::StatusReply& reply)
+{
+  const std::string& base_path = m_base_path;
   std::set<std::uint32_t> listed;
   auto add = [&](std::uint32_t job, uid_t uid, const std::string& state) {
     if (!peer.root() && uid != peer.uid) {
@@ -91,50 +156,6 @@ void Daemon::on_status(const Peer& peer, Responder& out)
                                           "stage-out pending (attempt " + std::to_string(p.attempts) + ")"});
     }
   }
-  for (const auto& k : kept) {
-    if (peer.root() || k.uid == peer.uid) {
-      reply.jobs.push_back(proto::JobInfo{k.job_id, "", k.uid, base_path + "/" + k.dir, stageout::kept_state(k)});
-    }
-  }
-  if (m_store) { // from the index: no manifest is read
-    const auto totals = m_store->totals();
-    reply.cache.entries = totals.entries;
-    reply.cache.bytes = totals.bytes;
-  }
-  reply.cache.max_bytes = m_config.daemon.cache_max_bytes;
-  reply.cache.hits = m_counters.hits;
-  reply.cache.misses = m_counters.misses;
-  reply.cache.evictions = m_counters.evictions;
-  reply.cache.fills_dropped = m_counters.fills_dropped;
-  for (const auto& [id, staging] : m_stagings) {
-    if (peer.root() || staging.uid == peer.uid) { // a user sees only their own
-      reply.stagings.push_back(staging.progress);
-    }
-  }
-  lock.unlock();
-  // User names after the daemon's lock: a name service that answers slowly (LDAP, SSSD) holds up
-  // this reply only, never a job's prolog, epilog or staging.
-  std::map<std::uint32_t, std::string> names;
-  for (auto& j : reply.jobs) {
-    auto [name, fresh] = names.try_emplace(j.uid);
-    if (fresh) {
-      name->second = user_name(j.uid);
-    }
-    j.user = name->second;
-  }
-  // Stagings that run in the job without the daemon (no cache, or it could not) keep a record in
-  // the job's directory: read as root with the care root takes with what a user wrote.
-  for (const auto& j : reply.jobs) { // the peer's own jobs only, as listed above
-    if (!base || j.state != "running") {
-      continue;
-    }
-    if (auto dir = fs::open_beneath(base->get(), tmpdir::job_dir_name(j.job_id), O_RDONLY | O_DIRECTORY)) {
-      if (auto p = stage::read_progress_record(dir->get())) {
-        reply.stagings.push_back(*p);
-      }
-    }
-  }
-  out.result(reply);
 }
 
 void Daemon::on_cache_list(const Peer& peer, Responder& out)

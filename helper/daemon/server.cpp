@@ -75,6 +75,21 @@ void refuse_now(int fd, const Error& e)
   (void)!::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
+// Reads one signal from `signal_fd`: SIGHUP calls `on_reload`; true for SIGTERM and SIGINT.
+bool stop_signalled(int signal_fd, const std::function<void()>& on_reload)
+{
+  struct signalfd_siginfo si {};
+  if (::read(signal_fd, &si, sizeof si) == sizeof si) {
+    if (si.ssi_signo == SIGHUP) {
+      on_reload();
+    } else {
+      spdlog::info("SIG{}: stopping", ::sigabbrev_np(static_cast<int>(si.ssi_signo)));
+      return true;
+    }
+  }
+  return false;
+}
+
 } // namespace
 
 Error Server::busy()
@@ -202,36 +217,50 @@ void Server::start(Conn conn, std::string payload)
   }
 }
 
-void Server::run(int signal_fd, const std::function<void()>& on_reload)
+// The run loop's state: its epoll set and the connections still reading their request.
+struct Server::Loop
 {
-  UniqueFd ep(::epoll_create1(EPOLL_CLOEXEC));
-  auto watch = [&](int fd) {
+  UniqueFd ep{::epoll_create1(EPOLL_CLOEXEC)};
+  std::map<int, Conn> conns;
+  std::uint64_t arrivals = 0;
+  std::map<uid_t, std::size_t> per_uid;
+
+  void watch(int fd)
+  {
     struct epoll_event ev {};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
     ::epoll_ctl(ep.get(), EPOLL_CTL_ADD, fd, &ev);
-  };
-  watch(m_listen.get());
-  watch(signal_fd);
-  watch(m_wake.get());
-  std::map<int, Conn> conns;
-  std::uint64_t arrivals = 0;
-  std::map<uid_t, std::size_t> per_uid;
-  auto drop = [&](std::map<int, Conn>::iterator it) {
+  }
+
+  // Forgets a connection (closing it); the one after it.
+  std::map<int, Conn>::iterator drop(std::map<int, Conn>::iterator it)
+  {
     ::epoll_ctl(ep.get(), EPOLL_CTL_DEL, it->first, nullptr);
     if (--per_uid[it->second.peer.uid] == 0) {
       per_uid.erase(it->second.peer.uid);
     }
     return conns.erase(it);
-  };
-  auto hand_over = [&](std::map<int, Conn>::iterator it, std::string payload) {
+  }
+
+  // Forgets a connection whose request starts now: the connection, for its worker.
+  Conn take(std::map<int, Conn>::iterator it)
+  {
     Conn conn = std::move(it->second);
     drop(it);
-    start(std::move(conn), std::move(payload));
-  };
+    return conn;
+  }
+};
+
+void Server::run(int signal_fd, const std::function<void()>& on_reload)
+{
+  Loop loop;
+  loop.watch(m_listen.get());
+  loop.watch(signal_fd);
+  loop.watch(m_wake.get());
   for (;;) {
     struct epoll_event events[64];
-    int n = ::epoll_wait(ep.get(), events, 64, 250);
+    int n = ::epoll_wait(loop.ep.get(), events, 64, 250);
     if (n < 0 && errno != EINTR) {
       spdlog::error("epoll: {}", std::strerror(errno));
       return;
@@ -243,104 +272,112 @@ void Server::run(int signal_fd, const std::function<void()>& on_reload)
         std::uint64_t count = 0;
         (void)!::read(fd, &count, sizeof count);
         woken = true;
-        continue;
-      }
-      if (fd == signal_fd) {
-        struct signalfd_siginfo si {};
-        if (::read(signal_fd, &si, sizeof si) == sizeof si) {
-          if (si.ssi_signo == SIGHUP) {
-            on_reload();
-          } else {
-            spdlog::info("SIG{}: stopping", ::sigabbrev_np(static_cast<int>(si.ssi_signo)));
-            return;
-          }
+      } else if (fd == signal_fd) {
+        if (stop_signalled(signal_fd, on_reload)) {
+          return;
         }
-        continue;
-      }
-      if (fd == m_listen.get()) {
-        for (;;) {
-          UniqueFd c(::accept4(m_listen.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-          if (!c.valid()) {
-            break;
-          }
-          Peer peer = peer_of(c.get());
-          if (conns.size() >= m_limits.max_connections ||
-              (!peer.root() && per_uid[peer.uid] >= m_limits.max_per_uid)) {
-            refuse_now(c.get(), Error::limit("too many connections; try again later"));
-            continue;
-          }
-          ++per_uid[peer.uid];
-          const int cfd = c.get();
-          watch(cfd);
-          conns.emplace(cfd, Conn{std::move(c), std::move(peer), proto::FrameReader(proto::k_max_request_bytes),
-                                  Clock::now() + m_limits.request_deadline, std::nullopt, 0});
-        }
-        continue;
-      }
-      auto it = conns.find(fd);
-      if (it == conns.end()) {
-        continue;
-      }
-      char buf[16384];
-      ssize_t got = ::recv(fd, buf, sizeof buf, 0);
-      if (got < 0 && (errno == EAGAIN || errno == EINTR)) {
-        continue;
-      }
-      if (got <= 0 || it->second.queued) {
-        drop(it); // closed before a whole request, or while it waited; or bytes after its request
-        continue;
-      }
-      if (auto st = it->second.reader.feed(buf, static_cast<std::size_t>(got)); !st) {
-        refuse_now(fd, st.error());
-        drop(it);
-        continue;
-      }
-      auto payload = it->second.reader.next();
-      if (!payload) {
-        continue;
-      }
-      // Root (the prolog and epilog, an admin) never waits; a user's request starts when there is
-      // room, else it waits its turn (below).
-      if (!has_room(it->second.peer.uid, it->second.peer.root())) {
-        spdlog::info("a request of uid {} waits for a turn ({} running, {} of them its own)", it->second.peer.uid,
-                     m_in_flight.load(), in_flight_of(it->second.peer.uid));
-        it->second.queued = std::move(*payload);
-        it->second.order = ++arrivals;
-        it->second.deadline = Clock::now() + m_limits.queue_wait;
-        continue;
-      }
-      hand_over(it, std::move(*payload));
-    }
-    // Waiting requests, oldest first, each as soon as its user's share and the whole have room.
-    if (woken || n == 0) { // (n == 0: every 250 ms at the latest)
-      std::vector<std::map<int, Conn>::iterator> waiting;
-      for (auto it = conns.begin(); it != conns.end(); ++it) {
-        if (it->second.queued) {
-          waiting.push_back(it);
-        }
-      }
-      std::sort(waiting.begin(), waiting.end(), [](auto a, auto b) { return a->second.order < b->second.order; });
-      for (auto it : waiting) {
-        if (has_room(it->second.peer.uid, false)) {
-          std::string payload = std::move(*it->second.queued);
-          hand_over(it, std::move(payload));
-        }
-      }
-    }
-    // Connections that did not send a whole request in time.
-    const auto now = Clock::now();
-    for (auto it = conns.begin(); it != conns.end();) {
-      if (it->second.deadline <= now) {
-        if (it->second.queued) {
-          spdlog::info("a request of uid {} found no turn within {} ms: answered busy (its client stages without the "
-                       "cache)",
-                       it->second.peer.uid, m_limits.queue_wait.count());
-        }
-        refuse_now(it->first, it->second.queued ? busy() : Error::limit("no complete request within the deadline"));
-        it = drop(it);
+      } else if (fd == m_listen.get()) {
+        accept_all(loop);
       } else {
-        ++it;
+        read_request(loop, fd);
       }
+    }
+    if (woken || n == 0) { // (n == 0: every 250 ms at the latest)
+      start_waiting(loop);
+    }
+    drop_late(loop);
+  }
+}
+
+void Server::accept_all(Loop& loop)
+{
+  for (;;) {
+    UniqueFd c(::accept4(m_listen.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!c.valid()) {
+      break;
+    }
+    Peer peer = peer_of(c.get());
+    if (loop.conns.size() >= m_limits.max_connections ||
+        (!peer.root() && loop.per_uid[peer.uid] >= m_limits.max_per_uid)) {
+      refuse_now(c.get(), Error::limit("too many connections; try again later"));
+      continue;
+    }
+    ++loop.per_uid[peer.uid];
+    const int cfd = c.get();
+    loop.watch(cfd);
+    loop.conns.emplace(cfd, Conn{std::move(c), std::move(peer), proto::FrameReader(proto::k_max_request_bytes),
+                                 Clock::now() + m_limits.request_deadline, std::nullopt, 0});
+  }
+}
+
+void Server::read_request(Loop& loop, int fd)
+{
+  auto it = loop.conns.find(fd);
+  if (it == loop.conns.end()) {
+    return;
+  }
+  char buf[16384];
+  ssize_t got = ::recv(fd, buf, sizeof buf, 0);
+  if (got < 0 && (errno == EAGAIN || errno == EINTR)) {
+    return;
+  }
+  if (got <= 0 || it->second.queued) {
+    loop.drop(it); // closed before a whole request, or while it waited; or bytes after its request
+    return;
+  }
+  if (auto st = it->second.reader.feed(buf, static_cast<std::size_t>(got)); !st) {
+    refuse_now(fd, st.error());
+    loop.drop(it);
+    return;
+  }
+  auto payload = it->second.reader.next();
+  if (!payload) {
+    return;
+  }
+  // Root (the prolog and epilog, an admin) never waits; a user's request starts when there is
+  // room, else it waits its turn (start_waiting).
+  if (!has_room(it->second.peer.uid, it->second.peer.root())) {
+    spdlog::info("a request of uid {} waits for a turn ({} running, {} of them its own)", it->second.peer.uid,
+                 m_in_flight.load(), in_flight_of(it->second.peer.uid));
+    it->second.queued = std::move(*payload);
+    it->second.order = ++loop.arrivals;
+    it->second.deadline = Clock::now() + m_limits.queue_wait;
+    return;
+  }
+  start(loop.take(it), std::move(*payload));
+}
+
+void Server::start_waiting(Loop& loop)
+{
+  std::vector<std::map<int, Conn>::iterator> waiting;
+  for (auto it = loop.conns.begin(); it != loop.conns.end(); ++it) {
+    if (it->second.queued) {
+      waiting.push_back(it);
+    }
+  }
+  std::sort(waiting.begin(), waiting.end(), [](auto a, auto b) { return a->second.order < b->second.order; });
+  for (auto it : waiting) {
+    if (has_room(it->second.peer.uid, false)) {
+      std::string payload = std::move(*it->second.queued);
+      start(loop.take(it), std::move(payload));
+    }
+  }
+}
+
+void Server::drop_late(Loop& loop)
+{
+  const auto now = Clock::now();
+  for (auto it = loop.conns.begin(); it != loop.conns.end();) {
+    if (it->second.deadline <= now) {
+      if (it->second.queued) {
+        spdlog::info("a request of uid {} found no turn within {} ms: answered busy (its client stages without the "
+                     "cache)",
+                     it->second.peer.uid, m_limits.queue_wait.count());
+      }
+      refuse_now(it->first, it->second.queued ? busy() : Error::limit("no complete request within the deadline"));
+      it = loop.drop(it);
+    } else {
+      ++it;
     }
   }
 }

@@ -58,6 +58,16 @@ private:
   // Runs `payload` on a worker thread that owns `conn` (answered busy when no thread can start).
   void start(Conn conn, std::string payload);
   Error busy(); // what a request that waited in vain is told
+  // Parts of run(), over its loop's state (server.cpp).
+  struct Loop;
+  // Accepts every connection waiting (refused past the connection limits).
+  void accept_all(Loop& loop);
+  // Reads what connection `fd` sent; a whole request starts, or waits its turn when there is no room.
+  void read_request(Loop& loop, int fd);
+  // Starts the waiting requests, oldest first, each as soon as its user's share and the whole have room.
+  void start_waiting(Loop& loop);
+  // Refuses the connections past their deadline: no whole request in time, or no turn within queue_wait.
+  void drop_late(Loop& loop);
 
   Daemon& m_daemon;
   UniqueFd m_listen;
