@@ -1,5 +1,6 @@
 // stagehandd's stage request: its life (job directory, progress frames, waiting on children,
-// rollback, pins) and the handler (stage_fill.cpp: identify and fill).
+// rollback, pins) and the handler; each source is stage_source.cpp's (identified in
+// stage_identify.cpp, a miss read in stage_miss.cpp), cache_view's hits stage_view.cpp's.
 #include "stage_run.hpp"
 
 #include "stagehand/cache/fill.hpp"

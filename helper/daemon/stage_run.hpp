@@ -1,6 +1,6 @@
 // stagehandd's stage request, one per request (stage.cpp: the request's life, progress and
-// rollback; stage_fill.cpp: identifying a source as the job user and filling the cache as the
-// service user).
+// rollback; stage_identify.cpp: a source identified as the job user; stage_source.cpp: one source,
+// hit, wait or read; stage_miss.cpp: a miss's one read; stage_view.cpp: cache_view's hits).
 #pragma once
 
 #include "daemon.hpp"
