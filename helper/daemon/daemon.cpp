@@ -2,7 +2,7 @@
 // status and cache requests; gc_thread.cpp: garbage collection; stage.cpp, stage_out.cpp).
 #include "daemon.hpp"
 
-#include "metrics.hpp"
+#include "stagehand/service/metrics.hpp"
 
 #include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/fs/walk.hpp"
@@ -333,7 +333,7 @@ void Daemon::stop()
 
 void Daemon::write_metrics()
 {
-  MetricsSnapshot m;
+  service::MetricsSnapshot m;
   std::string path;
   std::shared_ptr<cache::Store> store;
   {
@@ -359,7 +359,7 @@ void Daemon::write_metrics()
     m.cache_entries = totals.entries;
     m.cache_bytes = totals.bytes;
   }
-  if (auto st = write_metrics_file(path, m); !st) {
+  if (auto st = service::write_metrics_file(path, m); !st) {
     spdlog::warn("metrics: {}", st.error().message);
   }
 }

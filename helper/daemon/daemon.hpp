@@ -6,6 +6,7 @@
 #include "peer.hpp"
 #include "stage_out.hpp"
 
+#include "stagehand/service/metrics.hpp"
 #include "stagehand/cache/fill.hpp"
 #include "stagehand/cache/spool.hpp"
 #include "stagehand/cache/store.hpp"
@@ -36,21 +37,11 @@
 
 namespace stagehand::daemon {
 
+using service::Counters;
+
 // Wall-clock seconds, as the registry and GC record times.
 inline std::int64_t now_s() { return static_cast<std::int64_t>(std::time(nullptr)); }
 
-struct Counters
-{
-  std::uint64_t hits = 0;
-  std::uint64_t misses = 0;
-  std::uint64_t evictions = 0;
-  std::uint64_t staged_bytes = 0;
-  double staged_seconds = 0;
-  std::uint64_t gc_runs = 0;
-  std::map<std::string, std::uint64_t> gc_removed; // by reason
-  std::uint64_t trash_entries = 0;                 // at the last look
-  std::uint64_t fills_dropped = 0; // misses delivered but not cached: the spool could not keep up, a fill failed
-};
 
 // A cache fill that follows a miss's spool as the read writes it, so that the entry is ready
 // about when the job's own copy is, for the jobs waiting for it (spool_fill.cpp). Started by the fill thread (a child outlives

@@ -1,7 +1,7 @@
 // stagehandd: garbage collection, at start, every gc_interval and when kicked (a job ended).
 #include "daemon.hpp"
 
-#include "metrics.hpp"
+#include "stagehand/service/metrics.hpp"
 
 #include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/fs/walk.hpp"

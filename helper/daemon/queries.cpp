@@ -1,7 +1,7 @@
 // stagehandd: the status and cache requests (status, cache ls, cache evict) and LRU eviction.
 #include "daemon.hpp"
 
-#include "metrics.hpp"
+#include "stagehand/service/metrics.hpp"
 
 #include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/fs/walk.hpp"

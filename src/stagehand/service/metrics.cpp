@@ -1,5 +1,5 @@
 // Metrics text.
-#include "metrics.hpp"
+#include "stagehand/service/metrics.hpp"
 
 #include "stagehand/fs/atomic_file.hpp"
 #include "stagehand/fs/trusted_dir.hpp"
@@ -7,7 +7,7 @@
 
 #include <cstdio>
 
-namespace stagehand::daemon {
+namespace stagehand::service {
 
 std::string render_metrics(const MetricsSnapshot& m)
 {
@@ -64,4 +64,4 @@ Status write_metrics_file(const std::string& path, const MetricsSnapshot& m)
   return fs::write_file_atomic(dfd->get(), path.substr(slash + 1), render_metrics(m), 0644, fs::Durability::none);
 }
 
-} // namespace stagehand::daemon
+} // namespace stagehand::service
