@@ -7,6 +7,7 @@
 #include "stage_out.hpp"
 
 #include "stagehand/service/metrics.hpp"
+#include "stagehand/service/reads.hpp"
 #include "stagehand/cache/fill.hpp"
 #include "stagehand/cache/spool.hpp"
 #include "stagehand/cache/store.hpp"
@@ -38,44 +39,12 @@
 namespace stagehand::daemon {
 
 using service::Counters;
+using service::FillWait;
+using service::FollowFill;
 
 // Wall-clock seconds, as the registry and GC record times.
 inline std::int64_t now_s() { return static_cast<std::int64_t>(std::time(nullptr)); }
 
-
-// A cache fill that follows a miss's spool as the read writes it, so that the entry is ready
-// about when the job's own copy is, for the jobs waiting for it (spool_fill.cpp). Started by the fill thread (a child outlives
-// no request thread: its parent-death signal is its parent thread's); the miss gives its verdict
-// on the spool through `verdict`, and hands it to the fill thread with the spool, or abandons it.
-struct FollowFill
-{
-  UniqueFd dir;       // the fill's directory (its own descriptor)
-  bool tree = false;  // a directory's tar stream, else an archive's bytes
-  std::uint64_t room = 0;
-  std::string source; // the canonical path, for messages
-  std::optional<ipc::SharedMemory<cache::SpoolVerdict>> verdict;
-  // Guarded by Daemon::m_mutex:
-  std::optional<ipc::Child> child; // once started
-  bool abandoned = false;          // the miss ended without a spool worth filling from
-};
-
-// One fill in progress; requests for the same key wait for it (single flight): for the entry, or
-// (once the source has been read whole) for the spool to deliver from.
-struct FillWait
-{
-  bool done = false;
-  bool published = false;
-  std::shared_ptr<UniqueFd> spool_dir; // set once the spool holds the whole source: the fill's directory
-  std::chrono::milliseconds read_time{0}; // how long the read took: how long a waiter waits for the entry
-  std::chrono::steady_clock::time_point patience_until{}; // set with spool_dir: the end of that wait, for every waiter
-  std::condition_variable cv;
-  std::uint64_t progress = 0;                        // the fill's bytes: read (a file), written (a directory)
-  std::chrono::steady_clock::time_point progressed;  // when it last moved (or a directory's entries did)
-  // While the leader reads: its fill, to start following the spool when a second job waits (a
-  // fill beside the leader's own copy competes with it for cores; only a crowd gains from it).
-  std::shared_ptr<FollowFill> follow;
-  bool follow_asked = false;
-};
 
 // A miss's spool waiting to become a cache entry (spool_fill.cpp).
 struct SpoolFill
@@ -218,9 +187,7 @@ private:
   std::chrono::steady_clock::time_point m_registry_saved_at;
   std::uint64_t m_registry_generation = 0;
   Counters m_counters;
-  std::map<std::string, std::shared_ptr<FillWait>> m_fills; // by key
-  std::condition_variable m_fills_cv;                        // a read began (an entry in m_fills)
-  std::map<std::string, std::chrono::steady_clock::time_point> m_view_claims; // cache_view: misses a starting job will read
+  service::ReadsUnderWay m_reads; // single flight: the reads under way, by key, and cache_view's claims
   std::set<std::string> m_fill_dirs;                         // tmp/ names in use
   std::vector<TmpName> m_removals;                           // for the GC thread to remove
   std::map<std::string, int> m_pins;                         // keys being materialised

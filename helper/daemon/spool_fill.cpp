@@ -73,9 +73,7 @@ void Daemon::end_spool_fill_locked(SpoolFill& task, bool published)
   task.wait->done = true;
   task.wait->published = published;
   task.wait->cv.notify_all();
-  if (auto it = m_fills.find(task.key); it != m_fills.end() && it->second == task.wait) {
-    m_fills.erase(it);
-  }
+  m_reads.end(task.key, task.wait);
 }
 
 void Daemon::start_fill_thread()

@@ -102,14 +102,14 @@ Status StageRun::obtain(Sourcing& s)
     if (!cached) {
       return cached.error();
     }
-    auto reading = m_d.m_fills.find(s.own_key);
-    cache::SourceSituation situation{*cached,           reading != m_d.m_fills.end(), attempt,
+    auto reading = m_d.m_reads.find(s.own_key);
+    cache::SourceSituation situation{*cached,           reading != nullptr, attempt,
                                      m_request.misses == proto::Misses::report, s.src.kind, s.copy_fd.valid()};
     switch (cache::next_source_step(situation)) {
     case cache::SourceStep::hit:
       return ok_status();
     case cache::SourceStep::wait_for_read: {
-      auto waited = wait_for_read(s, lock, reading->second);
+      auto waited = wait_for_read(s, lock, reading);
       if (!waited) {
         return waited.error();
       }
@@ -217,11 +217,8 @@ Result<bool> StageRun::deliver_from_spool(Sourcing& s, std::unique_lock<std::mut
 
 Status StageRun::read_source(Sourcing& s, std::unique_lock<std::mutex>& lock)
 {
-  auto wait = std::make_shared<FillWait>();
-  wait->progressed = Clock::now();
-  m_d.m_fills[s.own_key] = wait;
-  m_d.m_view_claims.erase(s.identity.key); // the claim, if this job made one at task start, is kept
-  m_d.m_fills_cv.notify_all();
+  // The claim on the source, if this job made one at task start, is kept.
+  auto wait = m_d.m_reads.begin(s.own_key, s.identity.key, Clock::now());
   m_fill_wait = wait;
   const ipc::Credentials service = *m_d.m_service;
   lock.unlock();
@@ -234,7 +231,7 @@ Status StageRun::read_source(Sourcing& s, std::unique_lock<std::mutex>& lock)
   if (!missed || !missed->spool) {
     wait->done = true;
     wait->cv.notify_all();
-    m_d.m_fills.erase(s.own_key);
+    m_d.m_reads.end(s.own_key, wait);
     if (!missed) {
       return missed.error().with_context(s.src.shown);
     }

@@ -16,30 +16,22 @@ using Clock = std::chrono::steady_clock;
 
 void StageRun::await_fill_for_view(std::unique_lock<std::mutex>& lock, const std::string& key, const std::string& shown)
 {
-  const std::string mine = cache::delivered_key(key, m_job.uid);
-  auto reading = [&] {
-    auto it = m_d.m_fills.find(key);
-    return it != m_d.m_fills.end() ? it : m_d.m_fills.find(mine);
-  };
-  auto it = reading();
-  if (it == m_d.m_fills.end()) {
+  const std::vector<std::string> keys{key, cache::delivered_key(key, m_job.uid)};
+  auto wait = m_d.m_reads.find_any(keys);
+  if (!wait) {
     // Nobody reads it yet. Jobs that start together all ask here before any has begun to read:
     // the first is the one that will (it claims the source); the others wait, briefly, for its
     // read to begin, and then for its entry, as for any read under way.
     const auto now = Clock::now();
-    std::erase_if(m_d.m_view_claims, [&](const auto& c) { return now - c.second > k_view_claim; });
-    if (m_d.m_view_claims.emplace(key, now).second) {
+    if (m_d.m_reads.claim(key, now, k_view_claim)) {
       m_claimed = true;
       return; // ours to read
     }
     if (m_claimed) {
       return; // this job reads another source first: it never waits on a read that may wait on it
     }
-    const auto until = now + k_view_claim_wait;
-    while ((it = reading()) == m_d.m_fills.end() && Clock::now() < until) {
-      m_d.m_fills_cv.wait_until(lock, until);
-    }
-    if (it == m_d.m_fills.end()) {
+    wait = m_d.m_reads.await_begin(lock, keys, now + k_view_claim_wait);
+    if (!wait) {
       return;
     }
   }
@@ -47,7 +39,6 @@ void StageRun::await_fill_for_view(std::unique_lock<std::mutex>& lock, const std
   // this job nothing where a link or a delivery costs a pass over every file. Waited for: the
   // read (at most k_view_read_wait: a long read's waiters stage the usual way, with progress lines
   // in their output), then the entry, until the read's patience runs out (as stage requests do).
-  auto wait = it->second;
   m_d.ask_follow_locked(*wait);
   const auto t0 = Clock::now();
   const auto read_deadline = t0 + k_view_read_wait;
