@@ -8,6 +8,7 @@
 
 #include "stagehand/service/metrics.hpp"
 #include "stagehand/service/reads.hpp"
+#include "stagehand/service/stagings.hpp"
 #include "stagehand/cache/fill.hpp"
 #include "stagehand/cache/spool.hpp"
 #include "stagehand/cache/store.hpp"
@@ -87,11 +88,6 @@ public:
   // Runs one garbage collection now (also what `stagehand gc` asks for).
   proto::GcReply collect(bool dry_run);
 
-  struct Staging
-  {
-    uid_t uid = 0;
-    proto::Progress progress;
-  };
 
 private:
   friend class StageRun;
@@ -177,6 +173,8 @@ private:
   std::mutex m_registry_write_mutex; // one registry write at a time, the latest copy last
   std::uint64_t m_registry_written = 0; // generation on disk; guarded by m_registry_write_mutex
 
+  service::Stagings m_stagings; // running stagings, for status (its own lock)
+
   std::mutex m_mutex; // guards everything below
   Config m_config;
   UniqueFd m_state_dir;
@@ -191,8 +189,6 @@ private:
   std::set<std::string> m_fill_dirs;                         // tmp/ names in use
   std::vector<TmpName> m_removals;                           // for the GC thread to remove
   std::map<std::string, int> m_pins;                         // keys being materialised
-  std::map<std::uint64_t, Staging> m_stagings; // running stagings, for status
-  std::uint64_t m_next_staging = 0; // the last staging id given (ids start at 1)
   gc::ReportOnce m_gc_reported; // failures GC has logged already
   std::shared_ptr<StageOutQueue> m_stage_out; // --stage-out copies after the jobs (own lock)
 

@@ -98,12 +98,9 @@ void Daemon::on_status(const Peer& peer, Responder& out)
   reply.cache.misses = m_counters.misses;
   reply.cache.evictions = m_counters.evictions;
   reply.cache.fills_dropped = m_counters.fills_dropped;
-  for (const auto& [id, staging] : m_stagings) {
-    if (peer.root() || staging.uid == peer.uid) { // a user sees only their own
-      reply.stagings.push_back(staging.progress);
-    }
-  }
   lock.unlock();
+  reply.stagings = m_stagings.seen_by(peer.root() ? service::Stagings::Viewer::root : service::Stagings::Viewer::user,
+                                      peer.uid); // a user sees only their own
   // User names after the daemon's lock: a name service that answers slowly (LDAP, SSSD) holds up
   // this reply only, never a job's prolog, epilog or staging.
   name_users(reply.jobs);

@@ -45,10 +45,7 @@ void StageRun::execute()
     return;
   }
   m_job_fd = std::move(*job_fd);
-  {
-    std::lock_guard lock(m_d.m_mutex);
-    m_staging_id = ++m_d.m_next_staging;
-  }
+  m_staging_id = m_d.m_stagings.open(m_job.uid);
   proto::StageReply reply;
   auto refuse = [&](Error e, std::uint64_t earlier) {
     if (e.kind == ErrorKind::limit && earlier > 0) { // [stage] max_bytes is the job's, not the request's
@@ -122,9 +119,8 @@ std::optional<std::uint64_t> StageRun::charge_job()
 
 void StageRun::finish_staging()
 {
-  std::lock_guard lock(m_d.m_mutex);
   if (m_staging_id) {
-    m_d.m_stagings.erase(*m_staging_id);
+    m_d.m_stagings.close(*m_staging_id);
   }
 }
 
@@ -141,7 +137,7 @@ void StageRun::progress(const proto::Progress& p)
   {
     std::lock_guard lock(m_d.m_mutex);
     if (m_staging_id) { // a staging; cache_view's keepalives are no staging (status never lists them)
-      m_d.m_stagings[*m_staging_id] = Daemon::Staging{m_job.uid, p};
+      m_d.m_stagings.report(*m_staging_id, p);
     }
     if (m_fill_wait) {
       if (p.done_bytes != m_fill_wait->progress) {
