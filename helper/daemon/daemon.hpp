@@ -3,12 +3,12 @@
 // library rooms (proto, registry, cache, gc); this is where they meet the node.
 #pragma once
 
-#include "peer.hpp"
 #include "stage_out.hpp"
 
 #include "stagehand/service/metrics.hpp"
 #include "stagehand/service/reads.hpp"
 #include "stagehand/service/stagings.hpp"
+#include "stagehand/service/peer.hpp"
 #include "stagehand/cache/fill.hpp"
 #include "stagehand/cache/spool.hpp"
 #include "stagehand/cache/store.hpp"
@@ -42,6 +42,8 @@ namespace stagehand::daemon {
 using service::Counters;
 using service::FillWait;
 using service::FollowFill;
+using service::Peer;
+using service::Responder;
 
 // Wall-clock seconds, as the registry and GC record times.
 inline std::int64_t now_s() { return static_cast<std::int64_t>(std::time(nullptr)); }

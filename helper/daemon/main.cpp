@@ -1,9 +1,9 @@
 // stagehandd: the node daemon. Always in the foreground (systemd Type=notify), logs to stderr.
 #include "daemon.hpp"
-#include "server.hpp"
 #include "sd_notify.hpp"
 
 #include "stagehand/config/config.hpp"
+#include "stagehand/service/server.hpp"
 #include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/util/process_wait.hpp"
 
@@ -90,8 +90,10 @@ int serve(daemon::Daemon& d, UniqueFd listen, int signal_fd)
 {
   struct rlimit files {};
   ::getrlimit(RLIMIT_NOFILE, &files);
-  const auto limits = daemon::limits_within(files.rlim_cur);
-  daemon::Server server(d, std::move(listen), limits);
+  const auto limits = service::limits_within(files.rlim_cur);
+  service::Server server([&d](const proto::Request& request, const service::Peer& peer,
+                              service::Responder& out) { d.handle(request, peer, out); },
+                         std::move(listen), limits);
   spdlog::info("listening on {} (requests at once: {}, {} per user; past that a request waits up to {} s)",
                d.socket_path(), limits.max_in_flight, limits.max_in_flight_per_uid,
                std::chrono::duration_cast<std::chrono::seconds>(limits.queue_wait).count());
@@ -162,7 +164,7 @@ int main(int argc, char** argv)
     spdlog::error("{}", st.error().message);
     return 1;
   }
-  auto listen = daemon::listen_socket(d.socket_path());
+  auto listen = service::listen_socket(d.socket_path());
   if (!listen) {
     spdlog::error("{}", listen.error().message);
     return 1;

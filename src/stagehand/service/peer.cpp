@@ -1,12 +1,43 @@
-// Reply frames with a write deadline.
-#include "peer.hpp"
+// Who called (SO_PEERCRED / SO_PEERGROUPS), and reply frames with a write deadline.
+#include "stagehand/service/peer.hpp"
 
 #include "stagehand/proto/frame.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>
 
-namespace stagehand::daemon {
+#include <cerrno>
+
+namespace stagehand::service {
+
+Peer peer_of(int fd)
+{
+  Peer p;
+  struct ucred cred {};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+    p.pid = cred.pid;
+    p.uid = cred.uid;
+    p.gid = cred.gid;
+  } else {
+    p.uid = static_cast<uid_t>(-1); // unknown: treated as nobody
+    p.gid = static_cast<gid_t>(-1);
+  }
+  std::vector<gid_t> groups(256);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len) == 0) {
+      groups.resize(len / sizeof(gid_t));
+      p.groups = std::move(groups);
+      break;
+    }
+    if (errno != ERANGE) {
+      break;
+    }
+    groups.resize(len / sizeof(gid_t) + 1); // the kernel said how many there are
+  }
+  return p;
+}
 
 void Responder::send(const std::string& payload)
 {
@@ -42,4 +73,4 @@ void Responder::progress(const proto::Progress& p) { send(proto::serialize_progr
 void Responder::result(const proto::Reply& r) { send(proto::serialize_result(r)); }
 void Responder::error(const Error& e) { send(proto::serialize_error(e)); }
 
-} // namespace stagehand::daemon
+} // namespace stagehand::service

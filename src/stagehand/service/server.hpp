@@ -1,23 +1,27 @@
 // The daemon's socket: accepts local connections, reads one length-prefixed request from each
-// within a deadline, and hands it to a worker thread. Bounded everywhere: request size, connections
-// (in all and per user), requests in flight. Random bytes, truncated or huge requests and idle
-// connections get an error or a close and never stall anyone else. A request that finds the
-// daemon busy waits its turn for a while (`queue_wait`); capacity is the daemon's problem, so the
-// answer past that is "busy", on which every client goes on without the daemon.
+// within a deadline, and hands it to a worker thread, where a handler (the daemon's, or a test's)
+// answers it. Bounded everywhere: request size, connections (in all and per user), requests in
+// flight. Random bytes, truncated or huge requests and idle connections get an error or a close and
+// never stall anyone else. A request that finds the server busy waits its turn for a while
+// (`queue_wait`); capacity is the daemon's problem, so the answer past that is "busy", on which
+// every client goes on without the daemon.
 #pragma once
 
-#include "daemon.hpp"
+#include "stagehand/service/peer.hpp"
 
+#include "stagehand/proto/messages.hpp"
 #include "stagehand/util/fd.hpp"
 #include "stagehand/util/result.hpp"
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
-namespace stagehand::daemon {
+namespace stagehand::service {
 
 struct ServerLimits
 {
@@ -41,14 +45,27 @@ ServerLimits limits_within(std::uint64_t open_files);
 // connectable by every local user (0666).
 Result<UniqueFd> listen_socket(const std::string& path);
 
+// What answers one request: called on the request's own worker thread with who sent it; it
+// answers on `out` (progress frames, then one result or error). What it throws is answered as an
+// internal error. Requests that do not parse never reach it: their client gets the parse error.
+using Handler = std::function<void(const proto::Request& request, const Peer& peer, Responder& out)>;
+
 struct Conn; // a connection the server reads (server.cpp)
 
 class Server
 {
 public:
-  Server(Daemon& daemon, UniqueFd listen_fd, ServerLimits limits = {});
-  // Serves until a SIGTERM/SIGINT arrives on `signal_fd`; SIGHUP calls `on_reload`.
-  void run(int signal_fd, const std::function<void()>& on_reload);
+  Server(Handler handler, UniqueFd listen_fd, ServerLimits limits = {});
+  // Waits for the requests still running (their workers use the server until they end).
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Serves until stop(), or a SIGTERM/SIGINT arriving on `signal_fd` (-1: none; SIGHUP calls
+  // `on_reload`). Connections still waiting for their turn are closed; running requests go on.
+  void run(int signal_fd = -1, const std::function<void()>& on_reload = {});
+  // Ends run() (from any thread); a run() that starts later returns at once.
+  void stop();
   std::size_t in_flight() const { return m_in_flight.load(); }
 
 private:
@@ -69,13 +86,16 @@ private:
   // Refuses the connections past their deadline: no whole request in time, or no turn within queue_wait.
   void drop_late(Loop& loop);
 
-  Daemon& m_daemon;
+  Handler m_handler;
   UniqueFd m_listen;
   ServerLimits m_limits;
   std::atomic<std::size_t> m_in_flight{0};
-  UniqueFd m_wake; // eventfd: a worker finished, queued requests may start
+  // eventfd: a worker finished (queued requests may start), or stop() was called. Shared with the
+  // workers, which signal it after their last use of the server.
+  std::shared_ptr<UniqueFd> m_wake;
+  std::atomic<bool> m_stop{false};
   std::mutex m_uid_mutex;
   std::map<uid_t, std::size_t> m_in_flight_by_uid;
 };
 
-} // namespace stagehand::daemon
+} // namespace stagehand::service

@@ -1,5 +1,5 @@
-// epoll loop over the listening socket, the signal fd and the connections still reading.
-#include "server.hpp"
+// epoll loop over the listening socket, the signal fd, the wake-up and the connections still reading.
+#include "stagehand/service/server.hpp"
 
 #include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/proto/frame.hpp"
@@ -23,7 +23,7 @@
 #include <system_error>
 #include <thread>
 
-namespace stagehand::daemon {
+namespace stagehand::service {
 
 struct Conn
 {
@@ -39,35 +39,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Peer peer_of(int fd)
-{
-  Peer p;
-  struct ucred cred {};
-  socklen_t len = sizeof cred;
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-    p.pid = cred.pid;
-    p.uid = cred.uid;
-    p.gid = cred.gid;
-  } else {
-    p.uid = static_cast<uid_t>(-1); // unknown: treated as nobody
-    p.gid = static_cast<gid_t>(-1);
-  }
-  std::vector<gid_t> groups(256);
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    len = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &len) == 0) {
-      groups.resize(len / sizeof(gid_t));
-      p.groups = std::move(groups);
-      break;
-    }
-    if (errno != ERANGE) {
-      break;
-    }
-    groups.resize(len / sizeof(gid_t) + 1); // the kernel said how many there are
-  }
-  return p;
-}
-
 // Best effort, never blocking: a final word to a client we are about to drop.
 void refuse_now(int fd, const Error& e)
 {
@@ -81,7 +52,9 @@ bool stop_signalled(int signal_fd, const std::function<void()>& on_reload)
   struct signalfd_siginfo si {};
   if (::read(signal_fd, &si, sizeof si) == sizeof si) {
     if (si.ssi_signo == SIGHUP) {
-      on_reload();
+      if (on_reload) {
+        on_reload();
+      }
     } else {
       spdlog::info("SIG{}: stopping", ::sigabbrev_np(static_cast<int>(si.ssi_signo)));
       return true;
@@ -159,10 +132,24 @@ ServerLimits limits_within(std::uint64_t open_files)
   return limits;
 }
 
-Server::Server(Daemon& daemon, UniqueFd listen_fd, ServerLimits limits)
-  : m_daemon(daemon), m_listen(std::move(listen_fd)), m_limits(limits),
-    m_wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK))
+Server::Server(Handler handler, UniqueFd listen_fd, ServerLimits limits)
+  : m_handler(std::move(handler)), m_listen(std::move(listen_fd)), m_limits(limits),
+    m_wake(std::make_shared<UniqueFd>(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)))
 {
+}
+
+Server::~Server()
+{
+  while (m_in_flight.load() > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+void Server::stop()
+{
+  m_stop = true;
+  const std::uint64_t one = 1;
+  (void)!::write(m_wake->get(), &one, sizeof one);
 }
 
 bool Server::has_room(uid_t uid, bool root)
@@ -178,7 +165,8 @@ void Server::start(Conn conn, std::string payload)
     std::lock_guard lock(m_uid_mutex);
     ++m_in_flight_by_uid[uid];
   }
-  auto finished = [this, uid] {
+  // The worker's last use of the server is its count; the wake descriptor it holds itself.
+  auto finished = [this, uid, wake = m_wake] {
     {
       std::lock_guard lock(m_uid_mutex);
       if (--m_in_flight_by_uid[uid] == 0) {
@@ -187,7 +175,7 @@ void Server::start(Conn conn, std::string payload)
     }
     --m_in_flight;
     const std::uint64_t one = 1;
-    (void)!::write(m_wake.get(), &one, sizeof one); // queued requests may start now
+    (void)!::write(wake->get(), &one, sizeof one); // queued requests may start now
   };
   // Shared with the thread, so that the connection is still here to answer when no thread starts.
   auto held = std::make_shared<Conn>(std::move(conn));
@@ -199,7 +187,7 @@ void Server::start(Conn conn, std::string payload)
         if (!request) {
           out.error(request.error());
         } else {
-          m_daemon.handle(*request, held->peer, out);
+          m_handler(*request, held->peer, out);
         }
       } catch (const std::exception& e) {
         spdlog::error("internal error: {}", e.what());
@@ -256,9 +244,11 @@ void Server::run(int signal_fd, const std::function<void()>& on_reload)
 {
   Loop loop;
   loop.watch(m_listen.get());
-  loop.watch(signal_fd);
-  loop.watch(m_wake.get());
-  for (;;) {
+  if (signal_fd >= 0) {
+    loop.watch(signal_fd);
+  }
+  loop.watch(m_wake->get());
+  while (!m_stop) {
     struct epoll_event events[64];
     int n = ::epoll_wait(loop.ep.get(), events, 64, 250);
     if (n < 0 && errno != EINTR) {
@@ -268,7 +258,7 @@ void Server::run(int signal_fd, const std::function<void()>& on_reload)
     bool woken = false;
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
-      if (fd == m_wake.get()) {
+      if (fd == m_wake->get()) {
         std::uint64_t count = 0;
         (void)!::read(fd, &count, sizeof count);
         woken = true;
@@ -382,4 +372,4 @@ void Server::drop_late(Loop& loop)
   }
 }
 
-} // namespace stagehand::daemon
+} // namespace stagehand::service

@@ -1,5 +1,5 @@
 // Who is on the other end of a daemon connection (SO_PEERCRED / SO_PEERGROUPS), and the channel
-// a handler answers on.
+// a request's handler answers on (reply frames, each with a write deadline).
 #pragma once
 
 #include "stagehand/proto/messages.hpp"
@@ -11,7 +11,7 @@
 #include <mutex>
 #include <vector>
 
-namespace stagehand::daemon {
+namespace stagehand::service {
 
 struct Peer
 {
@@ -21,6 +21,10 @@ struct Peer
   std::vector<gid_t> groups; // the peer's supplementary groups, as the kernel reports them
   bool root() const { return uid == 0; }
 };
+
+// The credentials of the process at the other end of the connected Unix socket `fd`, as the kernel
+// recorded them at connect; unreadable credentials make the peer uid and gid -1 (nobody).
+Peer peer_of(int fd);
 
 // Writes reply frames to one client, each within a deadline; a client that stops reading is
 // dropped (later frames are discarded), never waited on forever.
@@ -45,4 +49,4 @@ private:
   std::mutex m_mutex;
 };
 
-} // namespace stagehand::daemon
+} // namespace stagehand::service
