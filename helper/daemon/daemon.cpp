@@ -38,6 +38,7 @@ Daemon::Daemon(Config config, std::string config_path, std::string node)
   : m_config_path(std::move(config_path)), m_node(std::move(node)), m_config(std::move(config))
 {
   m_base_path = tmpdir::base_path(m_config, m_node).value_or("");
+  m_keeper.set_limits(cache::CacheLimits{m_config.daemon.cache_max_bytes, m_config.daemon.cache_max_entries});
 }
 
 Daemon::~Daemon() { stop(); }
@@ -71,21 +72,24 @@ Status Daemon::start()
   } else {
     m_service = *service;
   }
+  std::string cache_shown = "off";
   auto store = cache::Store::open(expand_node(m_config.daemon.cache_dir, m_node));
   if (!store) {
     spdlog::error("[daemon] cache_dir: {}: the cache is off; jobs stage without it", store.error().message);
   } else {
-    m_store = std::make_shared<cache::Store>(std::move(*store));
-    auto swept = m_store->sweep({});
+    auto opened = std::make_shared<cache::Store>(std::move(*store));
+    auto swept = opened->sweep({});
     if (!swept.empty()) {
       spdlog::info("cache: removed {} interrupted fills and broken entries", swept.size());
     }
+    cache_shown = opened->path();
+    m_keeper.use_store(std::move(opened));
   }
   m_stage_out = std::make_shared<StageOutQueue>(m_config, m_node, m_state_dir.get());
   m_stage_out->resume();
   spdlog::info("node {}: base {}, cache {} (max {} bytes), {} jobs in the registry", m_node,
-               expand_node(m_config.tmpdir.base, m_node), m_store ? m_store->path() : std::string("off"),
-               m_config.daemon.cache_max_bytes, m_registry.jobs().size());
+               expand_node(m_config.tmpdir.base, m_node), cache_shown, m_config.daemon.cache_max_bytes,
+               m_registry.jobs().size());
   return ok_status();
 }
 
@@ -97,11 +101,8 @@ Status Daemon::reload()
   }
   // A cache moved by the reload is opened (every manifest read, into its index) without the lock.
   const std::string cache_path = expand_node(config->daemon.cache_dir, m_node);
-  bool moved = false;
-  {
-    std::lock_guard lock(m_mutex);
-    moved = !m_store || m_store->path() != cache_path;
-  }
+  const auto in_use = m_keeper.store();
+  const bool moved = !in_use || in_use->path() != cache_path;
   Result<cache::Store> opened = Error::internal("not reopened");
   if (moved) {
     opened = cache::Store::open(cache_path);
@@ -114,6 +115,7 @@ Status Daemon::reload()
     spdlog::warn("reload: [tmpdir] base changed; the daemon keeps {} until the next restart", m_base_path);
   }
   m_config = std::move(*config);
+  m_keeper.set_limits(cache::CacheLimits{m_config.daemon.cache_max_bytes, m_config.daemon.cache_max_entries});
   if (auto service = ipc::credentials_of_name(m_config.daemon.user)) {
     m_service = *service;
   } else {
@@ -121,7 +123,7 @@ Status Daemon::reload()
     m_service.reset();
   }
   if (moved && opened) {
-    m_store = std::make_shared<cache::Store>(std::move(*opened));
+    m_keeper.use_store(std::make_shared<cache::Store>(std::move(*opened)));
   } else if (moved) {
     spdlog::error("reload: [daemon] cache_dir: {}", opened.error().message);
   }
@@ -335,7 +337,6 @@ void Daemon::write_metrics()
 {
   service::MetricsSnapshot m;
   std::string path;
-  std::shared_ptr<cache::Store> store;
   {
     std::lock_guard lock(m_mutex);
     path = m_config.daemon.metrics_file;
@@ -345,20 +346,18 @@ void Daemon::write_metrics()
     path = expand_node(path, m_node);
     m.node = m_node;
     m.counters = m_counters;
+    m.counters.evictions = m_keeper.evictions();
     m.cache_max_bytes = m_config.daemon.cache_max_bytes;
     m.stuck_children = proc::stuck_children();
-    store = m_store;
     for (const auto& [id, job] : m_registry.jobs()) {
       if (job.state == registry::JobState::running) {
         ++m.running_jobs;
       }
     }
   }
-  if (store) { // from the index: no manifest is read
-    const auto totals = store->totals();
-    m.cache_entries = totals.entries;
-    m.cache_bytes = totals.bytes;
-  }
+  const auto totals = m_keeper.totals(); // from the index: no manifest is read
+  m.cache_entries = totals.entries;
+  m.cache_bytes = totals.bytes;
   if (auto st = service::write_metrics_file(path, m); !st) {
     spdlog::warn("metrics: {}", st.error().message);
   }

@@ -5,6 +5,7 @@
 
 #include "stage_out.hpp"
 
+#include "stagehand/service/cache_keeper.hpp"
 #include "stagehand/service/metrics.hpp"
 #include "stagehand/service/reads.hpp"
 #include "stagehand/service/stagings.hpp"
@@ -119,26 +120,8 @@ private:
   RegistryCopy registry_copy_locked();
   void write_registry(const RegistryCopy& copy); // without m_mutex
   static constexpr std::chrono::seconds k_registry_save_every{1};
-  // Evicts least recently used entries no job uses until `store` is within [daemon]
-  // cache_max_bytes and cache_max_entries (or nothing but pinned entries is left).
-  void evict_to_fit_locked(const std::shared_ptr<cache::Store>& store);
-  // Makes room for one more entry of `disk_bytes` the same way; false (and nothing evicted) when
-  // even evicting every entry no running job uses would not: the fill then stays out of the cache.
-  bool make_room_locked(const std::shared_ptr<cache::Store>& store, std::uint64_t disk_bytes);
-  void evict_locked(const std::shared_ptr<cache::Store>& store, const std::vector<cache::EntryMeta>& victims);
-  cache::CacheLimits cache_limits_locked() const;
-  // Whether a job uses an entry: being materialised now, or in a running job's directory.
-  std::function<bool(const std::string&)> pinned_locked() const;
-  // A fill or an evicted entry under `store`'s tmp/, removed later by the GC thread without the
-  // lock (a big one takes seconds: no staging, prolog or epilog waits for it). Its name stays in
-  // m_fill_dirs until then, so GC's sweep leaves it alone. Called with m_mutex held.
-  using TmpName = std::pair<std::shared_ptr<cache::Store>, std::string>;
-  void remove_later_locked(std::shared_ptr<cache::Store> store, std::string name);
-  // A fill that is not published, likewise (`fill` is left empty).
-  void remove_later_locked(const std::shared_ptr<cache::Store>& store, cache::Fill& fill);
-  // Removes `names` (set aside as above), then forgets them; called without m_mutex. Returns, for
-  // each name in order, nothing when it is gone or why not (logged too; GC's sweep retries it).
-  std::vector<std::optional<std::string>> remove_now(const std::vector<TmpName>& names);
+  // Whether a running job's directory holds a cache entry (for m_keeper's eviction).
+  service::KeyInUse jobs_use_locked() const;
   // The fill thread: spools become entries, one at a time, after their jobs have their data.
   void queue_spool_fill_locked(SpoolFill task);
   void end_spool_fill_locked(SpoolFill& task, bool published);
@@ -176,11 +159,13 @@ private:
   std::uint64_t m_registry_written = 0; // generation on disk; guarded by m_registry_write_mutex
 
   service::Stagings m_stagings; // running stagings, for status (its own lock)
+  // The node cache: the store in use, pins, removals, eviction (its own lock, taken after m_mutex;
+  // the GC thread removes what it sets aside).
+  service::CacheKeeper m_keeper{[this] { m_gc_cv.notify_all(); }};
 
   std::mutex m_mutex; // guards everything below
   Config m_config;
   UniqueFd m_state_dir;
-  std::shared_ptr<cache::Store> m_store; // replaced on reload; users hold their own reference
   std::optional<ipc::Credentials> m_service;
   registry::Registry m_registry;
   bool m_registry_dirty = false; // changed since m_registry_saved_at
@@ -188,9 +173,6 @@ private:
   std::uint64_t m_registry_generation = 0;
   Counters m_counters;
   service::ReadsUnderWay m_reads; // single flight: the reads under way, by key, and cache_view's claims
-  std::set<std::string> m_fill_dirs;                         // tmp/ names in use
-  std::vector<TmpName> m_removals;                           // for the GC thread to remove
-  std::map<std::string, int> m_pins;                         // keys being materialised
   gc::ReportOnce m_gc_reported; // failures GC has logged already
   std::shared_ptr<StageOutQueue> m_stage_out; // --stage-out copies after the jobs (own lock)
 

@@ -112,7 +112,6 @@ proto::GcReply Daemon::collect(bool dry_run)
   }
   auto applied = gc::apply(base->get(), plan, std::chrono::steady_clock::now() + k_gc_pass_budget);
   report_applied(base_path, applied, reply);
-  std::vector<TmpName> debris; // a crash's leftovers in the cache, removed below without the lock
   // The cache's names, listed without the lock (however many entries it holds); set_aside_debris
   // below checks each difference with the index again under it.
   const auto scan = store ? store->scan() : cache::Store::Scan{};
@@ -124,22 +123,20 @@ proto::GcReply Daemon::collect(bool dry_run)
   count_gc_pass(m_counters, *snap, applied);
   // The registry follows what GC found: orphans ended; ended records forgotten after a day.
   registry_after_gc_locked(plan, evidence, asked_at);
-  std::vector<std::string> shown; // debris[i] as it was found
-  if (m_store && m_store == store) { // not when a reload moved the cache since the scan
-    for (auto& d : m_store->set_aside_debris(m_fill_dirs, scan)) {
-      m_fill_dirs.insert(d.tmp_name); // as for any removal in flight: the next sweep leaves it alone
-      debris.emplace_back(m_store, std::move(d.tmp_name));
-      shown.push_back(m_store->path() + "/" + d.shown);
-    }
-  }
-  evict_to_fit_locked(m_store);
+  // A crash's leftovers in the cache, removed below without the lock.
+  const auto debris = m_keeper.set_aside_debris(store, scan);
+  m_keeper.evict_to_fit_locked(jobs_use_locked());
   lock.unlock();
-  auto failed = remove_now(debris); // reported as removed only once it is
+  std::vector<service::TmpName> names;
+  for (const auto& d : debris) {
+    names.push_back(d.tmp);
+  }
+  auto failed = m_keeper.remove_now(names); // reported as removed only once it is
   for (std::size_t i = 0; i < debris.size(); ++i) {
     if (failed[i]) {
       reply.errors.push_back(std::move(*failed[i]));
     } else {
-      reply.actions.push_back(proto::GcAction{shown[i], "interrupted cache fill"});
+      reply.actions.push_back(proto::GcAction{debris[i].shown, "interrupted cache fill"});
     }
   }
   return reply;
@@ -155,7 +152,7 @@ bool Daemon::note_registered_running(gc::Evidence& evidence, std::shared_ptr<cac
       registry_unsure = registry_unsure || !evidence.live_steps.count(id);
     }
   }
-  store = m_store;
+  store = m_keeper.store();
   return registry_unsure;
 }
 
@@ -226,12 +223,7 @@ void Daemon::gc_loop()
       }
       write_metrics();
     }
-    std::vector<TmpName> removals; // evicted entries and dropped fills, removed without the lock
-    {
-      std::lock_guard lock(m_mutex);
-      removals.swap(m_removals);
-    }
-    remove_now(removals);
+    m_keeper.remove_now(m_keeper.take_removals()); // evicted entries and dropped fills, without the lock
     std::unique_lock lock(m_mutex);
     if (pass) {
       next_pass = std::chrono::steady_clock::now() + m_config.daemon.gc_interval;
@@ -245,7 +237,7 @@ void Daemon::gc_loop()
         lock.lock();
         continue;
       }
-      if (m_stopping || m_gc_kicked || !m_removals.empty() || now >= next_pass) {
+      if (m_stopping || m_gc_kicked || m_keeper.removals_waiting() || now >= next_pass) {
         break;
       }
       m_gc_cv.wait_until(lock, m_registry_dirty ? std::min(next_pass, m_registry_saved_at + k_registry_save_every)

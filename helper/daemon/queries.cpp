@@ -1,4 +1,5 @@
-// stagehandd: the status and cache requests (status, cache ls, cache evict) and LRU eviction.
+// stagehandd: the status and cache requests (status, cache ls, cache evict; the cache's keeping is
+// service/cache_keeper).
 #include "daemon.hpp"
 
 #include "stagehand/service/metrics.hpp"
@@ -88,15 +89,13 @@ void Daemon::on_status(const Peer& peer, Responder& out)
       reply.jobs.push_back(proto::JobInfo{k.job_id, "", k.uid, base_path + "/" + k.dir, stageout::kept_state(k)});
     }
   }
-  if (m_store) { // from the index: no manifest is read
-    const auto totals = m_store->totals();
-    reply.cache.entries = totals.entries;
-    reply.cache.bytes = totals.bytes;
-  }
+  const auto totals = m_keeper.totals(); // from the index: no manifest is read
+  reply.cache.entries = totals.entries;
+  reply.cache.bytes = totals.bytes;
   reply.cache.max_bytes = m_config.daemon.cache_max_bytes;
   reply.cache.hits = m_counters.hits;
   reply.cache.misses = m_counters.misses;
-  reply.cache.evictions = m_counters.evictions;
+  reply.cache.evictions = m_keeper.evictions();
   reply.cache.fills_dropped = m_counters.fills_dropped;
   lock.unlock();
   reply.stagings = m_stagings.seen_by(peer.root() ? service::Stagings::Viewer::root : service::Stagings::Viewer::user,
@@ -158,17 +157,8 @@ void Daemon::status_jobs_locked(const std::optional<gc::Snapshot>& snap, const s
 void Daemon::on_cache_list(const Peer& peer, Responder& out)
 {
   proto::CacheListReply reply;
-  std::shared_ptr<cache::Store> store;
-  {
-    std::lock_guard lock(m_mutex);
-    store = m_store;
-  }
-  if (!store) {
-    out.result(reply);
-    return;
-  }
   // Copied from the index without the daemon's lock; what the jobs use is asked under it after.
-  auto entries = store->list();
+  auto entries = m_keeper.list();
   std::lock_guard lock(m_mutex);
   std::set<std::string> mine; // keys the peer's jobs used
   for (const auto& [id, job] : m_registry.jobs()) {
@@ -181,134 +171,34 @@ void Daemon::on_cache_list(const Peer& peer, Responder& out)
       continue;
     }
     reply.entries.push_back(proto::CacheEntryInfo{e.source, e.disk_bytes, e.files, e.last_used,
-                                                  m_registry.key_in_use(e.key) || m_pins.count(e.key) > 0});
+                                                  m_registry.key_in_use(e.key) || m_keeper.pinned(e.key)});
   }
   out.result(reply);
 }
 
 void Daemon::on_cache_evict(const proto::CacheEvict& r, const Peer&, Responder& out)
 {
-  proto::GcReply reply;
-  std::vector<TmpName> evicted; // removed below, without the lock; the answer comes once they are
-  std::shared_ptr<cache::Store> store;
-  std::vector<cache::EntryMeta> entries;
-  std::unique_lock lock(m_mutex);
-  while (m_store != store) { // listed without the lock; again if a reload moved the cache meanwhile
-    store = m_store;
-    entries.clear();
-    if (store) {
-      lock.unlock();
-      entries = store->list();
-      lock.lock();
-    }
-  }
-  if (!store) {
+  auto chosen = [&](const cache::EntryMeta& e) { return r.all || e.source == r.source; };
+  auto done = m_keeper.evict(chosen, m_mutex); // the answer comes once they are removed
+  if (done.cache_off) {
     out.error(Error::io("the cache is off on node " + m_node, ENOENT));
     return;
   }
-  for (const auto& e : entries) { // an entry evicted since it was listed is skipped
-    if (!r.all && e.source != r.source) {
-      continue;
-    }
-    if (m_pins.count(e.key)) {
-      reply.errors.push_back(e.source + ": being staged right now, not evicted");
-      continue;
-    }
-    if (auto aside = m_store->set_aside(e.key); !aside) {
-      if (aside.error().code != ENOENT) { // ENOENT: evicted since it was listed
-        reply.errors.push_back(aside.error().message);
-      }
-    } else {
-      m_fill_dirs.insert(*aside);
-      evicted.emplace_back(m_store, std::move(*aside));
-      ++m_counters.evictions;
-      reply.actions.push_back(proto::GcAction{e.source, "evicted"});
-    }
-  }
-  lock.unlock();
-  for (auto& failed : remove_now(evicted)) {
-    if (failed) {
-      reply.errors.push_back(std::move(*failed));
-    }
-  }
-  if (!r.all && reply.actions.empty() && reply.errors.empty()) {
+  if (!r.all && done.evicted.empty() && done.errors.empty()) {
     out.error(Error::refused("no cache entry for " + r.source + " on node " + m_node));
     return;
   }
+  proto::GcReply reply;
+  for (auto& source : done.evicted) {
+    reply.actions.push_back(proto::GcAction{std::move(source), "evicted"});
+  }
+  reply.errors = std::move(done.errors);
   out.result(reply);
 }
 
-cache::CacheLimits Daemon::cache_limits_locked() const
+service::KeyInUse Daemon::jobs_use_locked() const
 {
-  return cache::CacheLimits{m_config.daemon.cache_max_bytes, m_config.daemon.cache_max_entries};
-}
-
-void Daemon::evict_locked(const std::shared_ptr<cache::Store>& store, const std::vector<cache::EntryMeta>& victims)
-{
-  for (const auto& e : victims) {
-    if (auto aside = store->set_aside(e.key)) {
-      remove_later_locked(store, std::move(*aside));
-      ++m_counters.evictions;
-      spdlog::info("cache: evicted {} ({} bytes, least recently used)", e.source, e.disk_bytes);
-    }
-  }
-}
-
-void Daemon::evict_to_fit_locked(const std::shared_ptr<cache::Store>& store)
-{
-  if (!store) {
-    return;
-  }
-  // Best effort: what running jobs use stays, even past the limits (nothing new is published then).
-  evict_locked(store, store->make_room(cache::Index::Incoming::none, 0, cache_limits_locked(), pinned_locked()).victims);
-}
-
-bool Daemon::make_room_locked(const std::shared_ptr<cache::Store>& store, std::uint64_t disk_bytes)
-{
-  auto room = store->make_room(cache::Index::Incoming::one, disk_bytes, cache_limits_locked(), pinned_locked());
-  if (!room.fits) {
-    return false; // evicting what no job uses would not make room: evict nothing
-  }
-  evict_locked(store, room.victims);
-  return true;
-}
-
-std::function<bool(const std::string&)> Daemon::pinned_locked() const
-{
-  return [this](const std::string& key) { return m_pins.count(key) > 0 || m_registry.key_in_use(key); };
-}
-
-void Daemon::remove_later_locked(std::shared_ptr<cache::Store> store, std::string name)
-{
-  m_fill_dirs.insert(name);
-  m_removals.emplace_back(std::move(store), std::move(name));
-  m_gc_cv.notify_all();
-}
-
-void Daemon::remove_later_locked(const std::shared_ptr<cache::Store>& store, cache::Fill& fill)
-{
-  remove_later_locked(store, std::exchange(fill.name, {}));
-  fill.dir.reset();
-}
-
-std::vector<std::optional<std::string>> Daemon::remove_now(const std::vector<TmpName>& names)
-{
-  std::vector<std::optional<std::string>> failed(names.size());
-  if (names.empty()) {
-    return failed;
-  }
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    const auto& [store, name] = names[i];
-    if (auto st = store->remove_from_tmp(name); !st) {
-      spdlog::warn("cache: {}/tmp/{}: {} (GC's sweep retries)", store->path(), name, st.error().message);
-      failed[i] = store->path() + "/tmp/" + name + ": " + st.error().message;
-    }
-  }
-  std::lock_guard lock(m_mutex);
-  for (const auto& [store, name] : names) {
-    m_fill_dirs.erase(name);
-  }
-  return failed;
+  return [this](const std::string& key) { return m_registry.key_in_use(key); };
 }
 
 } // namespace stagehand::daemon

@@ -68,7 +68,7 @@ void Daemon::end_spool_fill_locked(SpoolFill& task, bool published)
     task.follow->child.reset(); // killed, if it still runs
   }
   if (task.fill.dir.valid() || !task.fill.name.empty()) {
-    remove_later_locked(task.store, task.fill); // by the GC thread
+    m_keeper.remove_later_locked(task.store, task.fill); // by the GC thread
   }
   task.wait->done = true;
   task.wait->published = published;
@@ -293,15 +293,13 @@ Daemon::Publish Daemon::publish_spool_fill(SpoolFill& task, const cache::FillRes
   }
   lock.lock();
   // Not when a reload moved the cache meanwhile: this entry goes to the old one.
-  if (task.store == m_store && !make_room_locked(task.store, sealed->disk_bytes)) {
+  if (!m_keeper.make_room_locked(task.store, sealed->disk_bytes, jobs_use_locked())) {
     spdlog::info("job {}: {}: not cached (the node cache is full of entries running jobs use)", task.job_id,
                  task.source);
     return Publish::not_cached;
   }
-  m_fill_dirs.erase(task.fill.name); // published, the name is gone from tmp/
-  auto published = task.store->publish_sealed(task.fill, *sealed);
+  auto published = m_keeper.publish(*task.store, task.fill, *sealed);
   if (!published) {
-    m_fill_dirs.insert(task.fill.name);
     if (published.error().code != EEXIST && published.error().code != ENOTEMPTY) {
       spdlog::warn("job {}: {}: not cached ({})", task.job_id, task.source, published.error().message);
     }

@@ -35,7 +35,7 @@ void StageRun::execute()
   std::uint64_t request_limit = 0;
   {
     std::lock_guard lock(m_d.m_mutex);
-    m_store = m_d.m_store; // ours for the whole request, even if a reload replaces it
+    m_store = m_d.m_keeper.store(); // ours for the whole request, even if a reload replaces it
     m_job_limit = m_d.m_config.stage.max_bytes;
     request_limit = std::min(m_request.max_bytes, m_job_limit); // never above the site's
   }
@@ -189,11 +189,8 @@ void StageRun::rollback()
 
 StageRun::~StageRun()
 {
-  std::lock_guard lock(m_d.m_mutex);
   for (const auto& key : m_pinned) {
-    if (--m_d.m_pins[key] <= 0) {
-      m_d.m_pins.erase(key);
-    }
+    m_d.m_keeper.unpin(key);
   }
 }
 

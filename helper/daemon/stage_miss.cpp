@@ -188,10 +188,8 @@ void StageRun::MissRead::begin_spool()
   if (!out.why_uncached.empty()) {
     return;
   }
-  std::lock_guard lock(r.m_d.m_mutex);
-  auto begun = r.m_store->begin_fill(c.key, c.service.uid, c.service.gid);
+  auto begun = r.m_d.m_keeper.begin_fill(r.m_store, c.key, c.service.uid, c.service.gid); // its name in use
   if (begun) {
-    r.m_d.m_fill_dirs.insert(begun->name);
     fill = std::move(*begun);
   } else {
     out.why_uncached = "the node cache could not store it";
@@ -245,7 +243,7 @@ void StageRun::MissRead::drop_fill()
   abandon_follow();
   if (fill) {
     std::lock_guard lock(r.m_d.m_mutex);
-    r.m_d.remove_later_locked(r.m_store, *fill); // by the GC thread
+    r.m_d.m_keeper.remove_later_locked(r.m_store, *fill); // by the GC thread
     fill.reset();
   }
 }

@@ -131,16 +131,16 @@ Status StageRun::obtain(Sourcing& s)
 Result<bool> StageRun::find_entry_locked(Sourcing& s)
 {
   // The entry every job may use, else the one filled for this user from a broadcast's copy.
-  auto meta = m_store->lookup(s.identity.key);
+  // Pinned as it is found: no eviction takes it while the job materialises it.
+  auto meta = m_d.m_keeper.pin_entry(*m_store, s.identity.key);
   s.hit_key = s.identity.key;
   if (!meta) {
     s.hit_key = cache::delivered_key(s.identity.key, m_job.uid);
-    meta = m_store->lookup(s.hit_key);
+    meta = m_d.m_keeper.pin_entry(*m_store, s.hit_key);
   }
   if (!meta) {
     return false;
   }
-  ++m_d.m_pins[s.hit_key];
   m_pinned.push_back(s.hit_key);
   s.out.how = meta->how;
   if (meta->bytes > s.room) {

@@ -64,7 +64,7 @@ std::vector<proto::ViewEntry> StageRun::find_hits()
 {
   {
     std::lock_guard lock(m_d.m_mutex);
-    m_store = m_d.m_store;
+    m_store = m_d.m_keeper.store();
   }
   std::vector<proto::ViewEntry> entries;
   const auto t0 = Clock::now();

@@ -14,7 +14,7 @@ struct Counters
 {
   std::uint64_t hits = 0;
   std::uint64_t misses = 0;
-  std::uint64_t evictions = 0;
+  std::uint64_t evictions = 0; // counted by CacheKeeper (evictions()), copied in for a snapshot
   std::uint64_t staged_bytes = 0;
   double staged_seconds = 0;
   std::uint64_t gc_runs = 0;
