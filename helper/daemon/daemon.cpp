@@ -1,5 +1,6 @@
 // stagehandd: start-up, reload, dispatch, the job registry handlers and shutdown (queries.cpp:
-// status and cache requests; gc_thread.cpp: garbage collection; stage.cpp, stage_out.cpp).
+// status and cache requests; gc_thread.cpp: garbage collection; stage*.cpp: staging; the stage-out
+// queue is service::StageOutQueue).
 #include "daemon.hpp"
 
 #include "stagehand/service/metrics.hpp"

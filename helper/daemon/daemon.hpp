@@ -4,9 +4,9 @@
 #pragma once
 
 #include "peer.hpp"
-#include "stage_out.hpp"
 
 #include "stagehand/service/metrics.hpp"
+#include "stagehand/service/stage_out_queue.hpp"
 #include "stagehand/cache/fill.hpp"
 #include "stagehand/cache/spool.hpp"
 #include "stagehand/cache/store.hpp"
@@ -38,6 +38,7 @@
 namespace stagehand::daemon {
 
 using service::Counters;
+using service::StageOutQueue;
 
 // Wall-clock seconds, as the registry and GC record times.
 inline std::int64_t now_s() { return static_cast<std::int64_t>(std::time(nullptr)); }
