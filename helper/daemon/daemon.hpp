@@ -6,6 +6,7 @@
 #include "peer.hpp"
 
 #include "stagehand/service/metrics.hpp"
+#include "stagehand/service/registry_keeper.hpp"
 #include "stagehand/service/stage_out_queue.hpp"
 #include "stagehand/cache/fill.hpp"
 #include "stagehand/cache/spool.hpp"
@@ -38,6 +39,7 @@
 namespace stagehand::daemon {
 
 using service::Counters;
+using service::RegistryKeeper;
 using service::StageOutQueue;
 
 // Wall-clock seconds, as the registry and GC record times.
@@ -141,18 +143,6 @@ private:
   // while the daemon was down, when its directory is owned by the peer).
   Result<registry::JobRecord> job_for(std::uint32_t job_id, const Peer& peer);
   Result<UniqueFd> open_base() const;
-  // Persists the registry soon: the GC thread writes it, at most once a second (a crash loses at
-  // most that second, which GC and job_for rebuild).
-  void save_registry_locked();
-  // Persists it now: a copy taken under the lock, written (serialised, synced) after it is released.
-  struct RegistryCopy
-  {
-    std::uint64_t generation = 0;
-    registry::Registry registry;
-  };
-  RegistryCopy registry_copy_locked();
-  void write_registry(const RegistryCopy& copy); // without m_mutex
-  static constexpr std::chrono::seconds k_registry_save_every{1};
   // Evicts least recently used entries no job uses until `store` is within [daemon]
   // cache_max_bytes and cache_max_entries (or nothing but pinned entries is left).
   void evict_to_fit_locked(const std::shared_ptr<cache::Store>& store);
@@ -206,18 +196,17 @@ private:
   std::string m_base_path; // [tmpdir] base with %n, fixed at start (a change needs a restart)
   std::atomic<bool> m_ctld_unreachable{false};
 
-  std::mutex m_registry_write_mutex; // one registry write at a time, the latest copy last
-  std::uint64_t m_registry_written = 0; // generation on disk; guarded by m_registry_write_mutex
+  // The job registry and its persistence, under its own lock (written soon by its saver thread,
+  // or now at a job's start and end).
+  RegistryKeeper m_registry;
 
+  // Lock order: m_mutex first, then a piece's own lock (m_registry's, m_stage_out's); never the
+  // reverse. Code that reads the registry with members below holds m_mutex, then asks m_registry.
   std::mutex m_mutex; // guards everything below
   Config m_config;
   UniqueFd m_state_dir;
   std::shared_ptr<cache::Store> m_store; // replaced on reload; users hold their own reference
   std::optional<ipc::Credentials> m_service;
-  registry::Registry m_registry;
-  bool m_registry_dirty = false; // changed since m_registry_saved_at
-  std::chrono::steady_clock::time_point m_registry_saved_at;
-  std::uint64_t m_registry_generation = 0;
   Counters m_counters;
   std::map<std::string, std::shared_ptr<FillWait>> m_fills; // by key
   std::condition_variable m_fills_cv;                        // a read began (an entry in m_fills)
