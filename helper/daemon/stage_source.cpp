@@ -310,7 +310,7 @@ void StageRun::account(const Sourcing& s)
   m_d.m_counters.staged_bytes += s.out.bytes;
   m_d.m_counters.staged_seconds += s.out.seconds;
   if (s.out.cache == proto::CacheOutcome::hit) { // linked: the job's files are the entry's
-    m_d.m_registry.add_cache_key(m_job.job_id, s.hit_key); // under m_mutex: the entry is pinned without a gap
+    m_d.m_registry.add_cache_key(m_job.job_id, s.hit_key);
   }
 }
 
