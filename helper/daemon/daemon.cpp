@@ -1,5 +1,6 @@
 // stagehandd: start-up, reload, dispatch, the job registry handlers and shutdown (queries.cpp:
-// status and cache requests; gc_thread.cpp: garbage collection; stage.cpp, stage_out.cpp).
+// status and cache requests; gc_thread.cpp: garbage collection; stage*.cpp: staging; the stage-out
+// queue is service::StageOutQueue).
 #include "daemon.hpp"
 
 #include "stagehand/service/metrics.hpp"
@@ -20,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <ctime>
 
 namespace stagehand::daemon {
@@ -54,14 +56,8 @@ Status Daemon::start()
   }
   ::fchmod(state->get(), 0700);
   m_state_dir = std::move(*state);
-  auto reg = registry::load(m_state_dir.get());
-  if (!reg) {
-    spdlog::error("registry: {} (starting with an empty one; garbage collection rebuilds it from the disk)",
-                  reg.error().message);
-    m_registry = registry::Registry{};
-  } else {
-    m_registry = std::move(*reg);
-  }
+  m_registry.open(m_state_dir.get());
+  m_registry.start_saving();
   auto base = open_base();
   if (!base) {
     return base.error().with_context("[tmpdir] base");
@@ -89,7 +85,7 @@ Status Daemon::start()
   m_stage_out->resume();
   spdlog::info("node {}: base {}, cache {} (max {} bytes), {} jobs in the registry", m_node,
                expand_node(m_config.tmpdir.base, m_node), cache_shown, m_config.daemon.cache_max_bytes,
-               m_registry.jobs().size());
+               m_registry.read([](const registry::Registry& reg) { return reg.jobs().size(); }));
   return ok_status();
 }
 
@@ -141,41 +137,7 @@ Result<UniqueFd> Daemon::open_base() const
   return fs::open_trusted_dir(m_base_path, fs::CreateMissing::yes);
 }
 
-void Daemon::save_state()
-{
-  std::unique_lock lock(m_mutex);
-  auto copy = registry_copy_locked();
-  lock.unlock();
-  write_registry(copy);
-}
-
-void Daemon::save_registry_locked()
-{
-  // A job staging thousands of sources changes its record thousands of times: written by the GC
-  // thread at most once a second, never serialised under the lock once per source.
-  if (!std::exchange(m_registry_dirty, true)) {
-    m_gc_cv.notify_all();
-  }
-}
-
-Daemon::RegistryCopy Daemon::registry_copy_locked()
-{
-  m_registry_saved_at = std::chrono::steady_clock::now();
-  m_registry_dirty = false;
-  return RegistryCopy{++m_registry_generation, m_registry};
-}
-
-void Daemon::write_registry(const RegistryCopy& copy)
-{
-  std::lock_guard lock(m_registry_write_mutex);
-  if (copy.generation <= m_registry_written) {
-    return; // a later copy is on disk already
-  }
-  if (auto st = registry::save(m_state_dir.get(), copy.registry); !st) {
-    spdlog::error("registry: {}", st.error().message);
-  }
-  m_registry_written = copy.generation;
-}
+void Daemon::save_state() { m_registry.save_now(); }
 
 void Daemon::handle(const proto::Request& request, const Peer& peer, Responder& out)
 {
@@ -216,16 +178,17 @@ void Daemon::handle(const proto::Request& request, const Peer& peer, Responder& 
 
 void Daemon::on_register(const proto::RegisterJob& r, const Peer&, Responder& out)
 {
-  std::unique_lock lock(m_mutex);
   registry::JobRecord rec;
   rec.job_id = r.job_id;
   rec.uid = r.uid;
   rec.gid = r.gid;
   rec.registered_at = now_s();
-  m_registry.register_job(rec);
-  auto copy = registry_copy_locked();
-  lock.unlock();
-  write_registry(copy); // on disk before the prolog hears "done"
+  m_registry.change(
+    [&](registry::Registry& reg) {
+      reg.register_job(rec);
+      return RegistryKeeper::Changed::yes;
+    },
+    RegistryKeeper::Save::now); // on disk before the prolog hears "done"
   spdlog::info("job {}: registered (uid {})", r.job_id, r.uid);
   out.result(proto::Done{});
 }
@@ -235,11 +198,8 @@ void Daemon::on_end_job(const proto::EndJob& r, const Peer&, Responder& out)
   if (!r.pending.empty()) {
     // Persisted before the answer: once the epilog hears "done", the copy is the daemon's.
     std::optional<tmpdir::JobOwner> registered;
-    {
-      std::lock_guard lock(m_mutex);
-      if (auto it = m_registry.jobs().find(r.job_id); it != m_registry.jobs().end()) {
-        registered = tmpdir::JobOwner{r.job_id, it->second.uid, it->second.gid};
-      }
+    if (auto rec = m_registry.find(r.job_id)) {
+      registered = tmpdir::JobOwner{r.job_id, rec->uid, rec->gid};
     }
     if (auto taken = m_stage_out ? m_stage_out->take(r, registered) : Status(Error::internal("not started")); !taken) {
       spdlog::error("job {}: cannot take its stage-out: {}", r.job_id, taken.error().message);
@@ -248,11 +208,12 @@ void Daemon::on_end_job(const proto::EndJob& r, const Peer&, Responder& out)
     }
     spdlog::info("job {}: stage-out handed over ({})", r.job_id, r.pending);
   }
-  std::unique_lock lock(m_mutex);
-  m_registry.end_job(r.job_id, now_s(), r.keep_until);
-  auto copy = registry_copy_locked();
-  lock.unlock();
-  write_registry(copy);
+  m_registry.change(
+    [&](registry::Registry& reg) {
+      reg.end_job(r.job_id, now_s(), r.keep_until);
+      return RegistryKeeper::Changed::yes;
+    },
+    RegistryKeeper::Save::now);
   spdlog::info("job {}: ended{}", r.job_id,
                !r.trash.empty() ? ", trash " + r.trash : r.keep_until > 0 ? std::string(", directory kept") : std::string());
   out.result(proto::Done{});
@@ -275,12 +236,14 @@ void Daemon::on_stage_out_retry(const proto::StageOutRetry& r, const Peer& peer,
 
 Result<registry::JobRecord> Daemon::job_for(std::uint32_t job_id, const Peer& peer)
 {
-  std::lock_guard lock(m_mutex);
-  if (const auto* rec = m_registry.find(job_id); rec && rec->state == registry::JobState::running) {
-    if (!peer.root() && rec->uid != peer.uid) {
+  auto theirs = [&](const registry::JobRecord& rec) -> Result<registry::JobRecord> {
+    if (!peer.root() && rec.uid != peer.uid) {
       return Error::refused("job " + std::to_string(job_id) + " is not yours");
     }
-    return *rec;
+    return rec;
+  };
+  if (auto rec = m_registry.find(job_id); rec && rec->state == registry::JobState::running) {
+    return theirs(*rec);
   }
   // Not registered (its prolog ran while the daemon was down): the directory the prolog made,
   // owned by the job user, is the evidence.
@@ -302,8 +265,20 @@ Result<registry::JobRecord> Daemon::job_for(std::uint32_t job_id, const Peer& pe
   rec.uid = st.st_uid;
   rec.gid = st.st_gid;
   rec.registered_at = now_s();
-  m_registry.register_job(rec);
-  save_registry_locked();
+  std::optional<registry::JobRecord> registered; // meanwhile, by its prolog
+  m_registry.change(
+    [&](registry::Registry& reg) {
+      if (const auto* now = reg.find(job_id); now && now->state == registry::JobState::running) {
+        registered = *now;
+        return RegistryKeeper::Changed::no;
+      }
+      reg.register_job(rec);
+      return RegistryKeeper::Changed::yes;
+    },
+    RegistryKeeper::Save::soon);
+  if (registered) {
+    return theirs(*registered);
+  }
   spdlog::info("job {}: adopted (its directory is owned by uid {})", job_id, st.st_uid);
   return rec;
 }
@@ -325,12 +300,8 @@ void Daemon::stop()
   if (m_gc_thread.joinable()) {
     m_gc_thread.join();
   }
-  std::unique_lock lock(m_mutex);
-  if (m_state_dir.valid()) {
-    auto copy = registry_copy_locked();
-    lock.unlock();
-    write_registry(copy);
-  }
+  m_registry.stop_saving();
+  m_registry.save_now(); // nothing when start() did not get as far as the state directory
 }
 
 void Daemon::write_metrics()
@@ -349,12 +320,12 @@ void Daemon::write_metrics()
     m.counters.evictions = m_keeper.evictions();
     m.cache_max_bytes = m_config.daemon.cache_max_bytes;
     m.stuck_children = proc::stuck_children();
-    for (const auto& [id, job] : m_registry.jobs()) {
-      if (job.state == registry::JobState::running) {
-        ++m.running_jobs;
-      }
-    }
   }
+  m.running_jobs = m_registry.read([](const registry::Registry& reg) {
+    return static_cast<std::uint64_t>(std::count_if(reg.jobs().begin(), reg.jobs().end(), [](const auto& job) {
+      return job.second.state == registry::JobState::running;
+    }));
+  });
   const auto totals = m_keeper.totals(); // from the index: no manifest is read
   m.cache_entries = totals.entries;
   m.cache_bytes = totals.bytes;

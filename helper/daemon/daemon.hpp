@@ -3,13 +3,14 @@
 // library rooms (proto, registry, cache, gc); this is where they meet the node.
 #pragma once
 
-#include "stage_out.hpp"
 
 #include "stagehand/service/cache_keeper.hpp"
 #include "stagehand/service/metrics.hpp"
 #include "stagehand/service/reads.hpp"
 #include "stagehand/service/stagings.hpp"
 #include "stagehand/service/peer.hpp"
+#include "stagehand/service/registry_keeper.hpp"
+#include "stagehand/service/stage_out_queue.hpp"
 #include "stagehand/cache/fill.hpp"
 #include "stagehand/cache/spool.hpp"
 #include "stagehand/cache/store.hpp"
@@ -45,6 +46,8 @@ using service::FillWait;
 using service::FollowFill;
 using service::Peer;
 using service::Responder;
+using service::RegistryKeeper;
+using service::StageOutQueue;
 
 // Wall-clock seconds, as the registry and GC record times.
 inline std::int64_t now_s() { return static_cast<std::int64_t>(std::time(nullptr)); }
@@ -108,18 +111,6 @@ private:
   // while the daemon was down, when its directory is owned by the peer).
   Result<registry::JobRecord> job_for(std::uint32_t job_id, const Peer& peer);
   Result<UniqueFd> open_base() const;
-  // Persists the registry soon: the GC thread writes it, at most once a second (a crash loses at
-  // most that second, which GC and job_for rebuild).
-  void save_registry_locked();
-  // Persists it now: a copy taken under the lock, written (serialised, synced) after it is released.
-  struct RegistryCopy
-  {
-    std::uint64_t generation = 0;
-    registry::Registry registry;
-  };
-  RegistryCopy registry_copy_locked();
-  void write_registry(const RegistryCopy& copy); // without m_mutex
-  static constexpr std::chrono::seconds k_registry_save_every{1};
   // Whether a running job's directory holds a cache entry (for m_keeper's eviction).
   service::KeyInUse jobs_use_locked() const;
   // The fill thread: spools become entries, one at a time, after their jobs have their data.
@@ -155,22 +146,23 @@ private:
   std::string m_base_path; // [tmpdir] base with %n, fixed at start (a change needs a restart)
   std::atomic<bool> m_ctld_unreachable{false};
 
-  std::mutex m_registry_write_mutex; // one registry write at a time, the latest copy last
-  std::uint64_t m_registry_written = 0; // generation on disk; guarded by m_registry_write_mutex
+  // The job registry and its persistence, under its own lock (written soon by its saver thread,
+  // or now at a job's start and end).
+  RegistryKeeper m_registry;
 
   service::Stagings m_stagings; // running stagings, for status (its own lock)
   // The node cache: the store in use, pins, removals, eviction (its own lock, taken after m_mutex;
   // the GC thread removes what it sets aside).
   service::CacheKeeper m_keeper{[this] { m_gc_cv.notify_all(); }};
 
+  // Lock order: m_mutex first, then a piece's own lock, never the reverse: m_keeper's before
+  // m_registry's (eviction asks the registry which keys running jobs use); m_registry's,
+  // m_stage_out's and m_stagings' are taken last (they call out to nothing). Code that reads the
+  // registry with members below holds m_mutex, then asks m_registry.
   std::mutex m_mutex; // guards everything below
   Config m_config;
   UniqueFd m_state_dir;
   std::optional<ipc::Credentials> m_service;
-  registry::Registry m_registry;
-  bool m_registry_dirty = false; // changed since m_registry_saved_at
-  std::chrono::steady_clock::time_point m_registry_saved_at;
-  std::uint64_t m_registry_generation = 0;
   Counters m_counters;
   service::ReadsUnderWay m_reads; // single flight: the reads under way, by key, and cache_view's claims
   gc::ReportOnce m_gc_reported; // failures GC has logged already

@@ -144,16 +144,18 @@ proto::GcReply Daemon::collect(bool dry_run)
 
 bool Daemon::note_registered_running(gc::Evidence& evidence, std::shared_ptr<cache::Store>& store)
 {
-  bool registry_unsure = false;
   std::lock_guard lock(m_mutex);
-  for (const auto& [id, job] : m_registry.jobs()) {
-    if (job.state == registry::JobState::running) {
-      evidence.registered_running.insert(id);
-      registry_unsure = registry_unsure || !evidence.live_steps.count(id);
-    }
-  }
   store = m_keeper.store();
-  return registry_unsure;
+  return m_registry.read([&](const registry::Registry& reg) {
+    bool registry_unsure = false;
+    for (const auto& [id, job] : reg.jobs()) {
+      if (job.state == registry::JobState::running) {
+        evidence.registered_running.insert(id);
+        registry_unsure = registry_unsure || !evidence.live_steps.count(id);
+      }
+    }
+    return registry_unsure;
+  });
 }
 
 void Daemon::ask_slurmctld(gc::Evidence& evidence)
@@ -171,36 +173,39 @@ void Daemon::ask_slurmctld(gc::Evidence& evidence)
 
 void Daemon::registry_after_gc_locked(const gc::Plan& plan, const gc::Evidence& evidence, std::int64_t asked_at)
 {
-  bool changed = false;
-  for (const auto& [job, state] : plan.jobs) {
-    if (state == gc::JobDirState::orphan) {
-      m_registry.end_job(job, now_s(), 0);
-      changed = true;
-    }
-  }
-  // A running record whose end_job never came (its directory may be gone already): slurmctld's
-  // word ends it, and its cache entries are no longer pinned. No answer: all are kept.
-  if (evidence.running_here) {
-    for (auto job : m_registry.ended_by_slurmctld(*evidence.running_here, evidence.live_steps, asked_at)) {
-      spdlog::info("job {}: ended (slurmctld no longer runs it on node {}; its end was never reported)", job, m_node);
-      m_registry.end_job(job, now_s(), 0);
-      changed = true;
-    }
-  }
-  std::vector<std::uint32_t> forget;
-  for (const auto& [id, job] : m_registry.jobs()) {
-    if (job.state == registry::JobState::ended && now_s() - job.ended_at > k_forget_ended_after &&
-        job.keep_until < now_s()) {
-      forget.push_back(id);
-    }
-  }
-  for (auto id : forget) {
-    m_registry.forget(id);
-    changed = true;
-  }
-  if (changed) {
-    save_registry_locked();
-  }
+  m_registry.change(
+    [&](registry::Registry& reg) {
+      bool changed = false;
+      for (const auto& [job, state] : plan.jobs) {
+        if (state == gc::JobDirState::orphan) {
+          reg.end_job(job, now_s(), 0);
+          changed = true;
+        }
+      }
+      // A running record whose end_job never came (its directory may be gone already): slurmctld's
+      // word ends it, and its cache entries are no longer pinned. No answer: all are kept.
+      if (evidence.running_here) {
+        for (auto job : reg.ended_by_slurmctld(*evidence.running_here, evidence.live_steps, asked_at)) {
+          spdlog::info("job {}: ended (slurmctld no longer runs it on node {}; its end was never reported)", job,
+                       m_node);
+          reg.end_job(job, now_s(), 0);
+          changed = true;
+        }
+      }
+      std::vector<std::uint32_t> forget;
+      for (const auto& [id, job] : reg.jobs()) {
+        if (job.state == registry::JobState::ended && now_s() - job.ended_at > k_forget_ended_after &&
+            job.keep_until < now_s()) {
+          forget.push_back(id);
+        }
+      }
+      for (auto id : forget) {
+        reg.forget(id);
+        changed = true;
+      }
+      return changed ? RegistryKeeper::Changed::yes : RegistryKeeper::Changed::no;
+    },
+    RegistryKeeper::Save::soon);
 }
 
 void Daemon::kick_gc()
@@ -229,19 +234,10 @@ void Daemon::gc_loop()
       next_pass = std::chrono::steady_clock::now() + m_config.daemon.gc_interval;
     }
     for (;;) {
-      const auto now = std::chrono::steady_clock::now();
-      if (m_registry_dirty && now >= m_registry_saved_at + k_registry_save_every) {
-        auto copy = registry_copy_locked(); // what save_registry_locked() left for us
-        lock.unlock();
-        write_registry(copy);
-        lock.lock();
-        continue;
-      }
-      if (m_stopping || m_gc_kicked || m_keeper.removals_waiting() || now >= next_pass) {
+      if (m_stopping || m_gc_kicked || m_keeper.removals_waiting() || std::chrono::steady_clock::now() >= next_pass) {
         break;
       }
-      m_gc_cv.wait_until(lock, m_registry_dirty ? std::min(next_pass, m_registry_saved_at + k_registry_save_every)
-                                                : next_pass);
+      m_gc_cv.wait_until(lock, next_pass); // the registry is written by its keeper's own thread
     }
     if (m_stopping) {
       return;

@@ -134,7 +134,7 @@ void Daemon::status_jobs_locked(const std::optional<gc::Snapshot>& snap, const s
         }
         continue;
       }
-      const auto* rec = m_registry.find(*job);
+      const auto rec = m_registry.find(*job);
       const bool running = live.count(*job) > 0 || (rec && rec->state == registry::JobState::running);
       auto marker = snap->markers.find(*job);
       const bool kept = marker != snap->markers.end() && marker->second.until > snap->now &&
@@ -161,11 +161,13 @@ void Daemon::on_cache_list(const Peer& peer, Responder& out)
   auto entries = m_keeper.list();
   std::lock_guard lock(m_mutex);
   std::set<std::string> mine; // keys the peer's jobs used
-  for (const auto& [id, job] : m_registry.jobs()) {
-    if (job.uid == peer.uid) {
-      mine.insert(job.cache_keys.begin(), job.cache_keys.end());
+  m_registry.read([&](const registry::Registry& reg) {
+    for (const auto& [id, job] : reg.jobs()) {
+      if (job.uid == peer.uid) {
+        mine.insert(job.cache_keys.begin(), job.cache_keys.end());
+      }
     }
-  }
+  });
   for (const auto& e : entries) {
     if (!peer.root() && !mine.count(e.key)) {
       continue;

@@ -101,20 +101,24 @@ Result<UniqueFd> StageRun::open_job_dir()
 
 std::uint64_t StageRun::job_staged() const
 {
-  std::lock_guard lock(m_d.m_mutex);
-  const auto* rec = m_d.m_registry.find(m_job.job_id);
+  const auto rec = m_d.m_registry.find(m_job.job_id);
   return rec ? rec->staged_bytes : 0;
 }
 
 std::optional<std::uint64_t> StageRun::charge_job()
 {
-  std::lock_guard lock(m_d.m_mutex);
-  if (m_d.m_registry.charge(m_job.job_id, m_total, m_job_limit)) {
-    m_d.save_registry_locked();
-    return std::nullopt;
-  }
-  const auto* rec = m_d.m_registry.find(m_job.job_id);
-  return rec ? rec->staged_bytes : 0;
+  std::optional<std::uint64_t> over; // what the job had staged, when this would take it past its limit
+  m_d.m_registry.change(
+    [&](registry::Registry& reg) {
+      if (reg.charge(m_job.job_id, m_total, m_job_limit)) {
+        return RegistryKeeper::Changed::yes;
+      }
+      const auto* rec = reg.find(m_job.job_id);
+      over = rec ? rec->staged_bytes : 0;
+      return RegistryKeeper::Changed::no;
+    },
+    RegistryKeeper::Save::soon);
+  return over;
 }
 
 void StageRun::finish_staging()

@@ -308,7 +308,6 @@ void StageRun::account(const Sourcing& s)
   m_d.m_counters.staged_seconds += s.out.seconds;
   if (s.out.cache == proto::CacheOutcome::hit) { // linked: the job's files are the entry's
     m_d.m_registry.add_cache_key(m_job.job_id, s.hit_key);
-    m_d.save_registry_locked();
   }
 }
 

@@ -103,7 +103,6 @@ std::vector<proto::ViewEntry> StageRun::find_hits()
         hit = proto::ViewEntry{entry, meta->files, meta->bytes, meta->how};
         // Pinned for the job until its end: the view's lower layer is this entry.
         m_d.m_registry.add_cache_key(m_job.job_id, hit.entry);
-        m_d.save_registry_locked();
         ++m_d.m_counters.hits;
         (void)m_store->touch(hit.entry, static_cast<std::int64_t>(std::time(nullptr)));
       }

@@ -3,6 +3,7 @@
 // a few times, then moves the directory to the trash and removes it, or, when the copy could not
 // complete, keeps it for keep_for (job::keep_results) for `stagehand stage-out retry`. The list is persisted before
 // the epilog is answered, so a copy cut short by kill -9 or a restart resumes at the next start.
+// The list is the queue's own, under its own lock; nothing else of the daemon's is taken with it.
 #pragma once
 
 #include "stagehand/config/config.hpp"
@@ -18,12 +19,14 @@
 #include <string>
 #include <vector>
 
-namespace stagehand::daemon {
+namespace stagehand::service {
 
 class StageOutQueue : public std::enable_shared_from_this<StageOutQueue>
 {
 public:
-  StageOutQueue(Config config, std::string node, int state_dir_fd);
+  // `retry_pause`: the pause between attempts of a failed copy (k_retry_pause; shorter in tests).
+  StageOutQueue(Config config, std::string node, int state_dir_fd,
+                std::chrono::milliseconds retry_pause = k_retry_pause);
 
   // Loads the persisted list and starts a worker for every entry (at daemon start).
   void resume();
@@ -47,9 +50,10 @@ private:
 
   Config m_config;
   std::string m_node;
+  std::chrono::milliseconds m_retry_pause;
   UniqueFd m_state_dir;
   mutable std::mutex m_mutex;
   std::vector<stageout::PendingCopy> m_pending;
 };
 
-} // namespace stagehand::daemon
+} // namespace stagehand::service

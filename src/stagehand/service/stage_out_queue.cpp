@@ -1,5 +1,5 @@
 // Worker threads that finish the jobs' stage-outs after the jobs, persisted across restarts.
-#include "stage_out.hpp"
+#include "stagehand/service/stage_out_queue.hpp"
 
 #include "stagehand/fs/trusted_dir.hpp"
 #include "stagehand/job/stage_out.hpp"
@@ -14,10 +14,11 @@
 #include <algorithm>
 #include <thread>
 
-namespace stagehand::daemon {
+namespace stagehand::service {
 
-StageOutQueue::StageOutQueue(Config config, std::string node, int state_dir_fd)
-    : m_config(std::move(config)), m_node(std::move(node)), m_state_dir(::fcntl(state_dir_fd, F_DUPFD_CLOEXEC, 0))
+StageOutQueue::StageOutQueue(Config config, std::string node, int state_dir_fd, std::chrono::milliseconds retry_pause)
+    : m_config(std::move(config)), m_node(std::move(node)), m_retry_pause(retry_pause),
+      m_state_dir(::fcntl(state_dir_fd, F_DUPFD_CLOEXEC, 0))
 {
 }
 
@@ -123,8 +124,8 @@ void StageOutQueue::work(stageout::PendingCopy p)
       break;
     }
     spdlog::warn("job {}: {} (attempt {} of {}, retrying in {} s)", p.job_id, r.said, p.attempts,
-                 stageout::k_max_attempts, k_retry_pause.count());
-    std::this_thread::sleep_for(k_retry_pause);
+                 stageout::k_max_attempts, std::chrono::duration_cast<std::chrono::seconds>(m_retry_pause).count());
+    std::this_thread::sleep_for(m_retry_pause);
   }
   if (r.outcome != job::CopyOutcome::complete) {
     // Never deleted because a copy failed: kept under a record, said where, until keep_for is up.
@@ -152,4 +153,4 @@ void StageOutQueue::forget(const std::string& dir)
   save_locked();
 }
 
-} // namespace stagehand::daemon
+} // namespace stagehand::service

@@ -1,0 +1,163 @@
+// The daemon's stage-out queue (service::StageOutQueue) with real copies as the job user: a copy
+// handed over is on disk before the epilog hears back, and a queue that died (kill -9) leaves it to
+// the next one, which finishes it; a copy that keeps failing stays listed while it is retried, then
+// leaves the list with its results kept on the node and why; a finished copy leaves the list and
+// its directory is removed.
+#include "stagehand/service/stage_out_queue.hpp"
+
+#include "stagehand/stageout/copy.hpp"
+#include "stagehand/stageout/kept.hpp"
+#include "stagehand/stageout/pending.hpp"
+#include "stagehand/stageout/spec.hpp"
+#include "stagehand/tmpdir/lifecycle.hpp"
+
+#include "node_fixture.hpp"
+#include "test_support.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+using namespace stagehand;
+using namespace stagehand::test;
+using service::StageOutQueue;
+
+namespace {
+
+bool wait_until(const std::function<bool()>& done, std::chrono::seconds limit)
+{
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) {
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+// A job on node n1 whose epilog renamed its directory aside for the daemon's copy of `result`
+// (42) to DEST, a directory root's until the test gives it to the job user.
+struct HandedOver
+{
+  Node n;
+  std::string dest = n.dir / "dest";
+  UniqueFd state;
+  proto::EndJob end;
+
+  HandedOver()
+  {
+    const std::string state_path = n.dir / "state";
+    EXPECT_EQ(::mkdir(dest.c_str(), 0755), 0);
+    EXPECT_EQ(::mkdir(state_path.c_str(), 0700), 0);
+    state = UniqueFd(::open(state_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    EXPECT_TRUE(tmpdir::on_job_start(n.config, Node::job()));
+    write_file(n.job_dir() + "/result", "42");
+    EXPECT_EQ(::chown((n.job_dir() + "/result").c_str(), k_attacker_uid, k_attacker_gid), 0);
+    UniqueFd job_fd(::open(n.job_dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    EXPECT_EQ(run_as_attacker([&] { return static_cast<bool>(stageout::mark_first_node(job_fd.get())); }), 0);
+    auto aside = tmpdir::on_job_end(n.config, Node::job(), tmpdir::Request::create, tmpdir::EndMove::to_stage_out);
+    EXPECT_TRUE(aside && aside->pending);
+    auto specs = stageout::parse_option("result:" + dest + "/result");
+    EXPECT_TRUE(specs);
+    end.job_id = k_job.job_id;
+    end.pending = aside && aside->pending ? *aside->pending : std::string();
+    end.stage_out = specs ? stageout::canonical_option(*specs, n.dir.path()) : std::string();
+    end.stage_out_dir = n.dir.path();
+  }
+  std::shared_ptr<StageOutQueue> queue(std::chrono::milliseconds retry_pause) const
+  {
+    return std::make_shared<StageOutQueue>(n.config, "n1", state.get(), retry_pause);
+  }
+  std::vector<stageout::PendingCopy> on_disk() const
+  {
+    auto listed = stageout::load_pending(state.get());
+    EXPECT_TRUE(listed) << listed.error().message;
+    return listed ? *listed : std::vector<stageout::PendingCopy>{};
+  }
+};
+
+} // namespace
+
+TEST(StageOutQueue, AHandedOverCopyIsPersistedAndTheNextQueueFinishesIt)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  HandedOver h;
+  // The first daemon takes the hand-over and dies at once, as by kill -9 (DEST cannot take the
+  // copy yet: whatever its worker did, nothing is delivered).
+  auto said = run_with_watchdog(
+    [&] {
+      auto taken = h.queue(std::chrono::hours(1))->take(h.end, k_job);
+      return taken ? std::string("taken") : taken.error().message;
+    },
+    std::chrono::seconds(30));
+  ASSERT_EQ(said, "taken");
+  auto listed = h.on_disk();
+  ASSERT_EQ(listed.size(), 1U);
+  EXPECT_EQ(listed[0].dir, h.end.pending);
+  EXPECT_EQ(listed[0].job_id, k_job.job_id);
+  EXPECT_EQ(listed[0].uid, k_attacker_uid) << "the job user's, though the directory is root's by then";
+  EXPECT_EQ(listed[0].specs, h.end.stage_out);
+  EXPECT_FALSE(exists_nofollow(h.dest + "/result"));
+
+  // The next daemon's queue resumes it, DEST now the job user's.
+  ASSERT_EQ(::chown(h.dest.c_str(), k_attacker_uid, k_attacker_gid), 0);
+  auto q = h.queue(std::chrono::milliseconds(10));
+  q->resume();
+  EXPECT_TRUE(wait_until([&] { return q->pending().empty(); }, std::chrono::seconds(60)));
+  EXPECT_EQ(read_file(h.dest + "/result"), "42");
+  EXPECT_TRUE(h.on_disk().empty()) << "a finished copy leaves the persisted list";
+  EXPECT_FALSE(exists_nofollow(h.n.base + "/" + h.end.pending));
+  EXPECT_TRUE(wait_until([&] { return h.n.trash().empty(); }, std::chrono::seconds(60))) << "removed, not left as trash";
+  EXPECT_TRUE(stageout::load_kept(h.n.base_fd().get()).empty());
+}
+
+TEST(StageOutQueue, AFailingCopyStaysListedWhileRetriedThenItsResultsAreKeptWithWhy)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  HandedOver h; // DEST stays root's: every attempt fails
+  auto q = h.queue(std::chrono::milliseconds(300));
+  ASSERT_TRUE(q->take(h.end, k_job));
+  EXPECT_EQ(h.on_disk().size(), 1U) << "persisted before the epilog hears back";
+  EXPECT_TRUE(wait_until(
+    [&] {
+      auto p = q->pending();
+      return p.size() == 1 && p[0].dir == h.end.pending && p[0].attempts >= 2;
+    },
+    std::chrono::seconds(60)))
+    << "a failed attempt is retried and the copy stays pending";
+
+  EXPECT_TRUE(wait_until([&] { return q->pending().empty(); }, std::chrono::seconds(60)));
+  EXPECT_TRUE(h.on_disk().empty());
+  auto kept = stageout::load_kept(h.n.base_fd().get());
+  ASSERT_EQ(kept.size(), 1U) << "after the last attempt the results are kept under a record";
+  EXPECT_EQ(kept[0].dir, h.end.pending);
+  EXPECT_EQ(kept[0].uid, k_attacker_uid);
+  EXPECT_NE(kept[0].reason.find(h.dest), std::string::npos) << kept[0].reason;
+  EXPECT_TRUE(exists_nofollow(h.n.base + "/" + h.end.pending + "/result")) << "never deleted because a copy failed";
+  EXPECT_FALSE(exists_nofollow(h.dest + "/result"));
+}
+
+TEST(StageOutQueue, TakesOnlyTheJobsOwnStageOutDirectory)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  HandedOver h;
+  auto q = h.queue(std::chrono::milliseconds(10));
+  for (const std::string& name : {std::string("job_555"), std::string(".stageout.job_556.1"), "../" + h.end.pending,
+                                 std::string(".stageout.job_555.none")}) {
+    proto::EndJob other = h.end;
+    other.pending = name;
+    auto taken = q->take(other, k_job);
+    EXPECT_FALSE(taken) << name;
+    EXPECT_TRUE(q->pending().empty()) << name;
+  }
+  EXPECT_TRUE(h.on_disk().empty());
+}
