@@ -1,6 +1,7 @@
-// stagehandd's state and request handling: one object owns the registry, the cache index and the
-// counters; handlers (one file each) and the GC thread go through it. Decisions come from the pure
-// library rooms (proto, registry, cache, gc); this is where they meet the node.
+// stagehandd's request handling: one object wires the service pieces (src/stagehand/service: the
+// registry's keeper, the cache's keeper, the reads under way, the stagings, the stage-out queue,
+// each with its own state) to the requests; handlers (one file each), the GC thread and the fill
+// thread go through it. Decisions come from the pure library rooms (proto, registry, cache, gc).
 #pragma once
 
 
