@@ -1,12 +1,17 @@
 // The one way a program or a piece of work runs in a child (util/subprocess): what it wrote, how
-// it ended in words, its environment and descriptors, and bounds that hold.
+// it ended in words (a time bound that ran out as a typed outcome where asked), its environment
+// and descriptors, bounds that hold, and the proc::Process every child is forked through.
 #include "stagehand/util/subprocess.hpp"
 
 #include "stagehand/util/fd.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
+
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -122,4 +127,138 @@ TEST(Subprocess, WorkInAChildReturnsWhatItSaysOrIsStoppedAtItsBound)
   ASSERT_FALSE(stuck);
   EXPECT_EQ(stuck.error().code, ETIMEDOUT);
   EXPECT_EQ(stuck.error().message.rfind("the removal: no answer within ", 0), 0U) << stuck.error().message;
+}
+
+TEST(Subprocess, ATimeBoundThatRunsOutIsATypedOutcomeWhenAsked)
+{
+  // A program: what it wrote before its bound ran out, and the bound in its words.
+  auto slow = sh("echo started; sleep 60");
+  slow.on_timeout = proc::OnTimeout::ended;
+  auto r = proc::run(slow, 200ms);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->kind, proc::EndKind::timed_out);
+  EXPECT_TRUE(r->timed_out());
+  EXPECT_FALSE(r->succeeded());
+  EXPECT_EQ(r->exit_code(), std::nullopt);
+  EXPECT_EQ(r->output, "started\n");
+  EXPECT_EQ(r->describe(), "no answer within 200 ms");
+  EXPECT_TRUE(r->left_behind.empty());
+  // One that ends in time is not a timeout, asked or not.
+  auto quick = sh("exit 2");
+  quick.on_timeout = proc::OnTimeout::ended;
+  auto two = proc::run(quick, 10s);
+  ASSERT_TRUE(two);
+  EXPECT_EQ(two->kind, proc::EndKind::exited);
+  EXPECT_EQ(two->exit_code(), std::optional<int>(2));
+  // A function: the same.
+  auto stuck = proc::run_function(
+    [] {
+      ::pause();
+      return std::string("never");
+    },
+    "the removal", proc::Clock::now() + 200ms, proc::OnTimeout::ended);
+  ASSERT_TRUE(stuck) << stuck.error().message;
+  EXPECT_TRUE(stuck->timed_out());
+  auto done = proc::run_function([] { return std::string("removed"); }, "the removal", proc::Clock::now() + 10s,
+                                 proc::OnTimeout::ended);
+  ASSERT_TRUE(done);
+  EXPECT_FALSE(done->timed_out());
+  EXPECT_EQ(done->output, "removed");
+}
+
+TEST(Subprocess, ATimedOutChildThatOutlivesSigkillSaysItWasLeftBehind)
+{
+  // Stand-in for a child blocked in the kernel: "SIGKILL" becomes SIGSTOP (see child_test.cpp).
+  std::vector<pid_t> stopped;
+  proc::wait_hooks().kill = [&](pid_t pid, int sig) {
+    if (sig == SIGKILL) {
+      stopped.push_back(pid);
+      sig = SIGSTOP;
+    }
+    return ::kill(pid, sig);
+  };
+  auto r = proc::run_function(
+    [] {
+      ::pause();
+      return std::string("never");
+    },
+    "the removal", proc::Clock::now() + 200ms, proc::OnTimeout::ended);
+  proc::wait_hooks() = {};
+  for (pid_t pid : stopped) {
+    ::kill(pid, SIGKILL);
+  }
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_TRUE(r->timed_out());
+  EXPECT_EQ(r->left_behind.rfind("the removal (pid ", 0), 0U) << r->left_behind;
+  EXPECT_TRUE(proc::left_behind(Error::io(r->left_behind, ETIMEDOUT))) << r->left_behind;
+  EXPECT_NE(r->describe().find(" did not end 3 s after SIGKILL"), std::string::npos) << r->describe();
+}
+
+TEST(SubprocessProcess, WaitSaysHowItEndedAndABoundThatRunsOutKillsIt)
+{
+  auto three = proc::Process::start("three", proc::Group::shared, [] { ::_exit(3); });
+  ASSERT_TRUE(three);
+  auto ended = three->wait(std::nullopt);
+  ASSERT_TRUE(ended);
+  EXPECT_EQ(ended->kind, proc::EndKind::exited);
+  EXPECT_EQ(ended->describe(), "exit status 3");
+  EXPECT_FALSE(three->running());
+
+  auto pausing = proc::Process::start("pausing", proc::Group::shared, [] {
+    for (;;) {
+      ::pause();
+    }
+  });
+  ASSERT_TRUE(pausing);
+  auto timed = pausing->wait(proc::Clock::now() + 100ms);
+  ASSERT_TRUE(timed) << timed.error().message;
+  EXPECT_EQ(timed->kind, proc::EndKind::timed_out);
+  EXPECT_EQ(proc::describe_status(timed->status), "killed by signal 9 (SIGKILL)");
+  EXPECT_EQ(pausing->pid(), -1); // reaped
+}
+
+TEST(SubprocessProcess, AStoppedChildIsSeenAsStopped)
+{
+  auto child = proc::Process::start("stopping", proc::Group::shared, [] {
+    ::raise(SIGSTOP);
+    ::_exit(0);
+  });
+  ASSERT_TRUE(child);
+  bool seen = false;
+  for (int i = 0; i < 1000 && !seen; ++i) {
+    seen = child->stopped();
+    ::usleep(10000);
+  }
+  EXPECT_TRUE(seen);
+  auto killed = child->kill();
+  ASSERT_TRUE(killed) << killed.error().message;
+  EXPECT_EQ(killed->describe(), "killed by signal 9 (SIGKILL)");
+  EXPECT_FALSE(child->stopped());
+}
+
+TEST(SubprocessProcess, AKillOfAChildInItsOwnGroupReachesWhatItForked)
+{
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  UniqueFd rd(p[0]);
+  UniqueFd wr(p[1]);
+  // The child and its own child (which says it is there) hold the pipe's write end until they end.
+  auto child = proc::Process::start("a parent", proc::Group::own, [&] {
+    if (::fork() == 0) {
+      (void)!::write(wr.get(), "g", 1);
+    }
+    ::alarm(30); // neither outlives a failed test for long
+    for (;;) {
+      ::pause();
+    }
+  });
+  ASSERT_TRUE(child);
+  wr.reset();
+  struct pollfd pfd {rd.get(), POLLIN, 0};
+  char c = 0;
+  ASSERT_EQ(::poll(&pfd, 1, 10000), 1);
+  ASSERT_EQ(::read(rd.get(), &c, 1), 1); // the grandchild runs
+  ASSERT_TRUE(child->kill());
+  ASSERT_EQ(::poll(&pfd, 1, 10000), 1); // the grandchild is gone too: end of file
+  EXPECT_EQ(::read(rd.get(), &c, 1), 0);
 }

@@ -162,10 +162,10 @@ std::optional<std::set<std::uint32_t>> slurmctld_running(const std::string& node
                           "--states=RUNNING,COMPLETING,CONFIGURING,SUSPENDED,STOPPED,SIGNALING,STAGE_OUT,RESIZING",
                           "--format=%A"},
                          deadline);
-  if (!out || out->exit_code != 0) {
+  if (!out || !out->succeeded()) {
     return std::nullopt;
   }
-  return parse_squeue_ids(out->out);
+  return parse_squeue_ids(out->output);
 }
 
 namespace {

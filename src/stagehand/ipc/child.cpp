@@ -1,4 +1,5 @@
-// fork + privilege drop + SCM_RIGHTS messaging.
+// The child side of spawn_as (descriptors, limits, privilege drop, the checks around it), how its
+// end reads, and SCM_RIGHTS messaging.
 #include "stagehand/ipc/child.hpp"
 
 #include "stagehand/proto/frame.hpp"
@@ -12,7 +13,6 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <utility>
 
 namespace stagehand::ipc {
 
@@ -208,8 +209,7 @@ void exit_if_traced(int status_fd, long parent_tracer, SuidDumpable dumpable)
 {
   const std::vector<int> kept = renumber_fds(sock, keep); // descriptors first
 
-  // Its own process group (as root, before the drop): Child::kill ends whatever it forked as well.
-  ::setpgid(0, 0);
+  // Already in its own process group (proc::Group::own, as root): Child::kill ends whatever it forks.
   struct rlimit core {0, 0};
   ::setrlimit(RLIMIT_CORE, &core);
   bound_memory();
@@ -293,7 +293,7 @@ ChildHooks& child_hooks()
 }
 
 Child::Child(Child&& other) noexcept
-  : m_pid(std::exchange(other.m_pid, -1)), m_sock(std::move(other.m_sock)), m_who(std::move(other.m_who)),
+  : m_sock(std::move(other.m_sock)), m_process(std::move(other.m_process)),
     m_ended(std::exchange(other.m_ended, std::nullopt))
 {
 }
@@ -302,25 +302,23 @@ Child& Child::operator=(Child&& other) noexcept
 {
   if (this != &other) {
     kill();
-    m_pid = std::exchange(other.m_pid, -1);
+    m_process = std::move(other.m_process);
     m_sock = std::move(other.m_sock);
-    m_who = std::move(other.m_who);
     m_ended = std::exchange(other.m_ended, std::nullopt);
   }
   return *this;
 }
 
-Child::~Child() { kill(); }
-
 namespace {
 
-// A wait status in the terms of spawn_as's child (`who`): its exit code, or why it did not run body.
-Result<int> child_ending(int status, const std::string& who)
+// How spawn_as's child (`who`) ended, in its terms: its exit code, or why it did not run body.
+Result<int> child_ending(const proc::Ended& ended, const std::string& who)
 {
-  if (WIFSIGNALED(status)) {
-    return Error::io(proc::describe_status(status), EINTR);
+  const auto code = ended.exit_code();
+  if (!code) {
+    return Error::io(ended.describe(), EINTR);
   }
-  switch (WEXITSTATUS(status)) {
+  switch (*code) {
   case k_exit_out_of_memory:
     return Error::io(who + " ran out of memory (work done for users may take " + std::to_string(k_child_memory >> 30) +
                        " GiB more than its parent; RLIMIT_DATA)",
@@ -333,7 +331,7 @@ Result<int> child_ending(int status, const std::string& who)
     return Error::refused(who + ": a tracer attached while it changed to the user's uid: refused to run user work",
                           EPERM);
   default:
-    return WEXITSTATUS(status);
+    return *code;
   }
 }
 
@@ -341,51 +339,33 @@ Result<int> child_ending(int status, const std::string& who)
 
 void Child::kill()
 {
-  if (m_pid > 0) {
-    // Its process group first: anything it forked (the unreaped child holds the id). Through the
-    // same seam as kill_and_wait's own signal, so that a test's "survivor" survives this too.
-    const auto& hook = proc::wait_hooks().kill;
-    (void)(hook ? hook(-m_pid, SIGKILL) : ::kill(-m_pid, SIGKILL));
-    auto ended = proc::kill_and_wait(m_pid, m_who);
-    m_ended = ended ? child_ending(*ended, m_who) : Result<int>(ended.error());
-    m_pid = -1;
+  if (m_process.running()) {
+    auto ended = m_process.kill(); // its process group too: whatever it forked
+    m_ended = ended ? child_ending(*ended, m_process.who()) : Result<int>(ended.error());
   }
 }
 
-bool Child::stopped() const
-{
-  if (m_pid <= 0) {
-    return false;
-  }
-  // Asked of the kernel as the child's parent (WNOWAIT: the state stays for wait()), not read in
-  // /proc, which a unit's ProtectProc= may hide from a daemon whose child runs as another user.
-  siginfo_t info{};
-  if (::waitid(P_PID, static_cast<id_t>(m_pid), &info, WSTOPPED | WNOHANG | WNOWAIT) != 0) {
-    return false;
-  }
-  return info.si_pid == m_pid && (info.si_code == CLD_STOPPED || info.si_code == CLD_TRAPPED);
-}
+bool Child::stopped() const { return m_process.stopped(); }
 
 Result<int> Child::wait(std::chrono::milliseconds bound)
 {
-  if (m_pid <= 0) {
+  if (!m_process.running()) {
     return m_ended ? *m_ended : Result<int>(Error::internal("no child to wait for"));
   }
-  auto ended = proc::wait_until(m_pid, proc::Clock::now() + bound);
-  if (!ended && ended.error().code == ETIMEDOUT) {
-    kill();
-    auto killed = *m_ended;
-    if (!killed || killed.error().code != ETIMEDOUT) { // it ended on SIGKILL: say why it was sent
-      const auto ms = bound.count();
-      m_ended = Error::io(m_who + " did not exit within " +
-                            (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms") +
-                            " of its last word: killed",
-                          ETIMEDOUT);
-    }
-    return *m_ended;
+  auto ended = m_process.wait(proc::Clock::now() + bound);
+  if (!ended) {
+    m_ended = ended.error();
+  } else if (ended->timed_out() && !ended->left_behind.empty()) {
+    m_ended = Error::io(ended->left_behind, ETIMEDOUT);
+  } else if (ended->timed_out()) { // it ended on SIGKILL: say why it was sent
+    const auto ms = bound.count();
+    m_ended = Error::io(m_process.who() + " did not exit within " +
+                          (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms") +
+                          " of its last word: killed",
+                        ETIMEDOUT);
+  } else {
+    m_ended = child_ending(*ended, m_process.who());
   }
-  m_pid = -1;
-  m_ended = ended ? child_ending(*ended, m_who) : Result<int>(ended.error());
   return *m_ended;
 }
 
@@ -397,7 +377,7 @@ Error Child::why_closed(const Error& seen)
   }
   Error said = seen;
   if (*ended != 0) {
-    said.message += " (" + m_who + " ended with exit status " + std::to_string(*ended) + ")";
+    said.message += " (" + m_process.who() + " ended with exit status " + std::to_string(*ended) + ")";
   }
   return said;
 }
@@ -415,16 +395,14 @@ Result<Child> spawn_as(const Credentials& creds, const std::vector<int>& keep, c
   UniqueFd child_end(sv[1]);
   const pid_t parent = ::getpid();
   const ChildHooks& hooks = child_hooks(); // made before the fork
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    return Error::from_errno("fork");
-  }
-  if (pid == 0) {
+  auto process = proc::Process::start("a child of " + creds.what, proc::Group::own, [&] {
     parent_end.release(); // closed by close_range in the child; never run its destructor
     child_main(creds, child_end.get(), keep, body, parent, hooks);
+  });
+  if (!process) {
+    return process.error();
   }
-  (void)::setpgid(pid, pid); // as the child does: a kill of the group can never come before it
-  return Child(pid, std::move(parent_end), "a child of " + creds.what);
+  return Child(std::move(*process), std::move(parent_end));
 }
 
 Status send_message(int sock, const std::string& text, const std::vector<int>& fds)

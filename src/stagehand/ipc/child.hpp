@@ -1,11 +1,14 @@
-// Work done with another user's rights: fork, drop to that user (setgroups, setresgid, setresuid;
-// never root), run a function, and talk to the parent over a socket that can carry descriptors.
+// Work done with another user's rights: fork (proc::Process, util/subprocess.hpp: the same bounded
+// waits and kills, and the same words for a child's end, as every other child), drop to that user
+// (setgroups, setresgid, setresuid; never root), run a function, and talk to the parent over a
+// socket that can carry descriptors.
 // The parent holds a Child; a child of the job user and a child of the service user are the two
 // sides of every cache fill, and the type of what each returns says which side made it.
 #pragma once
 
 #include "stagehand/util/fd.hpp"
 #include "stagehand/util/result.hpp"
+#include "stagehand/util/subprocess.hpp"
 
 #include <sys/types.h>
 
@@ -41,16 +44,13 @@ class Child
 {
 public:
   Child() = default;
-  Child(pid_t pid, UniqueFd sock, std::string who = "a child")
-    : m_pid(pid), m_sock(std::move(sock)), m_who(std::move(who))
-  {
-  }
+  Child(proc::Process process, UniqueFd sock) : m_sock(std::move(sock)), m_process(std::move(process)) {}
   Child(Child&& other) noexcept;
   Child& operator=(Child&& other) noexcept;
-  ~Child(); // kills and reaps a child still running (bounded, as kill())
+  ~Child() = default; // m_process kills and reaps a child still running (bounded, as kill())
 
   int sock() const { return m_sock.get(); }
-  pid_t pid() const { return m_pid; }
+  pid_t pid() const { return m_process.pid(); }
   // Waits for the child to exit, at most `bound` (then kills it): its exit code, or an error
   // naming the signal that killed it, why it refused to run user work, that it ran out of memory,
   // or that it could not be killed. After kill(), what the kill found.
@@ -67,10 +67,9 @@ public:
   Error why_closed(const Error& seen);
 
 private:
-  pid_t m_pid = -1;
   UniqueFd m_sock;
-  std::string m_who;
-  std::optional<Result<int>> m_ended; // set by kill(): what wait() then says
+  proc::Process m_process;            // after m_sock: killed before the socket closes
+  std::optional<Result<int>> m_ended; // set by kill() and wait(): what wait() then says
 };
 
 // Test seams, reset with child_hooks() = {}: `before_drop` runs in the child after its

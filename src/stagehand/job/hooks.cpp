@@ -44,18 +44,17 @@ std::string remove_bounded(const Config& config, const std::string& node, const 
 {
   auto removed = proc::run_function([&] { return tmpdir::remove_trash(config, node, trash, budget); },
                                     "the removal of " + trash,
-                                    proc::Clock::now() + budget + std::chrono::milliseconds(1000));
-  if (removed) {
-    return removed->output;
-  }
-  if (removed.error().code != ETIMEDOUT || !removed.error().message.starts_with("the removal of " + trash + ": no answer")) {
+                                    proc::Clock::now() + budget + std::chrono::milliseconds(1000),
+                                    proc::OnTimeout::ended);
+  if (!removed) {
     return "cannot remove " + trash + ": " + removed.error().message;
   }
+  if (!removed->timed_out()) {
+    return removed->output;
+  }
   // Never an unbounded wait: a child blocked in a syscall outlives SIGKILL (it went to the reaper).
-  const auto& m = removed.error().message;
-  const auto left = m.find(" (");
   return "removal of " + trash + " stopped at its time budget; the rest stays in the trash" +
-         (left == std::string::npos ? std::string() : "; " + m.substr(left + 2, m.size() - left - 3));
+         (removed->left_behind.empty() ? std::string() : "; " + removed->left_behind);
 }
 
 } // namespace
