@@ -37,39 +37,38 @@ template<typename... Ts> Overloaded(Ts...) -> Overloaded<Ts...>;
 } // namespace
 
 Daemon::Daemon(Config config, std::string config_path, std::string node)
-  : m_config_path(std::move(config_path)), m_node(std::move(node)), m_config(std::move(config))
+  : m_config_path(std::move(config_path)),
+    m_shared(std::move(node), std::move(config), [this] { m_gc_cv.notify_all(); })
 {
-  m_base_path = tmpdir::base_path(m_config, m_node).value_or("");
-  m_keeper.set_limits(cache::CacheLimits{m_config.daemon.cache_max_bytes, m_config.daemon.cache_max_entries});
 }
 
 Daemon::~Daemon() { stop(); }
 
-std::string Daemon::socket_path() const { return expand_node(m_config.daemon.socket, m_node); }
+std::string Daemon::socket_path() const { return expand_node(m_shared.config.daemon.socket, m_shared.name); }
 
 Status Daemon::start()
 {
-  std::lock_guard lock(m_mutex);
-  auto state = fs::open_trusted_dir(expand_node(m_config.daemon.state_dir, m_node), fs::CreateMissing::yes);
+  std::lock_guard lock(m_shared.mutex);
+  auto state = fs::open_trusted_dir(expand_node(m_shared.config.daemon.state_dir, m_shared.name), fs::CreateMissing::yes);
   if (!state) {
     return state.error().with_context("[daemon] state_dir");
   }
   ::fchmod(state->get(), 0700);
   m_state_dir = std::move(*state);
-  m_registry.open(m_state_dir.get());
-  m_registry.start_saving();
-  auto base = open_base();
+  m_shared.registry.open(m_state_dir.get());
+  m_shared.registry.start_saving();
+  auto base = m_shared.open_base();
   if (!base) {
     return base.error().with_context("[tmpdir] base");
   }
-  auto service = ipc::credentials_of_name(m_config.daemon.user);
+  auto service = ipc::credentials_of_name(m_shared.config.daemon.user);
   if (!service) {
     spdlog::error("[daemon] user: {}: the cache is off; jobs stage without it", service.error().message);
   } else {
-    m_service = *service;
+    m_shared.service = *service;
   }
   std::string cache_shown = "off";
-  auto store = cache::Store::open(expand_node(m_config.daemon.cache_dir, m_node));
+  auto store = cache::Store::open(expand_node(m_shared.config.daemon.cache_dir, m_shared.name));
   if (!store) {
     spdlog::error("[daemon] cache_dir: {}: the cache is off; jobs stage without it", store.error().message);
   } else {
@@ -79,13 +78,13 @@ Status Daemon::start()
       spdlog::info("cache: removed {} interrupted fills and broken entries", swept.size());
     }
     cache_shown = opened->path();
-    m_keeper.use_store(std::move(opened));
+    m_shared.keeper.use_store(std::move(opened));
   }
-  m_stage_out = std::make_shared<StageOutQueue>(m_config, m_node, m_state_dir.get());
+  m_stage_out = std::make_shared<StageOutQueue>(m_shared.config, m_shared.name, m_state_dir.get());
   m_stage_out->resume();
-  spdlog::info("node {}: base {}, cache {} (max {} bytes), {} jobs in the registry", m_node,
-               expand_node(m_config.tmpdir.base, m_node), cache_shown, m_config.daemon.cache_max_bytes,
-               m_registry.read([](const registry::Registry& reg) { return reg.jobs().size(); }));
+  spdlog::info("node {}: base {}, cache {} (max {} bytes), {} jobs in the registry", m_shared.name,
+               expand_node(m_shared.config.tmpdir.base, m_shared.name), cache_shown, m_shared.config.daemon.cache_max_bytes,
+               m_shared.registry.read([](const registry::Registry& reg) { return reg.jobs().size(); }));
   return ok_status();
 }
 
@@ -96,30 +95,30 @@ Status Daemon::reload()
     return config.error();
   }
   // A cache moved by the reload is opened (every manifest read, into its index) without the lock.
-  const std::string cache_path = expand_node(config->daemon.cache_dir, m_node);
-  const auto in_use = m_keeper.store();
+  const std::string cache_path = expand_node(config->daemon.cache_dir, m_shared.name);
+  const auto in_use = m_shared.keeper.store();
   const bool moved = !in_use || in_use->path() != cache_path;
   Result<cache::Store> opened = Error::internal("not reopened");
   if (moved) {
     opened = cache::Store::open(cache_path);
   }
-  std::lock_guard lock(m_mutex);
-  if (expand_node(config->daemon.socket, m_node) != socket_path()) {
+  std::lock_guard lock(m_shared.mutex);
+  if (expand_node(config->daemon.socket, m_shared.name) != socket_path()) {
     spdlog::warn("reload: [daemon] socket changed; it takes effect at the next restart");
   }
-  if (tmpdir::base_path(*config, m_node).value_or("") != m_base_path) {
-    spdlog::warn("reload: [tmpdir] base changed; the daemon keeps {} until the next restart", m_base_path);
+  if (tmpdir::base_path(*config, m_shared.name).value_or("") != m_shared.base_path) {
+    spdlog::warn("reload: [tmpdir] base changed; the daemon keeps {} until the next restart", m_shared.base_path);
   }
-  m_config = std::move(*config);
-  m_keeper.set_limits(cache::CacheLimits{m_config.daemon.cache_max_bytes, m_config.daemon.cache_max_entries});
-  if (auto service = ipc::credentials_of_name(m_config.daemon.user)) {
-    m_service = *service;
+  m_shared.config = std::move(*config);
+  m_shared.keeper.set_limits(cache::CacheLimits{m_shared.config.daemon.cache_max_bytes, m_shared.config.daemon.cache_max_entries});
+  if (auto service = ipc::credentials_of_name(m_shared.config.daemon.user)) {
+    m_shared.service = *service;
   } else {
     spdlog::error("reload: [daemon] user: {}", service.error().message);
-    m_service.reset();
+    m_shared.service.reset();
   }
   if (moved && opened) {
-    m_keeper.use_store(std::make_shared<cache::Store>(std::move(*opened)));
+    m_shared.keeper.use_store(std::make_shared<cache::Store>(std::move(*opened)));
   } else if (moved) {
     spdlog::error("reload: [daemon] cache_dir: {}", opened.error().message);
   }
@@ -129,15 +128,9 @@ Status Daemon::reload()
   return ok_status();
 }
 
-Result<UniqueFd> Daemon::open_base() const
-{
-  if (m_base_path.empty()) {
-    return Error::config("[tmpdir] base: unusable for node " + m_node);
-  }
-  return fs::open_trusted_dir(m_base_path, fs::CreateMissing::yes);
-}
+void Daemon::start_fill_thread() { m_fills.start(); }
 
-void Daemon::save_state() { m_registry.save_now(); }
+void Daemon::save_state() { m_shared.registry.save_now(); }
 
 void Daemon::handle(const proto::Request& request, const Peer& peer, Responder& out)
 {
@@ -183,7 +176,7 @@ void Daemon::on_register(const proto::RegisterJob& r, const Peer&, Responder& ou
   rec.uid = r.uid;
   rec.gid = r.gid;
   rec.registered_at = now_s();
-  m_registry.change(
+  m_shared.registry.change(
     [&](registry::Registry& reg) {
       reg.register_job(rec);
       return RegistryKeeper::Changed::yes;
@@ -198,7 +191,7 @@ void Daemon::on_end_job(const proto::EndJob& r, const Peer&, Responder& out)
   if (!r.pending.empty()) {
     // Persisted before the answer: once the epilog hears "done", the copy is the daemon's.
     std::optional<tmpdir::JobOwner> registered;
-    if (auto rec = m_registry.find(r.job_id)) {
+    if (auto rec = m_shared.registry.find(r.job_id)) {
       registered = tmpdir::JobOwner{r.job_id, rec->uid, rec->gid};
     }
     if (auto taken = m_stage_out ? m_stage_out->take(r, registered) : Status(Error::internal("not started")); !taken) {
@@ -208,7 +201,7 @@ void Daemon::on_end_job(const proto::EndJob& r, const Peer&, Responder& out)
     }
     spdlog::info("job {}: stage-out handed over ({})", r.job_id, r.pending);
   }
-  m_registry.change(
+  m_shared.registry.change(
     [&](registry::Registry& reg) {
       reg.end_job(r.job_id, now_s(), r.keep_until);
       return RegistryKeeper::Changed::yes;
@@ -223,7 +216,7 @@ void Daemon::on_end_job(const proto::EndJob& r, const Peer&, Responder& out)
 void Daemon::on_stage_out_retry(const proto::StageOutRetry& r, const Peer& peer, Responder& out)
 {
   // The copy runs as the results' user, whoever asks; a user may ask only for their own.
-  auto said = job::retry_kept(m_config, m_node, r.job_id, peer.root() ? 0 : peer.uid,
+  auto said = job::retry_kept(m_shared.config, m_shared.name, r.job_id, peer.root() ? 0 : peer.uid,
                               std::chrono::duration_cast<std::chrono::milliseconds>(StageOutQueue::k_copy_budget));
   if (!said) {
     spdlog::warn("job {}: stage-out retry (uid {}): {}", r.job_id, peer.uid, said.error().message);
@@ -242,12 +235,12 @@ Result<registry::JobRecord> Daemon::job_for(std::uint32_t job_id, const Peer& pe
     }
     return rec;
   };
-  if (auto rec = m_registry.find(job_id); rec && rec->state == registry::JobState::running) {
+  if (auto rec = m_shared.registry.find(job_id); rec && rec->state == registry::JobState::running) {
     return theirs(*rec);
   }
   // Not registered (its prolog ran while the daemon was down): the directory the prolog made,
   // owned by the job user, is the evidence.
-  auto base = open_base();
+  auto base = m_shared.open_base();
   if (!base) {
     return base.error();
   }
@@ -255,7 +248,7 @@ Result<registry::JobRecord> Daemon::job_for(std::uint32_t job_id, const Peer& pe
   const std::string name = tmpdir::job_dir_name(job_id);
   auto dir = fs::open_beneath(base->get(), name, O_PATH); // never into a mount the job made there
   if (!dir || ::fstat(dir->get(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return Error::refused("job " + std::to_string(job_id) + " has no directory on node " + m_node);
+    return Error::refused("job " + std::to_string(job_id) + " has no directory on node " + m_shared.name);
   }
   if (st.st_uid == 0 || (!peer.root() && st.st_uid != peer.uid)) {
     return Error::refused("job " + std::to_string(job_id) + " is not yours");
@@ -266,7 +259,7 @@ Result<registry::JobRecord> Daemon::job_for(std::uint32_t job_id, const Peer& pe
   rec.gid = st.st_gid;
   rec.registered_at = now_s();
   std::optional<registry::JobRecord> registered; // meanwhile, by its prolog
-  m_registry.change(
+  m_shared.registry.change(
     [&](registry::Registry& reg) {
       if (const auto* now = reg.find(job_id); now && now->state == registry::JobState::running) {
         registered = *now;
@@ -286,22 +279,19 @@ Result<registry::JobRecord> Daemon::job_for(std::uint32_t job_id, const Peer& pe
 void Daemon::stop()
 {
   {
-    std::lock_guard lock(m_mutex);
+    std::lock_guard lock(m_shared.mutex);
     if (m_stopping) {
       return;
     }
     m_stopping = true;
     m_gc_cv.notify_all();
-    m_fill_cv.notify_all();
   }
-  if (m_fill_thread.joinable()) {
-    m_fill_thread.join();
-  }
+  m_fills.stop();
   if (m_gc_thread.joinable()) {
     m_gc_thread.join();
   }
-  m_registry.stop_saving();
-  m_registry.save_now(); // nothing when start() did not get as far as the state directory
+  m_shared.registry.stop_saving();
+  m_shared.registry.save_now(); // nothing when start() did not get as far as the state directory
 }
 
 void Daemon::write_metrics()
@@ -309,24 +299,24 @@ void Daemon::write_metrics()
   service::MetricsSnapshot m;
   std::string path;
   {
-    std::lock_guard lock(m_mutex);
-    path = m_config.daemon.metrics_file;
+    std::lock_guard lock(m_shared.mutex);
+    path = m_shared.config.daemon.metrics_file;
     if (path.empty()) {
       return;
     }
-    path = expand_node(path, m_node);
-    m.node = m_node;
-    m.counters = m_counters;
-    m.counters.evictions = m_keeper.evictions();
-    m.cache_max_bytes = m_config.daemon.cache_max_bytes;
+    path = expand_node(path, m_shared.name);
+    m.node = m_shared.name;
+    m.counters = m_shared.counters;
+    m.counters.evictions = m_shared.keeper.evictions();
+    m.cache_max_bytes = m_shared.config.daemon.cache_max_bytes;
     m.stuck_children = proc::stuck_children();
   }
-  m.running_jobs = m_registry.read([](const registry::Registry& reg) {
+  m.running_jobs = m_shared.registry.read([](const registry::Registry& reg) {
     return static_cast<std::uint64_t>(std::count_if(reg.jobs().begin(), reg.jobs().end(), [](const auto& job) {
       return job.second.state == registry::JobState::running;
     }));
   });
-  const auto totals = m_keeper.totals(); // from the index: no manifest is read
+  const auto totals = m_shared.keeper.totals(); // from the index: no manifest is read
   m.cache_entries = totals.entries;
   m.cache_bytes = totals.bytes;
   if (auto st = service::write_metrics_file(path, m); !st) {

@@ -4,21 +4,12 @@
 // thread go through it. Decisions come from the pure library rooms (proto, registry, cache, gc).
 #pragma once
 
-
-#include "stagehand/service/cache_keeper.hpp"
-#include "stagehand/service/metrics.hpp"
-#include "stagehand/service/reads.hpp"
-#include "stagehand/service/stagings.hpp"
+#include "stagehand/service/fill_thread.hpp"
+#include "stagehand/service/node.hpp"
 #include "stagehand/service/peer.hpp"
-#include "stagehand/service/registry_keeper.hpp"
 #include "stagehand/service/stage_out_queue.hpp"
-#include "stagehand/cache/fill.hpp"
-#include "stagehand/cache/spool.hpp"
-#include "stagehand/cache/store.hpp"
 #include "stagehand/config/config.hpp"
 #include "stagehand/gc/collect.hpp"
-#include "stagehand/ipc/child.hpp"
-#include "stagehand/ipc/shared_memory.hpp"
 #include "stagehand/proto/messages.hpp"
 #include "stagehand/registry/registry.hpp"
 #include "stagehand/util/fd.hpp"
@@ -26,51 +17,21 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
-#include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <thread>
-#include <utility>
-#include <vector>
-
-#include <ctime>
 
 namespace stagehand::daemon {
 
 using service::Counters;
-using service::FillWait;
-using service::FollowFill;
+using service::now_s;
 using service::Peer;
-using service::Responder;
 using service::RegistryKeeper;
+using service::Responder;
 using service::StageOutQueue;
-
-// Wall-clock seconds, as the registry and GC record times.
-inline std::int64_t now_s() { return static_cast<std::int64_t>(std::time(nullptr)); }
-
-
-// A miss's spool waiting to become a cache entry (spool_fill.cpp).
-struct SpoolFill
-{
-  std::shared_ptr<cache::Store> store;
-  cache::Fill fill; // its directory holds the spool
-  std::string key;
-  std::string source; // the canonical path, for the log
-  bool tree = false;  // a directory's tar stream, else a file's bytes
-  bool plain = false; // a file's bytes that are not unpacked: the spool is the entry's file
-  mode_t mode = 0;    // that file's mode
-  std::uint64_t spool_bytes = 0;
-  stage::Unpack unpack = stage::Unpack::if_archive;
-  std::uint64_t room = 0;
-  std::shared_ptr<FillWait> wait;
-  std::uint32_t job_id = 0;
-  std::shared_ptr<FollowFill> follow; // the fill already following the spool, if one started
-};
 
 class Daemon
 {
@@ -97,8 +58,6 @@ public:
 
 
 private:
-  friend class StageRun;
-
   void on_register(const proto::RegisterJob& r, const Peer& peer, Responder& out);
   void on_stage_out_retry(const proto::StageOutRetry& r, const Peer& peer, Responder& out);
   void on_end_job(const proto::EndJob& r, const Peer& peer, Responder& out);
@@ -111,21 +70,6 @@ private:
   // The job a stage request is for, if `peer` may stage for it (adopting a job whose prolog ran
   // while the daemon was down, when its directory is owned by the peer).
   Result<registry::JobRecord> job_for(std::uint32_t job_id, const Peer& peer);
-  Result<UniqueFd> open_base() const;
-  // Whether a running job's directory holds a cache entry (for m_keeper's eviction).
-  service::KeyInUse jobs_use_locked() const;
-  // The fill thread: spools become entries, one at a time, after their jobs have their data.
-  void queue_spool_fill_locked(SpoolFill task);
-  void end_spool_fill_locked(SpoolFill& task, bool published);
-  void fill_loop();
-  Result<cache::FillResult> fill_from_spool(SpoolFill& task, const ipc::Credentials& service);
-  // The fill thread starts the fills misses asked to follow their spools (m_follow_starts).
-  void start_follow_fills_locked(std::unique_lock<std::mutex>& lock);
-  Result<ipc::Child> spawn_follower(FollowFill& f, const ipc::Credentials& service);
-  // A fill child's answer, waited for while the fill thread keeps starting followers.
-  Result<cache::FillResult> await_fill_child(ipc::Child& child);
-  enum class Publish { published, lost_race, not_cached };
-  Publish publish_spool_fill(SpoolFill& task, const cache::FillResult& fr);
   void write_metrics();
   void gc_loop();
   void kick_gc();
@@ -143,40 +87,16 @@ private:
 
   // Fixed at start
   std::string m_config_path;
-  std::string m_node;
-  std::string m_base_path; // [tmpdir] base with %n, fixed at start (a change needs a restart)
   std::atomic<bool> m_ctld_unreachable{false};
 
-  // The job registry and its persistence, under its own lock (written soon by its saver thread,
-  // or now at a job's start and end).
-  RegistryKeeper m_registry;
+  // What the pieces share: the node, its configuration, the keepers, the reads under way; its
+  // mutex guards the members below too, and is taken before any piece's own lock.
+  service::Node m_shared;
+  service::FillThread m_fills{m_shared}; // spools become entries, after their jobs have their data
 
-  service::Stagings m_stagings; // running stagings, for status (its own lock)
-  // The node cache: the store in use, pins, removals, eviction (its own lock, taken after m_mutex;
-  // the GC thread removes what it sets aside).
-  service::CacheKeeper m_keeper{[this] { m_gc_cv.notify_all(); }};
-
-  // Lock order: m_mutex first, then a piece's own lock, never the reverse: m_keeper's before
-  // m_registry's (eviction asks the registry which keys running jobs use); m_registry's,
-  // m_stage_out's and m_stagings' are taken last (they call out to nothing). Code that reads the
-  // registry with members below holds m_mutex, then asks m_registry.
-  std::mutex m_mutex; // guards everything below
-  Config m_config;
   UniqueFd m_state_dir;
-  std::optional<ipc::Credentials> m_service;
-  Counters m_counters;
-  service::ReadsUnderWay m_reads; // single flight: the reads under way, by key, and cache_view's claims
   gc::ReportOnce m_gc_reported; // failures GC has logged already
   std::shared_ptr<StageOutQueue> m_stage_out; // --stage-out copies after the jobs (own lock)
-
-  std::deque<SpoolFill> m_spool_fills; // for the fill thread
-  // A job waits for `w`'s entry: its fill follows the spool from now on (once).
-  void ask_follow_locked(FillWait& w);
-  // The leader's fill that may follow; started at once when a job waits already.
-  void offer_follow_locked(FillWait& w, std::shared_ptr<FollowFill> f);
-  std::deque<std::shared_ptr<FollowFill>> m_follow_starts; // for the fill thread to start
-  std::condition_variable m_fill_cv;
-  std::thread m_fill_thread;
 
   std::thread m_gc_thread;
   std::condition_variable m_gc_cv;

@@ -79,7 +79,7 @@ proto::GcReply Daemon::collect(bool dry_run)
 {
   proto::GcReply reply;
   reply.dry_run = dry_run;
-  auto base = open_base();
+  auto base = m_shared.open_base();
   if (!base) {
     reply.errors.push_back(base.error().message);
     return reply;
@@ -94,8 +94,8 @@ proto::GcReply Daemon::collect(bool dry_run)
   std::shared_ptr<cache::Store> store;
   // A record says running, and no slurmstepd here says so.
   const bool registry_unsure = note_registered_running(evidence, store);
-  evidence.pending_stage_outs = gc::pending_stage_outs(m_config.daemon.state_dir);
-  const gc::Options options = gc::options_from(m_config);
+  evidence.pending_stage_outs = gc::pending_stage_outs(m_shared.config.daemon.state_dir);
+  const gc::Options options = gc::options_from(m_shared.config);
   const std::int64_t asked_at = now_s();
   if (gc::needs_slurmctld(*snap, evidence, options) || registry_unsure) {
     ask_slurmctld(evidence);
@@ -103,7 +103,7 @@ proto::GcReply Daemon::collect(bool dry_run)
     evidence.running_here = std::set<std::uint32_t>{};
   }
   const auto plan = gc::make_plan(*snap, evidence, options);
-  const std::string& base_path = m_base_path;
+  const std::string& base_path = m_shared.base_path;
   if (dry_run) {
     for (const auto& a : plan.remove) {
       reply.actions.push_back(proto::GcAction{base_path + "/" + a.name, gc::reason_name(a.reason)});
@@ -115,23 +115,23 @@ proto::GcReply Daemon::collect(bool dry_run)
   // The cache's names, listed without the lock (however many entries it holds); set_aside_debris
   // below checks each difference with the index again under it.
   const auto scan = store ? store->scan() : cache::Store::Scan{};
-  std::unique_lock lock(m_mutex);
+  std::unique_lock lock(m_shared.mutex);
   // Every gc_interval meets the same mount point again: the log says it once.
   for (const auto& f : m_gc_reported.fresh(applied)) {
     spdlog::warn("gc: {}: {}; the rest stays in the trash (said once, retried at every pass)", base_path, f.message);
   }
-  count_gc_pass(m_counters, *snap, applied);
+  count_gc_pass(m_shared.counters, *snap, applied);
   // The registry follows what GC found: orphans ended; ended records forgotten after a day.
   registry_after_gc_locked(plan, evidence, asked_at);
   // A crash's leftovers in the cache, removed below without the lock.
-  const auto debris = m_keeper.set_aside_debris(store, scan);
-  m_keeper.evict_to_fit_locked(jobs_use_locked());
+  const auto debris = m_shared.keeper.set_aside_debris(store, scan);
+  m_shared.keeper.evict_to_fit_locked(m_shared.jobs_use());
   lock.unlock();
   std::vector<service::TmpName> names;
   for (const auto& d : debris) {
     names.push_back(d.tmp);
   }
-  auto failed = m_keeper.remove_now(names); // reported as removed only once it is
+  auto failed = m_shared.keeper.remove_now(names); // reported as removed only once it is
   for (std::size_t i = 0; i < debris.size(); ++i) {
     if (failed[i]) {
       reply.errors.push_back(std::move(*failed[i]));
@@ -144,9 +144,9 @@ proto::GcReply Daemon::collect(bool dry_run)
 
 bool Daemon::note_registered_running(gc::Evidence& evidence, std::shared_ptr<cache::Store>& store)
 {
-  std::lock_guard lock(m_mutex);
-  store = m_keeper.store();
-  return m_registry.read([&](const registry::Registry& reg) {
+  std::lock_guard lock(m_shared.mutex);
+  store = m_shared.keeper.store();
+  return m_shared.registry.read([&](const registry::Registry& reg) {
     bool registry_unsure = false;
     for (const auto& [id, job] : reg.jobs()) {
       if (job.state == registry::JobState::running) {
@@ -160,7 +160,7 @@ bool Daemon::note_registered_running(gc::Evidence& evidence, std::shared_ptr<cac
 
 void Daemon::ask_slurmctld(gc::Evidence& evidence)
 {
-  evidence.running_here = gc::slurmctld_running(m_node, "squeue", std::chrono::seconds(15));
+  evidence.running_here = gc::slurmctld_running(m_shared.name, "squeue", std::chrono::seconds(15));
   const bool down = !evidence.running_here;
   if (down != m_ctld_unreachable.exchange(down)) { // said once per change, not every interval
     if (down) {
@@ -173,7 +173,7 @@ void Daemon::ask_slurmctld(gc::Evidence& evidence)
 
 void Daemon::registry_after_gc_locked(const gc::Plan& plan, const gc::Evidence& evidence, std::int64_t asked_at)
 {
-  m_registry.change(
+  m_shared.registry.change(
     [&](registry::Registry& reg) {
       bool changed = false;
       for (const auto& [job, state] : plan.jobs) {
@@ -187,7 +187,7 @@ void Daemon::registry_after_gc_locked(const gc::Plan& plan, const gc::Evidence& 
       if (evidence.running_here) {
         for (auto job : reg.ended_by_slurmctld(*evidence.running_here, evidence.live_steps, asked_at)) {
           spdlog::info("job {}: ended (slurmctld no longer runs it on node {}; its end was never reported)", job,
-                       m_node);
+                       m_shared.name);
           reg.end_job(job, now_s(), 0);
           changed = true;
         }
@@ -210,7 +210,7 @@ void Daemon::registry_after_gc_locked(const gc::Plan& plan, const gc::Evidence& 
 
 void Daemon::kick_gc()
 {
-  std::lock_guard lock(m_mutex);
+  std::lock_guard lock(m_shared.mutex);
   m_gc_kicked = true;
   m_gc_cv.notify_all();
 }
@@ -228,13 +228,13 @@ void Daemon::gc_loop()
       }
       write_metrics();
     }
-    m_keeper.remove_now(m_keeper.take_removals()); // evicted entries and dropped fills, without the lock
-    std::unique_lock lock(m_mutex);
+    m_shared.keeper.remove_now(m_shared.keeper.take_removals()); // evicted entries and dropped fills, without the lock
+    std::unique_lock lock(m_shared.mutex);
     if (pass) {
-      next_pass = std::chrono::steady_clock::now() + m_config.daemon.gc_interval;
+      next_pass = std::chrono::steady_clock::now() + m_shared.config.daemon.gc_interval;
     }
     for (;;) {
-      if (m_stopping || m_gc_kicked || m_keeper.removals_waiting() || std::chrono::steady_clock::now() >= next_pass) {
+      if (m_stopping || m_gc_kicked || m_shared.keeper.removals_waiting() || std::chrono::steady_clock::now() >= next_pass) {
         break;
       }
       m_gc_cv.wait_until(lock, next_pass); // the registry is written by its keeper's own thread

@@ -71,8 +71,8 @@ void add_job_progress(int base_fd, proto::StatusReply& reply)
 void Daemon::on_status(const Peer& peer, Responder& out)
 {
   proto::StatusReply reply;
-  reply.node = m_node;
-  auto base = open_base();
+  reply.node = m_shared.name;
+  auto base = m_shared.open_base();
   std::optional<gc::Snapshot> snap;
   if (base) {
     if (auto s = gc::snapshot_base(base->get(), now_s())) {
@@ -81,24 +81,24 @@ void Daemon::on_status(const Peer& peer, Responder& out)
   }
   const auto live = gc::live_step_jobs();
   const auto kept = base ? stageout::load_kept(base->get()) : std::vector<stageout::KeptResults>{};
-  const std::string& base_path = m_base_path;
-  std::unique_lock lock(m_mutex);
+  const std::string& base_path = m_shared.base_path;
+  std::unique_lock lock(m_shared.mutex);
   status_jobs_locked(snap, live, peer, reply);
   for (const auto& k : kept) {
     if (peer.root() || k.uid == peer.uid) {
       reply.jobs.push_back(proto::JobInfo{k.job_id, "", k.uid, base_path + "/" + k.dir, stageout::kept_state(k)});
     }
   }
-  const auto totals = m_keeper.totals(); // from the index: no manifest is read
+  const auto totals = m_shared.keeper.totals(); // from the index: no manifest is read
   reply.cache.entries = totals.entries;
   reply.cache.bytes = totals.bytes;
-  reply.cache.max_bytes = m_config.daemon.cache_max_bytes;
-  reply.cache.hits = m_counters.hits;
-  reply.cache.misses = m_counters.misses;
-  reply.cache.evictions = m_keeper.evictions();
-  reply.cache.fills_dropped = m_counters.fills_dropped;
+  reply.cache.max_bytes = m_shared.config.daemon.cache_max_bytes;
+  reply.cache.hits = m_shared.counters.hits;
+  reply.cache.misses = m_shared.counters.misses;
+  reply.cache.evictions = m_shared.keeper.evictions();
+  reply.cache.fills_dropped = m_shared.counters.fills_dropped;
   lock.unlock();
-  reply.stagings = m_stagings.seen_by(peer.root() ? service::Stagings::Viewer::root : service::Stagings::Viewer::user,
+  reply.stagings = m_shared.stagings.seen_by(peer.root() ? service::Stagings::Viewer::root : service::Stagings::Viewer::user,
                                       peer.uid); // a user sees only their own
   // User names after the daemon's lock: a name service that answers slowly (LDAP, SSSD) holds up
   // this reply only, never a job's prolog, epilog or staging.
@@ -114,7 +114,7 @@ void Daemon::on_status(const Peer& peer, Responder& out)
 void Daemon::status_jobs_locked(const std::optional<gc::Snapshot>& snap, const std::set<std::uint32_t>& live,
                                 const Peer& peer, proto::StatusReply& reply)
 {
-  const std::string& base_path = m_base_path;
+  const std::string& base_path = m_shared.base_path;
   std::set<std::uint32_t> listed;
   auto add = [&](std::uint32_t job, uid_t uid, const std::string& state) {
     if (!peer.root() && uid != peer.uid) {
@@ -134,7 +134,7 @@ void Daemon::status_jobs_locked(const std::optional<gc::Snapshot>& snap, const s
         }
         continue;
       }
-      const auto rec = m_registry.find(*job);
+      const auto rec = m_shared.registry.find(*job);
       const bool running = live.count(*job) > 0 || (rec && rec->state == registry::JobState::running);
       auto marker = snap->markers.find(*job);
       const bool kept = marker != snap->markers.end() && marker->second.until > snap->now &&
@@ -158,10 +158,10 @@ void Daemon::on_cache_list(const Peer& peer, Responder& out)
 {
   proto::CacheListReply reply;
   // Copied from the index without the daemon's lock; what the jobs use is asked under it after.
-  auto entries = m_keeper.list();
-  std::lock_guard lock(m_mutex);
+  auto entries = m_shared.keeper.list();
+  std::lock_guard lock(m_shared.mutex);
   std::set<std::string> mine; // keys the peer's jobs used
-  m_registry.read([&](const registry::Registry& reg) {
+  m_shared.registry.read([&](const registry::Registry& reg) {
     for (const auto& [id, job] : reg.jobs()) {
       if (job.uid == peer.uid) {
         mine.insert(job.cache_keys.begin(), job.cache_keys.end());
@@ -173,7 +173,7 @@ void Daemon::on_cache_list(const Peer& peer, Responder& out)
       continue;
     }
     reply.entries.push_back(proto::CacheEntryInfo{e.source, e.disk_bytes, e.files, e.last_used,
-                                                  m_registry.key_in_use(e.key) || m_keeper.pinned(e.key)});
+                                                  m_shared.registry.key_in_use(e.key) || m_shared.keeper.pinned(e.key)});
   }
   out.result(reply);
 }
@@ -181,13 +181,13 @@ void Daemon::on_cache_list(const Peer& peer, Responder& out)
 void Daemon::on_cache_evict(const proto::CacheEvict& r, const Peer&, Responder& out)
 {
   auto chosen = [&](const cache::EntryMeta& e) { return r.all || e.source == r.source; };
-  auto done = m_keeper.evict(chosen, m_mutex); // the answer comes once they are removed
+  auto done = m_shared.keeper.evict(chosen, m_shared.mutex); // the answer comes once they are removed
   if (done.cache_off) {
-    out.error(Error::io("the cache is off on node " + m_node, ENOENT));
+    out.error(Error::io("the cache is off on node " + m_shared.name, ENOENT));
     return;
   }
   if (!r.all && done.evicted.empty() && done.errors.empty()) {
-    out.error(Error::refused("no cache entry for " + r.source + " on node " + m_node));
+    out.error(Error::refused("no cache entry for " + r.source + " on node " + m_shared.name));
     return;
   }
   proto::GcReply reply;
@@ -196,11 +196,6 @@ void Daemon::on_cache_evict(const proto::CacheEvict& r, const Peer&, Responder& 
   }
   reply.errors = std::move(done.errors);
   out.result(reply);
-}
-
-service::KeyInUse Daemon::jobs_use_locked() const
-{
-  return [this](const std::string& key) { return m_registry.key_in_use(key); };
 }
 
 } // namespace stagehand::daemon

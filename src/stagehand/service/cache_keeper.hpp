@@ -4,12 +4,12 @@
 // (cache/index chooses). Removing a big entry takes seconds: it is set aside under the lock and
 // removed by remove_now() without it.
 //
-// Locking. The keeper's own mutex guards its members; every method takes it. Lock order:
-// Daemon::m_mutex first, then the keeper's (then the Store's index lock); the keeper never takes
-// the daemon's. The *_locked methods are called with Daemon::m_mutex held: their `in_use` predicate
-// (the registry's running jobs) reads state that lock guards, and remove_later_locked wakes the
-// GC thread, which checks removals_waiting() under that lock. Root's evict() takes the daemon's
-// lock itself, only while it sets entries aside, as every other eviction happens under it.
+// Locking. The keeper's own mutex guards its members; every method takes it. Lock order: the
+// node's mutex (Node::mutex) first, then the keeper's, then the registry's (its `in_use` predicate
+// asks the registry), then the Store's index lock; the keeper never takes the node's but in evict().
+// The *_locked methods are called with the node's mutex held: remove_later_locked wakes the GC
+// thread, which checks removals_waiting() under that lock. Root's evict() takes the node's mutex
+// itself, only while it sets entries aside, as every other eviction happens under it.
 #pragma once
 
 #include "stagehand/cache/index.hpp"
@@ -82,8 +82,8 @@ public:
   void remove_later_locked(const std::shared_ptr<cache::Store>& store, cache::Fill& fill);
   std::vector<TmpName> take_removals();
   bool removals_waiting() const;
-  // Removes `names` (set aside as above), then frees them; called without Daemon::m_mutex. Returns,
-  // for each name in order, nothing when it is gone or why not (logged too; GC's sweep retries it).
+  // Removes `names` (set aside as above), then frees them; called without the node's mutex.
+  // Returns, for each name in order, nothing when it is gone or why not (logged too; GC's sweep retries it).
   std::vector<std::optional<std::string>> remove_now(const std::vector<TmpName>& names);
 
   // GC: a crash's leftovers in `scanned` (Store::set_aside_debris), each set aside under its tmp/

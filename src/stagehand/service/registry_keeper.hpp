@@ -6,8 +6,8 @@
 // end). A write serialises a copy taken under the lock, after the lock, and never puts an older
 // copy on disk after a newer one.
 //
-// Lock order: a caller may hold its own locks (stagehandd's Daemon::m_mutex) when it calls the
-// keeper; the keeper never takes another lock while it holds its own. A function given to read()
+// Lock order: a caller may hold its own locks (the node's mutex, Node::mutex; the cache keeper's)
+// when it calls the keeper; the keeper never takes another lock while it holds its own. A function given to read()
 // or change() runs under the keeper's lock: it takes no lock and calls no keeper method.
 #pragma once
 

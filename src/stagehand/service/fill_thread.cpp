@@ -1,10 +1,10 @@
-// stagehandd's fill thread: a cache miss's spool (stage_miss.cpp) becomes a cache entry here,
+// stagehandd's fill thread: a cache miss's spool (service/stage_miss.cpp) becomes a cache entry here,
 // after the read; or, once another job waits for the source, an archive's or a tree's spool is
 // unpacked as it is written, by a child this thread starts then (it follows the spool: the entry
 // is ready about when the leader's own copy is). A lone miss's fill never competes with its job. Entries are published one at a time, as the service
 // user, measured and sealed as any fill. A fill that cannot be made (the daemon stopping, too many
 // waiting, an error) is dropped: the next job's miss reads the source again.
-#include "daemon.hpp"
+#include "stagehand/service/fill_thread.hpp"
 
 #include "stagehand/proto/child_messages.hpp"
 #include "stagehand/cache/fill.hpp"
@@ -21,7 +21,7 @@
 #include <cerrno>
 #include <thread>
 
-namespace stagehand::daemon {
+namespace stagehand::service {
 
 namespace {
 
@@ -41,66 +41,78 @@ Result<cache::FillResult> fill_reply(const ipc::Message& m) { return proto::pars
 
 } // namespace
 
-void Daemon::queue_spool_fill_locked(SpoolFill task)
+void FillThread::queue_locked(SpoolFill task)
 {
   std::uint64_t waiting_bytes = task.spool_bytes;
-  for (const auto& t : m_spool_fills) {
+  for (const auto& t : m_spools) {
     waiting_bytes += t.spool_bytes;
   }
-  if (m_spool_fills.size() >= k_max_waiting_fills || waiting_bytes > m_config.daemon.cache_max_bytes || m_stopping) {
+  if (m_spools.size() >= k_max_waiting_fills || waiting_bytes > m_node.config.daemon.cache_max_bytes || m_stopping) {
     spdlog::info("job {}: {}: not cached ({})", task.job_id, task.source,
                  m_stopping ? "the daemon is stopping"
-                 : m_spool_fills.size() >= k_max_waiting_fills
+                 : m_spools.size() >= k_max_waiting_fills
                    ? "too many cache fills wait already"
                    : "the spools waiting to be filled would hold more than cache_max_bytes");
-    ++m_counters.fills_dropped;
-    end_spool_fill_locked(task, false);
+    ++m_node.counters.fills_dropped;
+    end_locked(task, false);
     return;
   }
-  m_spool_fills.push_back(std::move(task));
-  m_fill_cv.notify_all();
+  m_spools.push_back(std::move(task));
+  m_cv.notify_all();
 }
 
-void Daemon::end_spool_fill_locked(SpoolFill& task, bool published)
+void FillThread::end_locked(SpoolFill& task, bool published)
 {
   if (task.follow) {
     task.follow->abandoned = true;
     task.follow->child.reset(); // killed, if it still runs
   }
   if (task.fill.dir.valid() || !task.fill.name.empty()) {
-    m_keeper.remove_later_locked(task.store, task.fill); // by the GC thread
+    m_node.keeper.remove_later_locked(task.store, task.fill); // by the GC thread
   }
   task.wait->done = true;
   task.wait->published = published;
   task.wait->cv.notify_all();
-  m_reads.end(task.key, task.wait);
+  m_node.reads.end(task.key, task.wait);
 }
 
-void Daemon::start_fill_thread()
+void FillThread::start()
 {
-  m_fill_thread = std::thread([this] { fill_loop(); });
+  m_thread = std::thread([this] { loop(); });
 }
 
-void Daemon::fill_loop()
+void FillThread::stop()
 {
-  std::unique_lock lock(m_mutex);
+  {
+    std::lock_guard lock(m_node.mutex);
+    m_stopping = true;
+    m_cv.notify_all();
+  }
+  if (m_thread.joinable()) {
+    m_thread.join();
+  }
+}
+
+void FillThread::loop()
+{
+  std::unique_lock lock(m_node.mutex);
   for (;;) {
-    m_fill_cv.wait(lock, [&] { return m_stopping || !m_spool_fills.empty() || !m_follow_starts.empty(); });
+    m_cv.wait(lock, [&] { return m_stopping || !m_spools.empty() || !m_follow_starts.empty(); });
     if (m_stopping) {
-      for (auto& task : m_spool_fills) {
-        end_spool_fill_locked(task, false);
+      for (auto& task : m_spools) {
+        end_locked(task, false);
       }
-      m_spool_fills.clear();
+      m_spools.clear();
       m_follow_starts.clear();
       return;
     }
     start_follow_fills_locked(lock);
-    if (m_spool_fills.empty()) {
+    if (m_spools.empty()) {
       continue;
     }
-    SpoolFill task = std::move(m_spool_fills.front());
-    m_spool_fills.pop_front();
-    const std::optional<ipc::Credentials> service = m_service;
+    SpoolFill task = std::move(m_spools.front());
+    m_spools.pop_front();
+    const std::optional<ipc::Credentials> service = m_node.service;
     lock.unlock();
     Result<cache::FillResult> filled = Error::io("the node cache is off", ENOENT);
     if (service) {
@@ -114,13 +126,13 @@ void Daemon::fill_loop()
     }
     lock.lock();
     if (outcome == Publish::not_cached) {
-      ++m_counters.fills_dropped;
+      ++m_node.counters.fills_dropped;
     }
-    end_spool_fill_locked(task, outcome == Publish::published);
+    end_locked(task, outcome == Publish::published);
   }
 }
 
-void Daemon::ask_follow_locked(FillWait& w)
+void FillThread::ask_follow_locked(FillWait& w)
 {
   if (!w.follow_asked) {
     w.follow_asked = true;
@@ -128,24 +140,24 @@ void Daemon::ask_follow_locked(FillWait& w)
   }
 }
 
-void Daemon::offer_follow_locked(FillWait& w, std::shared_ptr<FollowFill> f)
+void FillThread::offer_follow_locked(FillWait& w, std::shared_ptr<FollowFill> f)
 {
   w.follow = std::move(f);
   if (w.follow && w.follow_asked) {
     m_follow_starts.push_back(w.follow);
-    m_fill_cv.notify_all();
+    m_cv.notify_all();
   }
 }
 
-void Daemon::start_follow_fills_locked(std::unique_lock<std::mutex>& lock)
+void FillThread::start_follow_fills_locked(std::unique_lock<std::mutex>& lock)
 {
   while (!m_follow_starts.empty()) {
     auto f = std::move(m_follow_starts.front());
     m_follow_starts.pop_front();
-    if (f->abandoned || !m_service || m_stopping) {
+    if (f->abandoned || !m_node.service || m_stopping) {
       continue;
     }
-    const ipc::Credentials service = *m_service;
+    const ipc::Credentials service = *m_node.service;
     lock.unlock();
     auto child = spawn_follower(*f, service);
     lock.lock();
@@ -160,7 +172,7 @@ void Daemon::start_follow_fills_locked(std::unique_lock<std::mutex>& lock)
   }
 }
 
-Result<ipc::Child> Daemon::spawn_follower(FollowFill& f, const ipc::Credentials& service)
+Result<ipc::Child> FillThread::spawn_follower(FollowFill& f, const ipc::Credentials& service)
 {
   const bool tree = f.tree;
   const std::uint64_t room = f.room;
@@ -202,7 +214,7 @@ Result<ipc::Child> Daemon::spawn_follower(FollowFill& f, const ipc::Credentials&
   return child;
 }
 
-Result<cache::FillResult> Daemon::await_fill_child(ipc::Child& child)
+Result<cache::FillResult> FillThread::await_fill_child(ipc::Child& child)
 {
   for (;;) {
     auto m = ipc::receive_message(child.sock(), k_fill_poll);
@@ -210,7 +222,7 @@ Result<cache::FillResult> Daemon::await_fill_child(ipc::Child& child)
       (void)child.wait();
       return fill_reply(*m);
     }
-    std::unique_lock lock(m_mutex);
+    std::unique_lock lock(m_node.mutex);
     if (m.error().code != ETIMEDOUT || m_stopping) {
       lock.unlock();
       child.kill();
@@ -220,14 +232,14 @@ Result<cache::FillResult> Daemon::await_fill_child(ipc::Child& child)
   }
 }
 
-Result<cache::FillResult> Daemon::fill_from_spool(SpoolFill& task, const ipc::Credentials& service)
+Result<cache::FillResult> FillThread::fill_from_spool(SpoolFill& task, const ipc::Credentials& service)
 {
   if (task.plain) {
     return cache::fill_from_plain_spool(task.fill.dir.get(), cache::k_spool_name, task.mode);
   }
   std::optional<ipc::Child> follower;
   if (task.follow) {
-    std::lock_guard lock(m_mutex);
+    std::lock_guard lock(m_node.mutex);
     follower = std::move(task.follow->child);
     task.follow->child.reset();
   }
@@ -267,13 +279,13 @@ Result<cache::FillResult> Daemon::fill_from_spool(SpoolFill& task, const ipc::Cr
   return await_fill_child(*child);
 }
 
-Daemon::Publish Daemon::publish_spool_fill(SpoolFill& task, const cache::FillResult& fr)
+FillThread::Publish FillThread::publish_spool_fill(SpoolFill& task, const cache::FillResult& fr)
 {
   const auto t0 = std::chrono::steady_clock::now();
   // Until it is published the fill is ours alone: measured without the daemon's lock.
   const std::uint64_t fill_bytes = cache::disk_usage(task.fill.dir.get(), cache::k_data_name);
-  std::unique_lock lock(m_mutex);
-  if (fill_bytes > m_config.daemon.cache_max_bytes) {
+  std::unique_lock lock(m_node.mutex);
+  if (fill_bytes > m_node.config.daemon.cache_max_bytes) {
     spdlog::info("job {}: {}: not cached (larger than the node cache)", task.job_id, task.source);
     return Publish::not_cached;
   }
@@ -293,12 +305,12 @@ Daemon::Publish Daemon::publish_spool_fill(SpoolFill& task, const cache::FillRes
   }
   lock.lock();
   // Not when a reload moved the cache meanwhile: this entry goes to the old one.
-  if (!m_keeper.make_room_locked(task.store, sealed->disk_bytes, jobs_use_locked())) {
+  if (!m_node.keeper.make_room_locked(task.store, sealed->disk_bytes, m_node.jobs_use())) {
     spdlog::info("job {}: {}: not cached (the node cache is full of entries running jobs use)", task.job_id,
                  task.source);
     return Publish::not_cached;
   }
-  auto published = m_keeper.publish(*task.store, task.fill, *sealed);
+  auto published = m_node.keeper.publish(*task.store, task.fill, *sealed);
   if (!published) {
     if (published.error().code != EEXIST && published.error().code != ENOTEMPTY) {
       spdlog::warn("job {}: {}: not cached ({})", task.job_id, task.source, published.error().message);
@@ -315,4 +327,4 @@ Daemon::Publish Daemon::publish_spool_fill(SpoolFill& task, const cache::FillRes
   return Publish::published;
 }
 
-} // namespace stagehand::daemon
+} // namespace stagehand::service

@@ -1,7 +1,7 @@
 // stagehandd's stage request, per source, step 1: the job user's side opens and identifies the
 // source (a child with their credentials) and hands its descriptor over; a file's key is then
 // taken again from that descriptor.
-#include "stage_run.hpp"
+#include "stagehand/service/stage_request.hpp"
 
 #include "stagehand/archive/extract.hpp"
 #include "stagehand/cache/key.hpp"
@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace stagehand::daemon {
+namespace stagehand::service {
 
 namespace {
 
@@ -66,12 +66,12 @@ int identify_as_user(int sock, const proto::SourceSpec& src, const std::vector<s
 
 } // namespace
 
-Result<StageRun::Identified> StageRun::identify(const proto::SourceSpec& src, const std::function<double()>& seconds)
+Result<StageRequest::Identified> StageRequest::identify(const proto::SourceSpec& src, const std::function<double()>& seconds)
 {
   std::vector<std::string> roots;
   {
-    std::lock_guard lock(m_d.m_mutex);
-    roots = m_d.m_config.stage.allowed_roots;
+    std::lock_guard lock(m_d.mutex);
+    roots = m_d.config.stage.allowed_roots;
   }
   // A delivered copy of a file source is opened by the same child, below the job's directory.
   const bool copy_wanted = !src.delivered.empty() && src.kind == stage::SourceKind::file && m_job_fd.valid();
@@ -123,4 +123,4 @@ Result<StageRun::Identified> StageRun::identify(const proto::SourceSpec& src, co
   return out;
 }
 
-} // namespace stagehand::daemon
+} // namespace stagehand::service

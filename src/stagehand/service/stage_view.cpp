@@ -1,6 +1,6 @@
 // cache_view (task start, root's plugin asks): which of a job's sources are hits, each pinned for
 // the job, after waiting (bounded) for another job's read of it on this node; nothing is staged.
-#include "stage_run.hpp"
+#include "stagehand/service/stage_request.hpp"
 
 #include "stagehand/cache/key.hpp"
 #include "stagehand/cache/source.hpp"
@@ -10,27 +10,27 @@
 
 #include <chrono>
 
-namespace stagehand::daemon {
+namespace stagehand::service {
 
 using Clock = std::chrono::steady_clock;
 
-void StageRun::await_fill_for_view(std::unique_lock<std::mutex>& lock, const std::string& key, const std::string& shown)
+void StageRequest::await_fill_for_view(std::unique_lock<std::mutex>& lock, const std::string& key, const std::string& shown)
 {
   const std::vector<std::string> keys{key, cache::delivered_key(key, m_job.uid)};
-  auto wait = m_d.m_reads.find_any(keys);
+  auto wait = m_d.reads.find_any(keys);
   if (!wait) {
     // Nobody reads it yet. Jobs that start together all ask here before any has begun to read:
     // the first is the one that will (it claims the source); the others wait, briefly, for its
     // read to begin, and then for its entry, as for any read under way.
     const auto now = Clock::now();
-    if (m_d.m_reads.claim(key, now, k_view_claim)) {
+    if (m_d.reads.claim(key, now, k_view_claim)) {
       m_claimed = true;
       return; // ours to read
     }
     if (m_claimed) {
       return; // this job reads another source first: it never waits on a read that may wait on it
     }
-    wait = m_d.m_reads.await_begin(lock, keys, now + k_view_claim_wait);
+    wait = m_d.reads.await_begin(lock, keys, now + k_view_claim_wait);
     if (!wait) {
       return;
     }
@@ -39,7 +39,7 @@ void StageRun::await_fill_for_view(std::unique_lock<std::mutex>& lock, const std
   // this job nothing where a link or a delivery costs a pass over every file. Waited for: the
   // read (at most k_view_read_wait: a long read's waiters stage the usual way, with progress lines
   // in their output), then the entry, until the read's patience runs out (as stage requests do).
-  m_d.ask_follow_locked(*wait);
+  m_fills.ask_follow_locked(*wait);
   const auto t0 = Clock::now();
   const auto read_deadline = t0 + k_view_read_wait;
   auto keepalive = [&] {
@@ -60,11 +60,11 @@ void StageRun::await_fill_for_view(std::unique_lock<std::mutex>& lock, const std
   }
 }
 
-std::vector<proto::ViewEntry> StageRun::find_hits()
+std::vector<proto::ViewEntry> StageRequest::find_hits()
 {
   {
-    std::lock_guard lock(m_d.m_mutex);
-    m_store = m_d.m_keeper.store();
+    std::lock_guard lock(m_d.mutex);
+    m_store = m_d.keeper.store();
   }
   std::vector<proto::ViewEntry> entries;
   const auto t0 = Clock::now();
@@ -82,28 +82,28 @@ std::vector<proto::ViewEntry> StageRun::find_hits()
     if (!found) {
       spdlog::info("job {}: cache view: {}: {}", m_job.job_id, src.path, found.error().message);
     } else {
-      std::unique_lock lock(m_d.m_mutex);
+      std::unique_lock lock(m_d.mutex);
       std::string entry;
       auto look = [&] {
         entry = found->identity.key;
-        auto m = m_store && m_d.m_service ? m_store->lookup(entry)
+        auto m = m_store && m_d.service ? m_store->lookup(entry)
                                           : Result<cache::EntryMeta>(Error::io("the node cache is off", ENOENT));
-        if (!m && m_store && m_d.m_service) { // filled for this user from a broadcast's copy
+        if (!m && m_store && m_d.service) { // filled for this user from a broadcast's copy
           entry = cache::delivered_key(found->identity.key, m_job.uid);
           m = m_store->lookup(entry);
         }
         return m;
       };
       auto meta = look();
-      if (!meta && m_store && m_d.m_service) {
+      if (!meta && m_store && m_d.service) {
         await_fill_for_view(lock, found->identity.key, src.shown);
         meta = look();
       }
       if (meta) {
         hit = proto::ViewEntry{entry, meta->files, meta->bytes, meta->how};
         // Pinned for the job until its end: the view's lower layer is this entry.
-        m_d.m_registry.add_cache_key(m_job.job_id, hit.entry);
-        ++m_d.m_counters.hits;
+        m_d.registry.add_cache_key(m_job.job_id, hit.entry);
+        ++m_d.counters.hits;
         (void)m_store->touch(hit.entry, static_cast<std::int64_t>(std::time(nullptr)));
       }
     }
@@ -113,25 +113,5 @@ std::vector<proto::ViewEntry> StageRun::find_hits()
   return entries;
 }
 
-void Daemon::on_cache_view(const proto::CacheView& r, const Peer& peer, Responder& out)
-{
-  if (!peer.root()) {
-    out.error(Error::refused("cache_view: only root may ask"));
-    return;
-  }
-  auto job = job_for(r.job_id, peer);
-  if (!job) {
-    out.error(job.error());
-    return;
-  }
-  auto user = ipc::credentials_of(job->uid, job->gid);
-  if (!user) {
-    out.error(user.error());
-    return;
-  }
-  proto::Stage as_stage{r.job_id, r.sources, 0};
-  StageRun run(*this, *job, *user, as_stage, out);
-  out.result(proto::CacheViewReply{run.find_hits()});
-}
 
-} // namespace stagehand::daemon
+} // namespace stagehand::service

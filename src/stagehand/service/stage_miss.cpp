@@ -5,7 +5,7 @@
 // fill thread runs after the read, or beside it (following the spool as it grows) once another
 // job waits for this source, at a lower priority (spool_fill.cpp). Jobs asking for the same source meanwhile wait for
 // that entry or deliver from the spool: no second read of the shared filesystem.
-#include "stage_run.hpp"
+#include "stagehand/service/stage_request.hpp"
 
 #include "stagehand/proto/child_messages.hpp"
 #include "stagehand/cache/source.hpp"
@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace stagehand::daemon {
+namespace stagehand::service {
 
 using nlohmann::json;
 
@@ -30,7 +30,7 @@ constexpr std::chrono::milliseconds k_spool_stall{200};
 
 } // namespace
 
-Result<ipc::Child> StageRun::spawn_delivery(int in_fd, const Delivery& d)
+Result<ipc::Child> StageRequest::spawn_delivery(int in_fd, const Delivery& d)
 {
   const stage::DeliverTo to{m_job_fd.get(), d.src->dest, d.room, nullptr};
   const std::string shown = d.src->shown;
@@ -47,12 +47,12 @@ Result<ipc::Child> StageRun::spawn_delivery(int in_fd, const Delivery& d)
   });
 }
 
-Result<stage::Delivered> StageRun::delivered_by(const ipc::Message& m) const
+Result<stage::Delivered> StageRequest::delivered_by(const ipc::Message& m) const
 {
   return proto::parse_child_message<stage::Placed>(m.text);
 }
 
-Result<stage::Delivered> StageRun::deliver_from(int in_fd, const Delivery& d, const std::function<double()>& seconds)
+Result<stage::Delivered> StageRequest::deliver_from(int in_fd, const Delivery& d, const std::function<double()>& seconds)
 {
   auto child = spawn_delivery(in_fd, d);
   if (!child) {
@@ -71,15 +71,15 @@ Result<stage::Delivered> StageRun::deliver_from(int in_fd, const Delivery& d, co
   return delivered_by(*msg);
 }
 
-// One miss's read, its children and its spool (StageRun::miss), in steps.
-struct StageRun::MissRead
+// One miss's read, its children and its spool (StageRequest::miss), in steps.
+struct StageRequest::MissRead
 {
-  MissRead(StageRun& run, const Delivery& delivery, int source_fd, const MissContext& context)
+  MissRead(StageRequest& run, const Delivery& delivery, int source_fd, const MissContext& context)
     : r(run), d(delivery), src(*delivery.src), src_fd(source_fd), c(context)
   {
   }
 
-  StageRun& r;
+  StageRequest& r;
   const Delivery& d;
   const proto::SourceSpec& src;
   int src_fd;
@@ -116,13 +116,13 @@ struct StageRun::MissRead
   void settle(bool changed, const proto::Teed& teed);
 };
 
-Result<StageRun::Missed> StageRun::miss(const Delivery& d, int src_fd, const MissContext& c)
+Result<StageRequest::Missed> StageRequest::miss(const Delivery& d, int src_fd, const MissContext& c)
 {
   MissRead m(*this, d, src_fd, c);
   return m.run();
 }
 
-Result<StageRun::Missed> StageRun::MissRead::run()
+Result<StageRequest::Missed> StageRequest::MissRead::run()
 {
   begin_spool();
   offer_follow();
@@ -178,17 +178,17 @@ Result<StageRun::Missed> StageRun::MissRead::run()
 
 // The spool: only for what may be cached (read long enough after its last change, and not larger
 // than the whole cache).
-void StageRun::MissRead::begin_spool()
+void StageRequest::MissRead::begin_spool()
 {
   {
-    std::lock_guard lock(r.m_d.m_mutex);
-    cache_max = r.m_d.m_config.daemon.cache_max_bytes;
+    std::lock_guard lock(r.m_d.mutex);
+    cache_max = r.m_d.config.daemon.cache_max_bytes;
   }
   out.why_uncached = cache::uncached_before_read(c.identity, c.started, cache_max);
   if (!out.why_uncached.empty()) {
     return;
   }
-  auto begun = r.m_d.m_keeper.begin_fill(r.m_store, c.key, c.service.uid, c.service.gid); // its name in use
+  auto begun = r.m_d.keeper.begin_fill(r.m_store, c.key, c.service.uid, c.service.gid); // its name in use
   if (begun) {
     fill = std::move(*begun);
   } else {
@@ -198,7 +198,7 @@ void StageRun::MissRead::begin_spool()
 }
 
 // The cache's fill follows the spool as it is written, once a second job waits for this source.
-void StageRun::MissRead::offer_follow()
+void StageRequest::MissRead::offer_follow()
 {
   if (!fill || !cache::fill_follows_spool(d.content == stage::StreamContent::plain_file, d.seek_first)) {
     return;
@@ -213,13 +213,13 @@ void StageRun::MissRead::offer_follow()
   follow->room = d.room;
   follow->source = src.path;
   follow->verdict.emplace(std::move(*v));
-  std::lock_guard lock(r.m_d.m_mutex);
+  std::lock_guard lock(r.m_d.mutex);
   if (r.m_fill_wait) {
-    r.m_d.offer_follow_locked(*r.m_fill_wait, follow); // started when a second job waits for this source
+    r.m_fills.offer_follow_locked(*r.m_fill_wait, follow); // started when a second job waits for this source
   }
 }
 
-void StageRun::MissRead::abandon_follow()
+void StageRequest::MissRead::abandon_follow()
 {
   if (!follow) {
     return;
@@ -227,7 +227,7 @@ void StageRun::MissRead::abandon_follow()
   follow->verdict->get()->state.store(static_cast<std::uint64_t>(cache::SpoolState::dropped));
   std::optional<ipc::Child> running;
   {
-    std::lock_guard lock(r.m_d.m_mutex);
+    std::lock_guard lock(r.m_d.mutex);
     follow->abandoned = true;
     running = std::move(follow->child);
     follow->child.reset();
@@ -238,19 +238,19 @@ void StageRun::MissRead::abandon_follow()
   follow.reset();
 }
 
-void StageRun::MissRead::drop_fill()
+void StageRequest::MissRead::drop_fill()
 {
   abandon_follow();
   if (fill) {
-    std::lock_guard lock(r.m_d.m_mutex);
-    r.m_d.m_keeper.remove_later_locked(r.m_store, *fill); // by the GC thread
+    std::lock_guard lock(r.m_d.mutex);
+    r.m_d.keeper.remove_later_locked(r.m_store, *fill); // by the GC thread
     fill.reset();
   }
 }
 
 // The pipe to the job's delivery, and a directory's tar stream from the job user's reader (a file
 // is read as it is).
-Status StageRun::MissRead::start_reader()
+Status StageRequest::MissRead::start_reader()
 {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) {
@@ -288,7 +288,7 @@ Status StageRun::MissRead::start_reader()
 
 // A zip names its entries' types at its end: it is read into the spool first and delivered from
 // there (seekable), not as it streams past.
-Status StageRun::MissRead::start_delivery()
+Status StageRequest::MissRead::start_delivery()
 {
   if (!d.seek_first) {
     auto spawned = r.spawn_delivery(feed_rd.get(), d);
@@ -302,7 +302,7 @@ Status StageRun::MissRead::start_delivery()
 }
 
 // The service user's one read of the source (or of the reader's stream), to the job and the spool.
-Status StageRun::MissRead::start_tee()
+Status StageRequest::MissRead::start_tee()
 {
   // The bytes read so far, as the service side counts them: what the job and `stagehand status`
   // see, and what keeps jobs waiting on this read from giving up on it.
@@ -352,7 +352,7 @@ Status StageRun::MissRead::start_tee()
   return ok_status();
 }
 
-void StageRun::MissRead::kill_all()
+void StageRequest::MissRead::kill_all()
 {
   if (delivery) {
     delivery->kill();
@@ -365,7 +365,7 @@ void StageRun::MissRead::kill_all()
   }
 }
 
-proto::Progress StageRun::MissRead::status()
+proto::Progress StageRequest::MissRead::status()
 {
   r.fill_alive();
   return proto::Progress{src.shown, counters->get()->bytes.load(std::memory_order_relaxed), c.identity.bytes,
@@ -374,7 +374,7 @@ proto::Progress StageRun::MissRead::status()
 
 // A delivery that ends early because the read failed (a truncated stream to it) says what the
 // read said: the reader's error is sent before its end closes the pipe.
-Error StageRun::MissRead::reader_failure(Error seen)
+Error StageRequest::MissRead::reader_failure(Error seen)
 {
   if (auto m = ipc::receive_message(tee->sock(), std::chrono::milliseconds(100)); m) {
     if (auto said = proto::parse_child_message<proto::Teed>(m->text); !said) {
@@ -385,7 +385,7 @@ Error StageRun::MissRead::reader_failure(Error seen)
 }
 
 // Whether the source changed while it was read (its entry would not be what was read).
-Result<bool> StageRun::MissRead::source_changed(const std::optional<Result<ipc::Message>>& read_msg)
+Result<bool> StageRequest::MissRead::source_changed(const std::optional<Result<ipc::Message>>& read_msg)
 {
   if (!reader) {
     auto again = cache::identify_file(src_fd, src.path, d.unpack);
@@ -404,7 +404,7 @@ Result<bool> StageRun::MissRead::source_changed(const std::optional<Result<ipc::
 
 // A zip, delivered once read: from the spool when it holds the source, else from the source
 // itself (read again: the cache could not keep it).
-Result<stage::Delivered> StageRun::MissRead::deliver_after(const std::string& dropped)
+Result<stage::Delivered> StageRequest::MissRead::deliver_after(const std::string& dropped)
 {
   UniqueFd spool;
   if (fill && dropped.empty()) {
@@ -417,7 +417,7 @@ Result<stage::Delivered> StageRun::MissRead::deliver_after(const std::string& dr
 }
 
 // The spool goes to the cache, or is dropped saying why.
-void StageRun::MissRead::settle(bool changed, const proto::Teed& teed)
+void StageRequest::MissRead::settle(bool changed, const proto::Teed& teed)
 {
   if (fill) {
     const std::string why = cache::uncached_after_read(changed, teed.dropped);
@@ -426,8 +426,8 @@ void StageRun::MissRead::settle(bool changed, const proto::Teed& teed)
     }
     if (!changed && !teed.dropped.empty()) {
       spdlog::info("job {}: {}: not cached ({})", r.m_job.job_id, src.path, teed.dropped);
-      std::lock_guard lock(r.m_d.m_mutex);
-      ++r.m_d.m_counters.fills_dropped;
+      std::lock_guard lock(r.m_d.mutex);
+      ++r.m_d.counters.fills_dropped;
     }
   }
   if (out.why_uncached.empty() && fill) {
@@ -442,4 +442,4 @@ void StageRun::MissRead::settle(bool changed, const proto::Teed& teed)
   }
 }
 
-} // namespace stagehand::daemon
+} // namespace stagehand::service

@@ -1,9 +1,12 @@
-// stagehandd's stage request, one per request (stage.cpp: the request's life, progress and
+// stagehandd's stage request, one per request (stage_request.cpp: the request's life, progress and
 // rollback; stage_identify.cpp: a source identified as the job user; stage_source.cpp: one source,
 // hit, wait or read; stage_miss.cpp: a miss's one read; stage_view.cpp: cache_view's hits).
 #pragma once
 
-#include "daemon.hpp"
+#include "stagehand/service/fill_thread.hpp"
+#include "stagehand/service/node.hpp"
+#include "stagehand/service/peer.hpp"
+#include "stagehand/registry/registry.hpp"
 
 #include "stagehand/cache/fill.hpp"
 #include "stagehand/cache/key.hpp"
@@ -24,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-namespace stagehand::daemon {
+namespace stagehand::service {
 
 inline constexpr auto k_keepalive = std::chrono::seconds(5);
 inline constexpr auto k_stalled_fill = std::chrono::seconds(600); // a leader fill silent this long is given up on
@@ -37,14 +40,14 @@ inline constexpr auto k_view_claim_wait = std::chrono::seconds(3); // cache_view
 // and spooled for the cache, whose fill follows the spool and is published after the reply (single
 // flight: jobs asking meanwhile wait for the entry or deliver from the spool). Any failure removes
 // what this request made.
-class StageRun
+class StageRequest
 {
 public:
-  StageRun(Daemon& d, const registry::JobRecord& job, ipc::Credentials user, const proto::Stage& request,
-           Responder& out);
-  ~StageRun();
-  StageRun(const StageRun&) = delete;
-  StageRun& operator=(const StageRun&) = delete;
+  StageRequest(Node& node, FillThread& fills, const registry::JobRecord& job, ipc::Credentials user,
+               const proto::Stage& request, Responder& out);
+  ~StageRequest();
+  StageRequest(const StageRequest&) = delete;
+  StageRequest& operator=(const StageRequest&) = delete;
   void execute();
   // cache_view: for each source, identified as the job user, the entry's name when it is a hit
   // (pinned for the job), else "". Nothing is staged.
@@ -156,7 +159,8 @@ private:
   struct MissRead; // one miss, in steps (stage_miss.cpp)
   void rollback();
 
-  Daemon& m_d;
+  Node& m_d;
+  FillThread& m_fills;
   registry::JobRecord m_job;
   ipc::Credentials m_user;
   const proto::Stage& m_request;
@@ -173,4 +177,4 @@ private:
   bool m_claimed = false; // cache_view: this job claimed a source to read
 };
 
-} // namespace stagehand::daemon
+} // namespace stagehand::service

@@ -1,7 +1,7 @@
-// One source of a stage request (StageRun::stage_one): identified as the job user, then a hit, a
+// One source of a stage request (StageRequest::stage_one): identified as the job user, then a hit, a
 // wait for another job's read, or this request's own read (cache/stage_plan decides which), then
 // placed in the job's directory and counted.
-#include "stage_run.hpp"
+#include "stagehand/service/stage_request.hpp"
 
 #include "stagehand/archive/entry_path.hpp"
 #include "stagehand/cache/materialise.hpp"
@@ -17,11 +17,11 @@
 #include <chrono>
 #include <ctime>
 
-namespace stagehand::daemon {
+namespace stagehand::service {
 
 using Clock = std::chrono::steady_clock;
 
-Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
+Result<proto::StagedSource> StageRequest::stage_one(const proto::SourceSpec& src)
 {
   Sourcing s(src);
   // Read before anything of the source is: its entries must be older than this by the racy window
@@ -60,7 +60,7 @@ Result<proto::StagedSource> StageRun::stage_one(const proto::SourceSpec& src)
   return s.out;
 }
 
-Status StageRun::identify_source(Sourcing& s)
+Status StageRequest::identify_source(Sourcing& s)
 {
   const proto::SourceSpec& src = s.src;
   auto found = identify(src, [&] { return s.seconds(); });
@@ -91,18 +91,18 @@ Status StageRun::identify_source(Sourcing& s)
   return ok_status();
 }
 
-Status StageRun::obtain(Sourcing& s)
+Status StageRequest::obtain(Sourcing& s)
 {
   for (int attempt = 0;; ++attempt) {
-    std::unique_lock lock(m_d.m_mutex);
-    if (!m_store || !m_d.m_service) {
+    std::unique_lock lock(m_d.mutex);
+    if (!m_store || !m_d.service) {
       return Error::io("the node cache is off", ENOENT);
     }
     auto cached = find_entry_locked(s);
     if (!cached) {
       return cached.error();
     }
-    auto reading = m_d.m_reads.find(s.own_key);
+    auto reading = m_d.reads.find(s.own_key);
     cache::SourceSituation situation{*cached,           reading != nullptr, attempt,
                                      m_request.misses == proto::Misses::report, s.src.kind, s.copy_fd.valid()};
     switch (cache::next_source_step(situation)) {
@@ -128,15 +128,15 @@ Status StageRun::obtain(Sourcing& s)
   }
 }
 
-Result<bool> StageRun::find_entry_locked(Sourcing& s)
+Result<bool> StageRequest::find_entry_locked(Sourcing& s)
 {
   // The entry every job may use, else the one filled for this user from a broadcast's copy.
   // Pinned as it is found: no eviction takes it while the job materialises it.
-  auto meta = m_d.m_keeper.pin_entry(*m_store, s.identity.key);
+  auto meta = m_d.keeper.pin_entry(*m_store, s.identity.key);
   s.hit_key = s.identity.key;
   if (!meta) {
     s.hit_key = cache::delivered_key(s.identity.key, m_job.uid);
-    meta = m_d.m_keeper.pin_entry(*m_store, s.hit_key);
+    meta = m_d.keeper.pin_entry(*m_store, s.hit_key);
   }
   if (!meta) {
     return false;
@@ -150,10 +150,10 @@ Result<bool> StageRun::find_entry_locked(Sourcing& s)
   return true;
 }
 
-Result<bool> StageRun::wait_for_read(Sourcing& s, std::unique_lock<std::mutex>& lock,
+Result<bool> StageRequest::wait_for_read(Sourcing& s, std::unique_lock<std::mutex>& lock,
                                      const std::shared_ptr<FillWait>& wait)
 {
-  m_d.ask_follow_locked(*wait);
+  m_fills.ask_follow_locked(*wait);
   const std::uint64_t total = s.identity.bytes;
   for (;;) {
     const cache::ReadProgress seen{wait->done, wait->spool_dir != nullptr, wait->progressed, wait->patience_until};
@@ -185,7 +185,7 @@ Result<bool> StageRun::wait_for_read(Sourcing& s, std::unique_lock<std::mutex>& 
   }
 }
 
-Status StageRun::keep_alive(std::unique_lock<std::mutex>& lock, const proto::Progress& p)
+Status StageRequest::keep_alive(std::unique_lock<std::mutex>& lock, const proto::Progress& p)
 {
   lock.unlock();
   progress(p);
@@ -196,7 +196,7 @@ Status StageRun::keep_alive(std::unique_lock<std::mutex>& lock, const proto::Pro
   return ok_status();
 }
 
-Result<bool> StageRun::deliver_from_spool(Sourcing& s, std::unique_lock<std::mutex>& lock,
+Result<bool> StageRequest::deliver_from_spool(Sourcing& s, std::unique_lock<std::mutex>& lock,
                                           const std::shared_ptr<FillWait>& wait)
 {
   UniqueFd spool(::openat(wait->spool_dir->get(), cache::k_spool_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
@@ -215,12 +215,12 @@ Result<bool> StageRun::deliver_from_spool(Sourcing& s, std::unique_lock<std::mut
   return true;
 }
 
-Status StageRun::read_source(Sourcing& s, std::unique_lock<std::mutex>& lock)
+Status StageRequest::read_source(Sourcing& s, std::unique_lock<std::mutex>& lock)
 {
   // The claim on the source, if this job made one at task start, is kept.
-  auto wait = m_d.m_reads.begin(s.own_key, s.identity.key, Clock::now());
+  auto wait = m_d.reads.begin(s.own_key, s.identity.key, Clock::now());
   m_fill_wait = wait;
-  const ipc::Credentials service = *m_d.m_service;
+  const ipc::Credentials service = *m_d.service;
   lock.unlock();
   auto missed = miss(s.delivery, s.src_fd.get(),
                      MissContext{s.identity, s.started, service, [&] { return s.seconds(); },
@@ -231,7 +231,7 @@ Status StageRun::read_source(Sourcing& s, std::unique_lock<std::mutex>& lock)
   if (!missed || !missed->spool) {
     wait->done = true;
     wait->cv.notify_all();
-    m_d.m_reads.end(s.own_key, wait);
+    m_d.reads.end(s.own_key, wait);
     if (!missed) {
       return missed.error().with_context(s.src.shown);
     }
@@ -244,7 +244,7 @@ Status StageRun::read_source(Sourcing& s, std::unique_lock<std::mutex>& lock)
   return ok_status();
 }
 
-void StageRun::hand_spool_to_fill_locked(Sourcing& s, Missed& missed, const std::shared_ptr<FillWait>& wait)
+void StageRequest::hand_spool_to_fill_locked(Sourcing& s, Missed& missed, const std::shared_ptr<FillWait>& wait)
 {
   // The jobs waiting for this source wait for its entry about as long as the read took.
   wait->spool_dir = std::make_shared<UniqueFd>(::fcntl(missed.spool->dir.get(), F_DUPFD_CLOEXEC, 0));
@@ -266,10 +266,10 @@ void StageRun::hand_spool_to_fill_locked(Sourcing& s, Missed& missed, const std:
   task.wait = wait;
   task.job_id = m_job.job_id;
   task.follow = std::move(missed.follow);
-  m_d.queue_spool_fill_locked(std::move(task));
+  m_fills.queue_locked(std::move(task));
 }
 
-Status StageRun::place(Sourcing& s)
+Status StageRequest::place(Sourcing& s)
 {
   if (s.delivered) {
     if (!s.created.empty()) {
@@ -295,20 +295,20 @@ Status StageRun::place(Sourcing& s)
   return ok_status();
 }
 
-void StageRun::account(const Sourcing& s)
+void StageRequest::account(const Sourcing& s)
 {
-  std::lock_guard lock(m_d.m_mutex);
+  std::lock_guard lock(m_d.mutex);
   if (s.out.cache == proto::CacheOutcome::hit) {
-    ++m_d.m_counters.hits;
+    ++m_d.counters.hits;
     (void)m_store->touch(s.hit_key, static_cast<std::int64_t>(std::time(nullptr)));
   } else if (s.out.cache == proto::CacheOutcome::miss) {
-    ++m_d.m_counters.misses;
+    ++m_d.counters.misses;
   }
-  m_d.m_counters.staged_bytes += s.out.bytes;
-  m_d.m_counters.staged_seconds += s.out.seconds;
+  m_d.counters.staged_bytes += s.out.bytes;
+  m_d.counters.staged_seconds += s.out.seconds;
   if (s.out.cache == proto::CacheOutcome::hit) { // linked: the job's files are the entry's
-    m_d.m_registry.add_cache_key(m_job.job_id, s.hit_key);
+    m_d.registry.add_cache_key(m_job.job_id, s.hit_key);
   }
 }
 
-} // namespace stagehand::daemon
+} // namespace stagehand::service

@@ -1,7 +1,7 @@
 // stagehandd's stage request: its life (job directory, progress frames, waiting on children,
 // rollback, pins) and the handler; each source is stage_source.cpp's (identified in
 // stage_identify.cpp, a miss read in stage_miss.cpp), cache_view's hits stage_view.cpp's.
-#include "stage_run.hpp"
+#include "stagehand/service/stage_request.hpp"
 
 #include "stagehand/cache/fill.hpp"
 #include "stagehand/cache/key.hpp"
@@ -22,21 +22,21 @@
 #include <chrono>
 #include <cstring>
 
-namespace stagehand::daemon {
+namespace stagehand::service {
 
-StageRun::StageRun(Daemon& d, const registry::JobRecord& job, ipc::Credentials user, const proto::Stage& request,
-         Responder& out)
-  : m_d(d), m_job(job), m_user(std::move(user)), m_request(request), m_out(out)
+StageRequest::StageRequest(Node& node, FillThread& fills, const registry::JobRecord& job, ipc::Credentials user,
+                           const proto::Stage& request, Responder& out)
+  : m_d(node), m_fills(fills), m_job(job), m_user(std::move(user)), m_request(request), m_out(out)
 {
 }
 
-void StageRun::execute()
+void StageRequest::execute()
 {
   std::uint64_t request_limit = 0;
   {
-    std::lock_guard lock(m_d.m_mutex);
-    m_store = m_d.m_keeper.store(); // ours for the whole request, even if a reload replaces it
-    m_job_limit = m_d.m_config.stage.max_bytes;
+    std::lock_guard lock(m_d.mutex);
+    m_store = m_d.keeper.store(); // ours for the whole request, even if a reload replaces it
+    m_job_limit = m_d.config.stage.max_bytes;
     request_limit = std::min(m_request.max_bytes, m_job_limit); // never above the site's
   }
   auto job_fd = open_job_dir();
@@ -45,12 +45,12 @@ void StageRun::execute()
     return;
   }
   m_job_fd = std::move(*job_fd);
-  m_staging_id = m_d.m_stagings.open(m_job.uid);
+  m_staging_id = m_d.stagings.open(m_job.uid);
   proto::StageReply reply;
   auto refuse = [&](Error e, std::uint64_t earlier) {
     if (e.kind == ErrorKind::limit && earlier > 0) { // [stage] max_bytes is the job's, not the request's
       e.message += "; job " + std::to_string(m_job.job_id) + " staged " + std::to_string(earlier) +
-                   " bytes on node " + m_d.m_node + " through the daemon already, and [stage] max_bytes (" +
+                   " bytes on node " + m_d.name + " through the daemon already, and [stage] max_bytes (" +
                    std::to_string(m_job_limit) + ") counts all of a job's stagings";
     }
     rollback();
@@ -80,7 +80,7 @@ void StageRun::execute()
   m_out.result(reply);
 }
 
-Result<UniqueFd> StageRun::open_job_dir()
+Result<UniqueFd> StageRequest::open_job_dir()
 {
   auto base = m_d.open_base();
   if (!base) {
@@ -91,7 +91,7 @@ Result<UniqueFd> StageRun::open_job_dir()
   UniqueFd fd = opened ? std::move(*opened) : UniqueFd();
   struct stat st {};
   if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
-    return Error::refused("job " + std::to_string(m_job.job_id) + " has no directory on node " + m_d.m_node);
+    return Error::refused("job " + std::to_string(m_job.job_id) + " has no directory on node " + m_d.name);
   }
   if (st.st_uid != m_job.uid) {
     return Error::refused("the directory of job " + std::to_string(m_job.job_id) + " is not the job user's");
@@ -99,16 +99,16 @@ Result<UniqueFd> StageRun::open_job_dir()
   return fd;
 }
 
-std::uint64_t StageRun::job_staged() const
+std::uint64_t StageRequest::job_staged() const
 {
-  const auto rec = m_d.m_registry.find(m_job.job_id);
+  const auto rec = m_d.registry.find(m_job.job_id);
   return rec ? rec->staged_bytes : 0;
 }
 
-std::optional<std::uint64_t> StageRun::charge_job()
+std::optional<std::uint64_t> StageRequest::charge_job()
 {
   std::optional<std::uint64_t> over; // what the job had staged, when this would take it past its limit
-  m_d.m_registry.change(
+  m_d.registry.change(
     [&](registry::Registry& reg) {
       if (reg.charge(m_job.job_id, m_total, m_job_limit)) {
         return RegistryKeeper::Changed::yes;
@@ -121,27 +121,27 @@ std::optional<std::uint64_t> StageRun::charge_job()
   return over;
 }
 
-void StageRun::finish_staging()
+void StageRequest::finish_staging()
 {
   if (m_staging_id) {
-    m_d.m_stagings.close(*m_staging_id);
+    m_d.stagings.close(*m_staging_id);
   }
 }
 
-void StageRun::fill_alive()
+void StageRequest::fill_alive()
 {
-  std::lock_guard lock(m_d.m_mutex);
+  std::lock_guard lock(m_d.mutex);
   if (m_fill_wait) {
     m_fill_wait->progressed = std::chrono::steady_clock::now();
   }
 }
 
-void StageRun::progress(const proto::Progress& p)
+void StageRequest::progress(const proto::Progress& p)
 {
   {
-    std::lock_guard lock(m_d.m_mutex);
+    std::lock_guard lock(m_d.mutex);
     if (m_staging_id) { // a staging; cache_view's keepalives are no staging (status never lists them)
-      m_d.m_stagings.report(*m_staging_id, p);
+      m_d.stagings.report(*m_staging_id, p);
     }
     if (m_fill_wait) {
       if (p.done_bytes != m_fill_wait->progress) {
@@ -153,7 +153,7 @@ void StageRun::progress(const proto::Progress& p)
   m_out.progress(p);
 }
 
-Result<ipc::Message> StageRun::await(ipc::Child& child, const std::function<proto::Progress()>& status)
+Result<ipc::Message> StageRequest::await(ipc::Child& child, const std::function<proto::Progress()>& status)
 {
   auto give_up = [&](Error e) -> Result<ipc::Message> {
     child.kill();
@@ -177,7 +177,7 @@ Result<ipc::Message> StageRun::await(ipc::Child& child, const std::function<prot
   }
 }
 
-void StageRun::rollback()
+void StageRequest::rollback()
 {
   for (auto it = m_made.rbegin(); it != m_made.rend(); ++it) {
     const std::string& rel = *it;
@@ -191,34 +191,12 @@ void StageRun::rollback()
   m_made.clear();
 }
 
-StageRun::~StageRun()
+StageRequest::~StageRequest()
 {
   for (const auto& key : m_pinned) {
-    m_d.m_keeper.unpin(key);
+    m_d.keeper.unpin(key);
   }
 }
 
-void Daemon::on_stage(const proto::Stage& r, const Peer& peer, Responder& out)
-{
-  auto job = job_for(r.job_id, peer);
-  if (!job) {
-    out.error(job.error());
-    return;
-  }
-  ipc::Credentials user;
-  if (peer.root()) {
-    auto c = ipc::credentials_of(job->uid, job->gid);
-    if (!c) {
-      out.error(c.error());
-      return;
-    }
-    user = *c;
-  } else {
-    // The task's own credentials, as the kernel reports them for the connection.
-    user = ipc::Credentials{peer.uid, peer.gid, peer.groups, "uid " + std::to_string(peer.uid)};
-  }
-  StageRun run(*this, *job, user, r, out);
-  run.execute();
-}
 
-} // namespace stagehand::daemon
+} // namespace stagehand::service

@@ -1,0 +1,53 @@
+// stagehandd's stage and cache_view requests: the job and the caller's credentials checked, then
+// one service::StageRequest (src/stagehand/service/stage_request.hpp) does the work.
+#include "daemon.hpp"
+
+#include "stagehand/service/stage_request.hpp"
+
+namespace stagehand::daemon {
+
+void Daemon::on_stage(const proto::Stage& r, const Peer& peer, Responder& out)
+{
+  auto job = job_for(r.job_id, peer);
+  if (!job) {
+    out.error(job.error());
+    return;
+  }
+  ipc::Credentials user;
+  if (peer.root()) {
+    auto c = ipc::credentials_of(job->uid, job->gid);
+    if (!c) {
+      out.error(c.error());
+      return;
+    }
+    user = *c;
+  } else {
+    // The task's own credentials, as the kernel reports them for the connection.
+    user = ipc::Credentials{peer.uid, peer.gid, peer.groups, "uid " + std::to_string(peer.uid)};
+  }
+  service::StageRequest run(m_shared, m_fills, *job, user, r, out);
+  run.execute();
+}
+
+void Daemon::on_cache_view(const proto::CacheView& r, const Peer& peer, Responder& out)
+{
+  if (!peer.root()) {
+    out.error(Error::refused("cache_view: only root may ask"));
+    return;
+  }
+  auto job = job_for(r.job_id, peer);
+  if (!job) {
+    out.error(job.error());
+    return;
+  }
+  auto user = ipc::credentials_of(job->uid, job->gid);
+  if (!user) {
+    out.error(user.error());
+    return;
+  }
+  proto::Stage as_stage{r.job_id, r.sources, 0};
+  service::StageRequest run(m_shared, m_fills, *job, *user, as_stage, out);
+  out.result(proto::CacheViewReply{run.find_hits()});
+}
+
+} // namespace stagehand::daemon

@@ -1,0 +1,84 @@
+// stagehandd's fill thread: a cache miss's spool becomes a cache entry after its job has the data,
+// one at a time; or, once another job waits for the source, a child started here follows the spool
+// as the read writes it (the entry is then ready about when the leader's own copy is).
+#pragma once
+
+#include "stagehand/cache/fill.hpp"
+#include "stagehand/cache/store.hpp"
+#include "stagehand/ipc/child.hpp"
+#include "stagehand/service/node.hpp"
+#include "stagehand/service/reads.hpp"
+#include "stagehand/stage/kinds.hpp"
+
+#include <sys/types.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace stagehand::service {
+
+// A miss's spool waiting to become a cache entry.
+struct SpoolFill
+{
+  std::shared_ptr<cache::Store> store;
+  cache::Fill fill; // its directory holds the spool
+  std::string key;
+  std::string source; // the canonical path, for the log
+  bool tree = false;  // a directory's tar stream, else a file's bytes
+  bool plain = false; // a file's bytes that are not unpacked: the spool is the entry's file
+  mode_t mode = 0;    // that file's mode
+  std::uint64_t spool_bytes = 0;
+  stage::Unpack unpack = stage::Unpack::if_archive;
+  std::uint64_t room = 0;
+  std::shared_ptr<FillWait> wait;
+  std::uint32_t job_id = 0;
+  std::shared_ptr<FollowFill> follow; // the fill already following the spool, if one started
+};
+
+// Its queues are guarded by the node's mutex (the reads' waiters and the fills meet there).
+class FillThread
+{
+public:
+  explicit FillThread(Node& node) : m_node(node) {}
+  ~FillThread() { stop(); }
+  FillThread(const FillThread&) = delete;
+  FillThread& operator=(const FillThread&) = delete;
+
+  void start();
+  // Drops what waits, and joins the thread.
+  void stop();
+
+  // With the node's mutex held: `task` waits its turn (or is dropped, and counted, when too many
+  // or too big spools wait already, or the daemon stops).
+  void queue_locked(SpoolFill task);
+  // A job waits for `w`'s entry: its fill follows the spool from now on (once).
+  void ask_follow_locked(FillWait& w);
+  // The leader's fill that may follow; started at once when a job waits already.
+  void offer_follow_locked(FillWait& w, std::shared_ptr<FollowFill> f);
+
+private:
+  void end_locked(SpoolFill& task, bool published);
+  void loop();
+  Result<cache::FillResult> fill_from_spool(SpoolFill& task, const ipc::Credentials& service);
+  // Starts the fills misses asked to follow their spools (m_follow_starts).
+  void start_follow_fills_locked(std::unique_lock<std::mutex>& lock);
+  Result<ipc::Child> spawn_follower(FollowFill& f, const ipc::Credentials& service);
+  // A fill child's answer, waited for while the thread keeps starting followers.
+  Result<cache::FillResult> await_fill_child(ipc::Child& child);
+  enum class Publish { published, lost_race, not_cached };
+  Publish publish_spool_fill(SpoolFill& task, const cache::FillResult& fr);
+
+  Node& m_node;
+  std::deque<SpoolFill> m_spools;
+  std::deque<std::shared_ptr<FollowFill>> m_follow_starts;
+  std::condition_variable m_cv;
+  std::thread m_thread;
+  bool m_stopping = false;
+};
+
+} // namespace stagehand::service
