@@ -49,7 +49,8 @@ std::string Daemon::socket_path() const { return expand_node(m_shared.config.dae
 Status Daemon::start()
 {
   std::lock_guard lock(m_shared.mutex);
-  auto state = fs::open_trusted_dir(expand_node(m_shared.config.daemon.state_dir, m_shared.name), fs::CreateMissing::yes);
+  auto state =
+    fs::open_trusted_dir(expand_node(m_shared.config.daemon.state_dir, m_shared.name), fs::CreateMissing::yes);
   if (!state) {
     return state.error().with_context("[daemon] state_dir");
   }
@@ -83,7 +84,8 @@ Status Daemon::start()
   m_stage_out = std::make_shared<StageOutQueue>(m_shared.config, m_shared.name, m_state_dir.get());
   m_stage_out->resume();
   spdlog::info("node {}: base {}, cache {} (max {} bytes), {} jobs in the registry", m_shared.name,
-               expand_node(m_shared.config.tmpdir.base, m_shared.name), cache_shown, m_shared.config.daemon.cache_max_bytes,
+               expand_node(m_shared.config.tmpdir.base, m_shared.name), cache_shown,
+               m_shared.config.daemon.cache_max_bytes,
                m_shared.registry.read([](const registry::Registry& reg) { return reg.jobs().size(); }));
   return ok_status();
 }
@@ -110,7 +112,8 @@ Status Daemon::reload()
     spdlog::warn("reload: [tmpdir] base changed; the daemon keeps {} until the next restart", m_shared.base_path);
   }
   m_shared.config = std::move(*config);
-  m_shared.keeper.set_limits(cache::CacheLimits{m_shared.config.daemon.cache_max_bytes, m_shared.config.daemon.cache_max_entries});
+  const auto& daemon = m_shared.config.daemon;
+  m_shared.keeper.set_limits(cache::CacheLimits{daemon.cache_max_bytes, daemon.cache_max_entries});
   if (auto service = ipc::credentials_of_name(m_shared.config.daemon.user)) {
     m_shared.service = *service;
   } else {

@@ -234,7 +234,8 @@ void Daemon::gc_loop()
       next_pass = std::chrono::steady_clock::now() + m_shared.config.daemon.gc_interval;
     }
     for (;;) {
-      if (m_stopping || m_gc_kicked || m_shared.keeper.removals_waiting() || std::chrono::steady_clock::now() >= next_pass) {
+      if (m_stopping || m_gc_kicked || m_shared.keeper.removals_waiting() ||
+          std::chrono::steady_clock::now() >= next_pass) {
         break;
       }
       m_gc_cv.wait_until(lock, next_pass); // the registry is written by its keeper's own thread

@@ -98,8 +98,8 @@ void Daemon::on_status(const Peer& peer, Responder& out)
   reply.cache.evictions = m_shared.keeper.evictions();
   reply.cache.fills_dropped = m_shared.counters.fills_dropped;
   lock.unlock();
-  reply.stagings = m_shared.stagings.seen_by(peer.root() ? service::Stagings::Viewer::root : service::Stagings::Viewer::user,
-                                      peer.uid); // a user sees only their own
+  using Viewer = service::Stagings::Viewer;
+  reply.stagings = m_shared.stagings.seen_by(peer.root() ? Viewer::root : Viewer::user, peer.uid); // their own
   // User names after the daemon's lock: a name service that answers slowly (LDAP, SSSD) holds up
   // this reply only, never a job's prolog, epilog or staging.
   name_users(reply.jobs);
@@ -172,8 +172,8 @@ void Daemon::on_cache_list(const Peer& peer, Responder& out)
     if (!peer.root() && !mine.count(e.key)) {
       continue;
     }
-    reply.entries.push_back(proto::CacheEntryInfo{e.source, e.disk_bytes, e.files, e.last_used,
-                                                  m_shared.registry.key_in_use(e.key) || m_shared.keeper.pinned(e.key)});
+    const bool in_use = m_shared.registry.key_in_use(e.key) || m_shared.keeper.pinned(e.key);
+    reply.entries.push_back(proto::CacheEntryInfo{e.source, e.disk_bytes, e.files, e.last_used, in_use});
   }
   out.result(reply);
 }

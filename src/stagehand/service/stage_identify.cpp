@@ -41,7 +41,8 @@ int identify_as_user(int sock, const proto::SourceSpec& src, const std::vector<s
   if (job_fd >= 0) {
     struct stat st {};
     auto c = fs::open_beneath(job_fd, src.delivered, O_RDONLY | O_NONBLOCK);
-    if (c && ::fstat(c->get(), &st) == 0 && S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) == id->bytes) {
+    if (c && ::fstat(c->get(), &st) == 0 && S_ISREG(st.st_mode) &&
+        static_cast<std::uint64_t>(st.st_size) == id->bytes) {
       copy = std::move(*c);
     }
   }
@@ -66,12 +67,13 @@ int identify_as_user(int sock, const proto::SourceSpec& src, const std::vector<s
 
 } // namespace
 
-Result<StageRequest::Identified> StageRequest::identify(const proto::SourceSpec& src, const std::function<double()>& seconds)
+Result<StageRequest::Identified> StageRequest::identify(const proto::SourceSpec& src,
+                                                        const std::function<double()>& seconds)
 {
   std::vector<std::string> roots;
   {
-    std::lock_guard lock(m_d.mutex);
-    roots = m_d.config.stage.allowed_roots;
+    std::lock_guard lock(m_node.mutex);
+    roots = m_node.config.stage.allowed_roots;
   }
   // A delivered copy of a file source is opened by the same child, below the job's directory.
   const bool copy_wanted = !src.delivered.empty() && src.kind == stage::SourceKind::file && m_job_fd.valid();

@@ -3,7 +3,7 @@
 // credentials, as staging without the daemon would) and to a spool in the cache's fill directory.
 // The job's reply does not wait for the cache: the spool is unpacked into an entry by a fill the
 // fill thread runs after the read, or beside it (following the spool as it grows) once another
-// job waits for this source, at a lower priority (spool_fill.cpp). Jobs asking for the same source meanwhile wait for
+// job waits for this source, at a lower priority (fill_thread.cpp). Jobs asking for the same source meanwhile wait for
 // that entry or deliver from the spool: no second read of the shared filesystem.
 #include "stagehand/service/stage_request.hpp"
 
@@ -52,7 +52,8 @@ Result<stage::Delivered> StageRequest::delivered_by(const ipc::Message& m) const
   return proto::parse_child_message<stage::Placed>(m.text);
 }
 
-Result<stage::Delivered> StageRequest::deliver_from(int in_fd, const Delivery& d, const std::function<double()>& seconds)
+Result<stage::Delivered> StageRequest::deliver_from(int in_fd, const Delivery& d,
+                                                    const std::function<double()>& seconds)
 {
   auto child = spawn_delivery(in_fd, d);
   if (!child) {
@@ -181,14 +182,14 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
 void StageRequest::MissRead::begin_spool()
 {
   {
-    std::lock_guard lock(r.m_d.mutex);
-    cache_max = r.m_d.config.daemon.cache_max_bytes;
+    std::lock_guard lock(r.m_node.mutex);
+    cache_max = r.m_node.config.daemon.cache_max_bytes;
   }
   out.why_uncached = cache::uncached_before_read(c.identity, c.started, cache_max);
   if (!out.why_uncached.empty()) {
     return;
   }
-  auto begun = r.m_d.keeper.begin_fill(r.m_store, c.key, c.service.uid, c.service.gid); // its name in use
+  auto begun = r.m_node.keeper.begin_fill(r.m_store, c.key, c.service.uid, c.service.gid); // its name in use
   if (begun) {
     fill = std::move(*begun);
   } else {
@@ -213,7 +214,7 @@ void StageRequest::MissRead::offer_follow()
   follow->room = d.room;
   follow->source = src.path;
   follow->verdict.emplace(std::move(*v));
-  std::lock_guard lock(r.m_d.mutex);
+  std::lock_guard lock(r.m_node.mutex);
   if (r.m_fill_wait) {
     r.m_fills.offer_follow_locked(*r.m_fill_wait, follow); // started when a second job waits for this source
   }
@@ -227,7 +228,7 @@ void StageRequest::MissRead::abandon_follow()
   follow->verdict->get()->state.store(static_cast<std::uint64_t>(cache::SpoolState::dropped));
   std::optional<ipc::Child> running;
   {
-    std::lock_guard lock(r.m_d.mutex);
+    std::lock_guard lock(r.m_node.mutex);
     follow->abandoned = true;
     running = std::move(follow->child);
     follow->child.reset();
@@ -242,8 +243,8 @@ void StageRequest::MissRead::drop_fill()
 {
   abandon_follow();
   if (fill) {
-    std::lock_guard lock(r.m_d.mutex);
-    r.m_d.keeper.remove_later_locked(r.m_store, *fill); // by the GC thread
+    std::lock_guard lock(r.m_node.mutex);
+    r.m_node.keeper.remove_later_locked(r.m_store, *fill); // by the GC thread
     fill.reset();
   }
 }
@@ -426,8 +427,8 @@ void StageRequest::MissRead::settle(bool changed, const proto::Teed& teed)
     }
     if (!changed && !teed.dropped.empty()) {
       spdlog::info("job {}: {}: not cached ({})", r.m_job.job_id, src.path, teed.dropped);
-      std::lock_guard lock(r.m_d.mutex);
-      ++r.m_d.counters.fills_dropped;
+      std::lock_guard lock(r.m_node.mutex);
+      ++r.m_node.counters.fills_dropped;
     }
   }
   if (out.why_uncached.empty() && fill) {

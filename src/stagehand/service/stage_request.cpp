@@ -1,5 +1,5 @@
 // stagehandd's stage request: its life (job directory, progress frames, waiting on children,
-// rollback, pins) and the handler; each source is stage_source.cpp's (identified in
+// rollback, pins); each source is stage_source.cpp's (identified in
 // stage_identify.cpp, a miss read in stage_miss.cpp), cache_view's hits stage_view.cpp's.
 #include "stagehand/service/stage_request.hpp"
 
@@ -26,7 +26,7 @@ namespace stagehand::service {
 
 StageRequest::StageRequest(Node& node, FillThread& fills, const registry::JobRecord& job, ipc::Credentials user,
                            const proto::Stage& request, Responder& out)
-  : m_d(node), m_fills(fills), m_job(job), m_user(std::move(user)), m_request(request), m_out(out)
+  : m_node(node), m_fills(fills), m_job(job), m_user(std::move(user)), m_request(request), m_out(out)
 {
 }
 
@@ -34,9 +34,9 @@ void StageRequest::execute()
 {
   std::uint64_t request_limit = 0;
   {
-    std::lock_guard lock(m_d.mutex);
-    m_store = m_d.keeper.store(); // ours for the whole request, even if a reload replaces it
-    m_job_limit = m_d.config.stage.max_bytes;
+    std::lock_guard lock(m_node.mutex);
+    m_store = m_node.keeper.store(); // ours for the whole request, even if a reload replaces it
+    m_job_limit = m_node.config.stage.max_bytes;
     request_limit = std::min(m_request.max_bytes, m_job_limit); // never above the site's
   }
   auto job_fd = open_job_dir();
@@ -45,12 +45,12 @@ void StageRequest::execute()
     return;
   }
   m_job_fd = std::move(*job_fd);
-  m_staging_id = m_d.stagings.open(m_job.uid);
+  m_staging_id = m_node.stagings.open(m_job.uid);
   proto::StageReply reply;
   auto refuse = [&](Error e, std::uint64_t earlier) {
     if (e.kind == ErrorKind::limit && earlier > 0) { // [stage] max_bytes is the job's, not the request's
       e.message += "; job " + std::to_string(m_job.job_id) + " staged " + std::to_string(earlier) +
-                   " bytes on node " + m_d.name + " through the daemon already, and [stage] max_bytes (" +
+                   " bytes on node " + m_node.name + " through the daemon already, and [stage] max_bytes (" +
                    std::to_string(m_job_limit) + ") counts all of a job's stagings";
     }
     rollback();
@@ -82,7 +82,7 @@ void StageRequest::execute()
 
 Result<UniqueFd> StageRequest::open_job_dir()
 {
-  auto base = m_d.open_base();
+  auto base = m_node.open_base();
   if (!base) {
     return base.error();
   }
@@ -91,7 +91,7 @@ Result<UniqueFd> StageRequest::open_job_dir()
   UniqueFd fd = opened ? std::move(*opened) : UniqueFd();
   struct stat st {};
   if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
-    return Error::refused("job " + std::to_string(m_job.job_id) + " has no directory on node " + m_d.name);
+    return Error::refused("job " + std::to_string(m_job.job_id) + " has no directory on node " + m_node.name);
   }
   if (st.st_uid != m_job.uid) {
     return Error::refused("the directory of job " + std::to_string(m_job.job_id) + " is not the job user's");
@@ -101,14 +101,14 @@ Result<UniqueFd> StageRequest::open_job_dir()
 
 std::uint64_t StageRequest::job_staged() const
 {
-  const auto rec = m_d.registry.find(m_job.job_id);
+  const auto rec = m_node.registry.find(m_job.job_id);
   return rec ? rec->staged_bytes : 0;
 }
 
 std::optional<std::uint64_t> StageRequest::charge_job()
 {
   std::optional<std::uint64_t> over; // what the job had staged, when this would take it past its limit
-  m_d.registry.change(
+  m_node.registry.change(
     [&](registry::Registry& reg) {
       if (reg.charge(m_job.job_id, m_total, m_job_limit)) {
         return RegistryKeeper::Changed::yes;
@@ -124,13 +124,13 @@ std::optional<std::uint64_t> StageRequest::charge_job()
 void StageRequest::finish_staging()
 {
   if (m_staging_id) {
-    m_d.stagings.close(*m_staging_id);
+    m_node.stagings.close(*m_staging_id);
   }
 }
 
 void StageRequest::fill_alive()
 {
-  std::lock_guard lock(m_d.mutex);
+  std::lock_guard lock(m_node.mutex);
   if (m_fill_wait) {
     m_fill_wait->progressed = std::chrono::steady_clock::now();
   }
@@ -139,9 +139,9 @@ void StageRequest::fill_alive()
 void StageRequest::progress(const proto::Progress& p)
 {
   {
-    std::lock_guard lock(m_d.mutex);
+    std::lock_guard lock(m_node.mutex);
     if (m_staging_id) { // a staging; cache_view's keepalives are no staging (status never lists them)
-      m_d.stagings.report(*m_staging_id, p);
+      m_node.stagings.report(*m_staging_id, p);
     }
     if (m_fill_wait) {
       if (p.done_bytes != m_fill_wait->progress) {
@@ -194,7 +194,7 @@ void StageRequest::rollback()
 StageRequest::~StageRequest()
 {
   for (const auto& key : m_pinned) {
-    m_d.keeper.unpin(key);
+    m_node.keeper.unpin(key);
   }
 }
 

@@ -159,7 +159,7 @@ private:
   struct MissRead; // one miss, in steps (stage_miss.cpp)
   void rollback();
 
-  Node& m_d;
+  Node& m_node;
   FillThread& m_fills;
   registry::JobRecord m_job;
   ipc::Credentials m_user;

@@ -94,15 +94,15 @@ Status StageRequest::identify_source(Sourcing& s)
 Status StageRequest::obtain(Sourcing& s)
 {
   for (int attempt = 0;; ++attempt) {
-    std::unique_lock lock(m_d.mutex);
-    if (!m_store || !m_d.service) {
+    std::unique_lock lock(m_node.mutex);
+    if (!m_store || !m_node.service) {
       return Error::io("the node cache is off", ENOENT);
     }
     auto cached = find_entry_locked(s);
     if (!cached) {
       return cached.error();
     }
-    auto reading = m_d.reads.find(s.own_key);
+    auto reading = m_node.reads.find(s.own_key);
     cache::SourceSituation situation{*cached,           reading != nullptr, attempt,
                                      m_request.misses == proto::Misses::report, s.src.kind, s.copy_fd.valid()};
     switch (cache::next_source_step(situation)) {
@@ -132,11 +132,11 @@ Result<bool> StageRequest::find_entry_locked(Sourcing& s)
 {
   // The entry every job may use, else the one filled for this user from a broadcast's copy.
   // Pinned as it is found: no eviction takes it while the job materialises it.
-  auto meta = m_d.keeper.pin_entry(*m_store, s.identity.key);
+  auto meta = m_node.keeper.pin_entry(*m_store, s.identity.key);
   s.hit_key = s.identity.key;
   if (!meta) {
     s.hit_key = cache::delivered_key(s.identity.key, m_job.uid);
-    meta = m_d.keeper.pin_entry(*m_store, s.hit_key);
+    meta = m_node.keeper.pin_entry(*m_store, s.hit_key);
   }
   if (!meta) {
     return false;
@@ -218,9 +218,9 @@ Result<bool> StageRequest::deliver_from_spool(Sourcing& s, std::unique_lock<std:
 Status StageRequest::read_source(Sourcing& s, std::unique_lock<std::mutex>& lock)
 {
   // The claim on the source, if this job made one at task start, is kept.
-  auto wait = m_d.reads.begin(s.own_key, s.identity.key, Clock::now());
+  auto wait = m_node.reads.begin(s.own_key, s.identity.key, Clock::now());
   m_fill_wait = wait;
-  const ipc::Credentials service = *m_d.service;
+  const ipc::Credentials service = *m_node.service;
   lock.unlock();
   auto missed = miss(s.delivery, s.src_fd.get(),
                      MissContext{s.identity, s.started, service, [&] { return s.seconds(); },
@@ -231,7 +231,7 @@ Status StageRequest::read_source(Sourcing& s, std::unique_lock<std::mutex>& lock
   if (!missed || !missed->spool) {
     wait->done = true;
     wait->cv.notify_all();
-    m_d.reads.end(s.own_key, wait);
+    m_node.reads.end(s.own_key, wait);
     if (!missed) {
       return missed.error().with_context(s.src.shown);
     }
@@ -297,17 +297,17 @@ Status StageRequest::place(Sourcing& s)
 
 void StageRequest::account(const Sourcing& s)
 {
-  std::lock_guard lock(m_d.mutex);
+  std::lock_guard lock(m_node.mutex);
   if (s.out.cache == proto::CacheOutcome::hit) {
-    ++m_d.counters.hits;
+    ++m_node.counters.hits;
     (void)m_store->touch(s.hit_key, static_cast<std::int64_t>(std::time(nullptr)));
   } else if (s.out.cache == proto::CacheOutcome::miss) {
-    ++m_d.counters.misses;
+    ++m_node.counters.misses;
   }
-  m_d.counters.staged_bytes += s.out.bytes;
-  m_d.counters.staged_seconds += s.out.seconds;
+  m_node.counters.staged_bytes += s.out.bytes;
+  m_node.counters.staged_seconds += s.out.seconds;
   if (s.out.cache == proto::CacheOutcome::hit) { // linked: the job's files are the entry's
-    m_d.registry.add_cache_key(m_job.job_id, s.hit_key);
+    m_node.registry.add_cache_key(m_job.job_id, s.hit_key);
   }
 }
 

@@ -14,23 +14,24 @@ namespace stagehand::service {
 
 using Clock = std::chrono::steady_clock;
 
-void StageRequest::await_fill_for_view(std::unique_lock<std::mutex>& lock, const std::string& key, const std::string& shown)
+void StageRequest::await_fill_for_view(std::unique_lock<std::mutex>& lock, const std::string& key,
+                                       const std::string& shown)
 {
   const std::vector<std::string> keys{key, cache::delivered_key(key, m_job.uid)};
-  auto wait = m_d.reads.find_any(keys);
+  auto wait = m_node.reads.find_any(keys);
   if (!wait) {
     // Nobody reads it yet. Jobs that start together all ask here before any has begun to read:
     // the first is the one that will (it claims the source); the others wait, briefly, for its
     // read to begin, and then for its entry, as for any read under way.
     const auto now = Clock::now();
-    if (m_d.reads.claim(key, now, k_view_claim)) {
+    if (m_node.reads.claim(key, now, k_view_claim)) {
       m_claimed = true;
       return; // ours to read
     }
     if (m_claimed) {
       return; // this job reads another source first: it never waits on a read that may wait on it
     }
-    wait = m_d.reads.await_begin(lock, keys, now + k_view_claim_wait);
+    wait = m_node.reads.await_begin(lock, keys, now + k_view_claim_wait);
     if (!wait) {
       return;
     }
@@ -63,8 +64,8 @@ void StageRequest::await_fill_for_view(std::unique_lock<std::mutex>& lock, const
 std::vector<proto::ViewEntry> StageRequest::find_hits()
 {
   {
-    std::lock_guard lock(m_d.mutex);
-    m_store = m_d.keeper.store();
+    std::lock_guard lock(m_node.mutex);
+    m_store = m_node.keeper.store();
   }
   std::vector<proto::ViewEntry> entries;
   const auto t0 = Clock::now();
@@ -82,28 +83,28 @@ std::vector<proto::ViewEntry> StageRequest::find_hits()
     if (!found) {
       spdlog::info("job {}: cache view: {}: {}", m_job.job_id, src.path, found.error().message);
     } else {
-      std::unique_lock lock(m_d.mutex);
+      std::unique_lock lock(m_node.mutex);
       std::string entry;
       auto look = [&] {
         entry = found->identity.key;
-        auto m = m_store && m_d.service ? m_store->lookup(entry)
+        auto m = m_store && m_node.service ? m_store->lookup(entry)
                                           : Result<cache::EntryMeta>(Error::io("the node cache is off", ENOENT));
-        if (!m && m_store && m_d.service) { // filled for this user from a broadcast's copy
+        if (!m && m_store && m_node.service) { // filled for this user from a broadcast's copy
           entry = cache::delivered_key(found->identity.key, m_job.uid);
           m = m_store->lookup(entry);
         }
         return m;
       };
       auto meta = look();
-      if (!meta && m_store && m_d.service) {
+      if (!meta && m_store && m_node.service) {
         await_fill_for_view(lock, found->identity.key, src.shown);
         meta = look();
       }
       if (meta) {
         hit = proto::ViewEntry{entry, meta->files, meta->bytes, meta->how};
         // Pinned for the job until its end: the view's lower layer is this entry.
-        m_d.registry.add_cache_key(m_job.job_id, hit.entry);
-        ++m_d.counters.hits;
+        m_node.registry.add_cache_key(m_job.job_id, hit.entry);
+        ++m_node.counters.hits;
         (void)m_store->touch(hit.entry, static_cast<std::int64_t>(std::time(nullptr)));
       }
     }
