@@ -125,7 +125,7 @@ proto::GcReply Daemon::collect(bool dry_run)
   registry_after_gc_locked(plan, evidence, asked_at);
   // A crash's leftovers in the cache, removed below without the lock.
   const auto debris = m_shared.keeper.set_aside_debris(store, scan);
-  m_shared.keeper.evict_to_fit_locked(m_shared.jobs_use());
+  m_shared.keeper.evict_to_fit_locked();
   lock.unlock();
   std::vector<service::TmpName> names;
   for (const auto& d : debris) {

@@ -172,8 +172,8 @@ void Daemon::on_cache_list(const Peer& peer, Responder& out)
     if (!peer.root() && !mine.count(e.key)) {
       continue;
     }
-    const bool in_use = m_shared.registry.key_in_use(e.key) || m_shared.keeper.pinned(e.key);
-    reply.entries.push_back(proto::CacheEntryInfo{e.source, e.disk_bytes, e.files, e.last_used, in_use});
+    reply.entries.push_back(
+      proto::CacheEntryInfo{e.source, e.disk_bytes, e.files, e.last_used, m_shared.keeper.in_use(e.key)});
   }
   out.result(reply);
 }

@@ -50,7 +50,8 @@ struct Fixture
   TempDir d;
   std::shared_ptr<Store> store;
   int woken = 0;
-  service::CacheKeeper keeper{[this] { ++woken; }};
+  std::set<std::string> jobs_use; // keys in running jobs' directories, as the registry would say
+  service::CacheKeeper keeper{[this] { ++woken; }, [this](const std::string& k) { return jobs_use.count(k) > 0; }};
 
   Fixture()
   {
@@ -71,8 +72,6 @@ std::vector<service::TmpName> debris_names(const std::vector<service::CacheKeepe
   return out;
 }
 
-const service::KeyInUse k_no_job = [](const std::string&) { return false; };
-
 } // namespace
 
 TEST(CacheKeeper, EvictionNeverTakesAPinnedEntryNorOneARunningJobUses)
@@ -84,20 +83,20 @@ TEST(CacheKeeper, EvictionNeverTakesAPinnedEntryNorOneARunningJobUses)
   publish(*f.store, f.d, 'c', 300);
   publish(*f.store, f.d, 'd', 400);
   ASSERT_TRUE(f.keeper.pin_entry(*f.store, key_of('a')));
-  const service::KeyInUse job_uses_b = [](const std::string& k) { return k == key_of('b'); };
+  f.jobs_use = {key_of('b')};
   f.keeper.set_limits(CacheLimits{1ULL << 40, 2}); // two entries at most
-  f.keeper.evict_to_fit_locked(job_uses_b);
+  f.keeper.evict_to_fit_locked();
   EXPECT_EQ(cached(*f.store), (std::set<char>{'a', 'b'})) << "the least recently used of the others go";
   EXPECT_EQ(f.keeper.evictions(), 2U);
   EXPECT_GT(f.woken, 0) << "the GC thread is told there is something to remove";
   // Past the limits with only what jobs use left: it all stays.
   f.keeper.set_limits(CacheLimits{1ULL << 40, 1});
-  f.keeper.evict_to_fit_locked(job_uses_b);
+  f.keeper.evict_to_fit_locked();
   EXPECT_EQ(cached(*f.store), (std::set<char>{'a', 'b'}));
   // Unpinned, the staging's entry is the next to go.
   f.keeper.unpin(key_of('a'));
   EXPECT_FALSE(f.keeper.pinned(key_of('a')));
-  f.keeper.evict_to_fit_locked(job_uses_b);
+  f.keeper.evict_to_fit_locked();
   EXPECT_EQ(cached(*f.store), (std::set<char>{'b'}));
 }
 
@@ -113,18 +112,18 @@ TEST(CacheKeeper, AFillThatCannotFitEvictsNothing)
   const std::uint64_t limit = pinned_bytes + f.entry_bytes('b') + f.entry_bytes('c');
   f.keeper.set_limits(CacheLimits{limit, 100});
   // Even with 'b' and 'c' gone the pinned 'a' leaves no room for this one: refused, nothing evicted.
-  EXPECT_FALSE(f.keeper.make_room_locked(f.store, limit - pinned_bytes + 1, k_no_job));
+  EXPECT_FALSE(f.keeper.make_room_locked(f.store, limit - pinned_bytes + 1));
   EXPECT_EQ(cached(*f.store), (std::set<char>{'a', 'b', 'c'}));
   EXPECT_EQ(f.keeper.evictions(), 0U);
   EXPECT_FALSE(f.keeper.removals_waiting());
   // One that fits once the least recently used unpinned entry goes: only that one goes.
-  EXPECT_TRUE(f.keeper.make_room_locked(f.store, f.entry_bytes('b'), k_no_job));
+  EXPECT_TRUE(f.keeper.make_room_locked(f.store, f.entry_bytes('b')));
   EXPECT_EQ(cached(*f.store), (std::set<char>{'a', 'c'}));
   // A store a reload replaced takes its entry as it is: nothing is evicted for it.
   auto other = Store::open(f.d / "other");
   ASSERT_TRUE(other);
   f.keeper.use_store(std::make_shared<Store>(std::move(*other)));
-  EXPECT_TRUE(f.keeper.make_room_locked(f.store, limit, k_no_job));
+  EXPECT_TRUE(f.keeper.make_room_locked(f.store, limit));
   EXPECT_EQ(cached(*f.store), (std::set<char>{'a', 'c'}));
 }
 
@@ -135,7 +134,7 @@ TEST(CacheKeeper, ARemovalSetAsideIsDoneLaterAndNeverSweptMeanwhile)
   publish(*f.store, f.d, 'a', 100);
   publish(*f.store, f.d, 'b', 200);
   f.keeper.set_limits(CacheLimits{1ULL << 40, 1});
-  f.keeper.evict_to_fit_locked(k_no_job);
+  f.keeper.evict_to_fit_locked();
   EXPECT_EQ(cached(*f.store), (std::set<char>{'b'})) << "no job finds the evicted entry any more";
   ASSERT_TRUE(f.keeper.removals_waiting());
   // A fill in progress, and one begun behind the keeper's back (debris for GC).

@@ -8,7 +8,10 @@
 
 namespace stagehand::service {
 
-CacheKeeper::CacheKeeper(std::function<void()> removal_queued) : m_removal_queued(std::move(removal_queued)) {}
+CacheKeeper::CacheKeeper(std::function<void()> removal_queued, KeyInUse jobs_use)
+  : m_removal_queued(std::move(removal_queued)), m_jobs_use(std::move(jobs_use))
+{
+}
 
 std::shared_ptr<cache::Store> CacheKeeper::store() const
 {
@@ -70,28 +73,33 @@ bool CacheKeeper::pinned(const std::string& key) const
   return m_pins.count(key) > 0;
 }
 
-KeyInUse CacheKeeper::used(const KeyInUse& in_use) const
+bool CacheKeeper::in_use(const std::string& key) const
 {
-  return [this, &in_use](const std::string& key) { return m_pins.count(key) > 0 || (in_use && in_use(key)); };
+  std::lock_guard lock(m_mutex);
+  return in_use_locked()(key);
 }
 
-void CacheKeeper::evict_to_fit_locked(const KeyInUse& in_use)
+KeyInUse CacheKeeper::in_use_locked() const
+{
+  return [this](const std::string& key) { return m_pins.count(key) > 0 || (m_jobs_use && m_jobs_use(key)); };
+}
+
+void CacheKeeper::evict_to_fit_locked()
 {
   std::lock_guard lock(m_mutex);
   if (!m_store) {
     return;
   }
-  evict_victims(m_store, m_store->make_room(cache::Index::Incoming::none, 0, m_limits, used(in_use)).victims);
+  evict_victims(m_store, m_store->make_room(cache::Index::Incoming::none, 0, m_limits, in_use_locked()).victims);
 }
 
-bool CacheKeeper::make_room_locked(const std::shared_ptr<cache::Store>& store, std::uint64_t disk_bytes,
-                                   const KeyInUse& in_use)
+bool CacheKeeper::make_room_locked(const std::shared_ptr<cache::Store>& store, std::uint64_t disk_bytes)
 {
   std::lock_guard lock(m_mutex);
   if (!store || store != m_store) {
     return true; // the entry goes to the cache a reload left
   }
-  auto room = store->make_room(cache::Index::Incoming::one, disk_bytes, m_limits, used(in_use));
+  auto room = store->make_room(cache::Index::Incoming::one, disk_bytes, m_limits, in_use_locked());
   if (!room.fits) {
     return false; // evicting what no job uses would not make room: evict nothing
   }

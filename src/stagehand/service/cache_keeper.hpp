@@ -42,8 +42,9 @@ using KeyInUse = std::function<bool(const std::string& key)>;
 class CacheKeeper
 {
 public:
-  // `removal_queued` wakes whoever calls take_removals() (the GC thread); called under the keeper's lock.
-  explicit CacheKeeper(std::function<void()> removal_queued = {});
+  // `removal_queued` wakes whoever calls take_removals() (the GC thread); called under the keeper's
+  // lock. `jobs_use` says whether a running job's directory holds an entry (the registry's answer).
+  explicit CacheKeeper(std::function<void()> removal_queued = {}, KeyInUse jobs_use = {});
 
   // The store in use, or null when the cache is off. Users keep their own reference for a request.
   std::shared_ptr<cache::Store> store() const;
@@ -60,14 +61,16 @@ public:
   Result<cache::EntryMeta> pin_entry(const cache::Store& store, const std::string& key);
   void unpin(const std::string& key);
   bool pinned(const std::string& key) const;
+  // Pinned, or in a running job's directory: what eviction never takes.
+  bool in_use(const std::string& key) const;
 
-  // Evicts least recently used entries of the store in use, neither pinned nor `in_use`, until it
-  // is within the limits (or nothing else is left). Best effort: what jobs use stays, even past them.
-  void evict_to_fit_locked(const KeyInUse& in_use);
+  // Evicts least recently used entries of the store in use, none in use, until it is within the
+  // limits (or nothing else is left). Best effort: what jobs use stays, even past them.
+  void evict_to_fit_locked();
   // Makes room in `store` for one more entry of `disk_bytes` the same way; false (and nothing
   // evicted) when even evicting every entry no job uses would not: the fill stays out of the cache.
   // True at once when `store` is no longer the one in use (a reload moved the cache meanwhile).
-  bool make_room_locked(const std::shared_ptr<cache::Store>& store, std::uint64_t disk_bytes, const KeyInUse& in_use);
+  bool make_room_locked(const std::shared_ptr<cache::Store>& store, std::uint64_t disk_bytes);
 
   // A fill's directory under `store`'s tmp/, its name in use (no sweep takes it) until it is
   // published or removed.
@@ -108,10 +111,11 @@ public:
 private:
   void evict_victims(const std::shared_ptr<cache::Store>& store, const std::vector<cache::EntryMeta>& victims);
   void queue_removal(std::shared_ptr<cache::Store> store, std::string name);
-  // Pinned or in a running job's directory.
-  KeyInUse used(const KeyInUse& in_use) const;
+  // in_use() for the Store's eviction, called with m_mutex held.
+  KeyInUse in_use_locked() const;
 
   const std::function<void()> m_removal_queued;
+  const KeyInUse m_jobs_use;
   mutable std::mutex m_mutex; // guards everything below
   std::shared_ptr<cache::Store> m_store;
   cache::CacheLimits m_limits;

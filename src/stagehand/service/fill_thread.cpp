@@ -305,7 +305,7 @@ FillThread::Publish FillThread::publish_spool_fill(SpoolFill& task, const cache:
   }
   lock.lock();
   // Not when a reload moved the cache meanwhile: this entry goes to the old one.
-  if (!m_node.keeper.make_room_locked(task.store, sealed->disk_bytes, m_node.jobs_use())) {
+  if (!m_node.keeper.make_room_locked(task.store, sealed->disk_bytes)) {
     spdlog::info("job {}: {}: not cached (the node cache is full of entries running jobs use)", task.job_id,
                  task.source);
     return Publish::not_cached;

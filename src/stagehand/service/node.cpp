@@ -9,7 +9,7 @@ namespace stagehand::service {
 Node::Node(std::string node_name, Config initial, std::function<void()> removal_set_aside)
   : name(std::move(node_name)),
     base_path(tmpdir::base_path(initial, name).value_or("")),
-    keeper(std::move(removal_set_aside)),
+    keeper(std::move(removal_set_aside), [this](const std::string& key) { return registry.key_in_use(key); }),
     config(std::move(initial))
 {
   keeper.set_limits(cache::CacheLimits{config.daemon.cache_max_bytes, config.daemon.cache_max_entries});
@@ -21,11 +21,6 @@ Result<UniqueFd> Node::open_base() const
     return Error::config("[tmpdir] base: unusable for node " + name);
   }
   return fs::open_trusted_dir(base_path, fs::CreateMissing::yes);
-}
-
-KeyInUse Node::jobs_use() const
-{
-  return [this](const std::string& key) { return registry.key_in_use(key); };
 }
 
 } // namespace stagehand::service

@@ -33,8 +33,6 @@ struct Node
 
   // The job directories' base, opened root-safe (fixed at start: a change needs a restart).
   Result<UniqueFd> open_base() const;
-  // Whether a running job's directory holds a cache entry (what the cache's eviction must spare).
-  KeyInUse jobs_use() const;
 
   // Fixed at start.
   const std::string name;
@@ -45,7 +43,7 @@ struct Node
   // jobs use); the registry's and the stagings' are taken last (they call out to nothing).
   RegistryKeeper registry; // the job registry and its persistence (written soon by its saver thread, or now)
   Stagings stagings;       // running stagings, for status
-  CacheKeeper keeper;      // the store in use, pins, removals, eviction
+  CacheKeeper keeper;      // the store in use, pins, removals, eviction (sparing what `registry` says jobs use)
 
   std::mutex mutex; // guards what follows, and the reads' waits
   Config config;    // replaced on reload
