@@ -219,7 +219,7 @@ void Daemon::on_end_job(const proto::EndJob& r, const Peer&, Responder& out)
 void Daemon::on_stage_out_retry(const proto::StageOutRetry& r, const Peer& peer, Responder& out)
 {
   // The copy runs as the results' user, whoever asks; a user may ask only for their own.
-  auto said = job::retry_kept(m_shared.config, m_shared.name, r.job_id, peer.root() ? 0 : peer.uid,
+  auto said = job::retry_kept(m_shared.config_now(), m_shared.name, r.job_id, peer.root() ? 0 : peer.uid,
                               std::chrono::duration_cast<std::chrono::milliseconds>(StageOutQueue::k_copy_budget));
   if (!said) {
     spdlog::warn("job {}: stage-out retry (uid {}): {}", r.job_id, peer.uid, said.error().message);

@@ -94,8 +94,9 @@ proto::GcReply Daemon::collect(bool dry_run)
   std::shared_ptr<cache::Store> store;
   // A record says running, and no slurmstepd here says so.
   const bool registry_unsure = note_registered_running(evidence, store);
-  evidence.pending_stage_outs = gc::pending_stage_outs(m_shared.config.daemon.state_dir);
-  const gc::Options options = gc::options_from(m_shared.config);
+  const Config config = m_shared.config_now();
+  evidence.pending_stage_outs = gc::pending_stage_outs(config.daemon.state_dir);
+  const gc::Options options = gc::options_from(config);
   const std::int64_t asked_at = now_s();
   if (gc::needs_slurmctld(*snap, evidence, options) || registry_unsure) {
     ask_slurmctld(evidence);

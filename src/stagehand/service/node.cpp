@@ -15,6 +15,12 @@ Node::Node(std::string node_name, Config initial, std::function<void()> removal_
   keeper.set_limits(cache::CacheLimits{config.daemon.cache_max_bytes, config.daemon.cache_max_entries});
 }
 
+Config Node::config_now()
+{
+  std::lock_guard lock(mutex);
+  return config;
+}
+
 Result<UniqueFd> Node::open_base() const
 {
   if (base_path.empty()) {

@@ -33,6 +33,8 @@ struct Node
 
   // The job directories' base, opened root-safe (fixed at start: a change needs a restart).
   Result<UniqueFd> open_base() const;
+  // A copy of the configuration, taken under `mutex`, for work done without it (a reload replaces it).
+  Config config_now();
 
   // Fixed at start.
   const std::string name;
