@@ -152,28 +152,36 @@ Status take_over_fd(int fd, const struct stat& st, const std::string& shown)
 
 } // namespace
 
-Status take_over(int dir_fd, const std::string& shown)
+Result<std::uint64_t> take_over(int dir_fd, const std::string& shown)
 {
   struct stat top {};
   if (::fstat(dir_fd, &top) != 0) {
     return Error::from_errno(shown);
   }
   // The top first, then each directory before what it holds: once a directory is root's, the user
-  // who filled it can no longer swap the names in it for others.
+  // who filled it can no longer swap the names in it for others, so what is in it is changed by
+  // name (a symlink never followed) and only a directory, entered next, is opened.
   if (auto st = take_over_fd(dir_fd, top, shown); !st) {
-    return st;
+    return st.error();
   }
-  return fs::walk_tree(dir_fd, [&](const fs::WalkEntry& e) -> Result<fs::WalkControl> {
-    const std::string what = shown + "/" + e.rel;
-    if (!S_ISREG(e.st.st_mode) && !S_ISDIR(e.st.st_mode)) {
-      // A symlink (or a fifo) in a parent that is root's already: changed by name, never followed.
-      if (::fchownat(e.parent_fd, e.name.c_str(), 0, 0, AT_SYMLINK_NOFOLLOW) != 0) {
-        return Error::from_errno("cannot take over " + what);
+  std::uint64_t used = static_cast<std::uint64_t>(top.st_blocks) * 512;
+  std::set<std::pair<dev_t, ino_t>> seen; // hard links inside the tree count once
+  auto walked = fs::walk_tree(dir_fd, [&](const fs::WalkEntry& e) -> Result<fs::WalkControl> {
+    if (!S_ISDIR(e.st.st_mode)) {
+      if (e.st.st_nlink == 1 || seen.insert({e.st.st_dev, e.st.st_ino}).second) {
+        used += static_cast<std::uint64_t>(e.st.st_blocks) * 512;
+      }
+      const mode_t keep = 0755 & e.st.st_mode;
+      if (::fchownat(e.parent_fd, e.name.c_str(), 0, 0, AT_SYMLINK_NOFOLLOW) != 0 ||
+          (S_ISREG(e.st.st_mode) && (e.st.st_mode & 07777) != keep &&
+           ::fchmodat(e.parent_fd, e.name.c_str(), keep, 0) != 0)) {
+        return Error::from_errno("cannot take over " + shown + "/" + e.rel);
       }
       return fs::WalkControl::go_on;
     }
-    const int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (S_ISDIR(e.st.st_mode) ? O_DIRECTORY : 0);
-    UniqueFd fd(::openat(e.parent_fd, e.name.c_str(), flags));
+    used += static_cast<std::uint64_t>(e.st.st_blocks) * 512;
+    const std::string what = shown + "/" + e.rel;
+    UniqueFd fd(::openat(e.parent_fd, e.name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     struct stat st {};
     if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
       return Error::from_errno("cannot take over " + what);
@@ -186,6 +194,10 @@ Status take_over(int dir_fd, const std::string& shown)
     }
     return fs::WalkControl::go_on;
   });
+  if (!walked) {
+    return walked.error();
+  }
+  return used;
 }
 
 Result<Store> Store::open(const std::string& path)
@@ -290,12 +302,11 @@ Result<EntryMeta> Store::publish(Fill& fill, EntryMeta meta)
 
 Result<EntryMeta> Store::seal(Fill& fill, EntryMeta meta)
 {
-  if (auto st = take_over(fill.dir.get(), m_path + "/tmp/" + fill.name); !st) {
-    return st.error();
+  auto used = take_over(fill.dir.get(), m_path + "/tmp/" + fill.name); // one walk: owner, modes, size
+  if (!used) {
+    return used.error();
   }
-  if (meta.disk_bytes == 0) {
-    meta.disk_bytes = disk_usage(fill.dir.get(), k_data_name);
-  }
+  meta.disk_bytes = *used;
   meta.created = std::time(nullptr);
   meta.last_used = meta.created;
   if (auto st = fs::write_file_atomic(fill.dir.get(), k_manifest, meta_to_json(meta), 0600, fs::Durability::none);

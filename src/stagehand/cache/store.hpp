@@ -48,11 +48,10 @@ public:
   Result<UniqueFd> open_entry(const std::string& key) const;
 
   Result<Fill> begin_fill(const std::string& key, uid_t owner, gid_t group);
-  // Takes the fill over (root:root, no write bit, through the fds of its files: the service user
-  // can no longer change what jobs will get), measures it, writes its manifest, syncs the
+  // Takes the fill over (root:root, no write bit: the service user can no longer change what jobs
+  // will get), measures it in the same walk (meta.disk_bytes), writes its manifest, syncs the
   // filesystem and renames it into entries/.
   // EEXIST (another fill of the same key won) leaves the fill in place for discard().
-  // meta.disk_bytes: the data's disk usage when the caller measured it already (0: measured here).
   Result<EntryMeta> publish(Fill& fill, EntryMeta meta);
   // The same in two steps: seal() does the slow part (take over, measure, manifest, sync: no lock
   // needed, the fill is the caller's alone), publish_sealed() the rename (under the caller's lock).
@@ -114,9 +113,11 @@ private:
 };
 
 // Gives everything below `dir_fd` (and `dir_fd` itself) to root:root without write bits, set-id
-// bits or any way back for the user who made it: each file is opened (O_NOFOLLOW, not crossing
-// mounts) and changed through its fd; a symlink is changed by name in its (already root's) parent.
-Status take_over(int dir_fd, const std::string& shown);
+// bits or any way back for the user who made it, and says what the tree occupies on disk (each
+// inode once). Each directory is opened (O_NOFOLLOW, not crossing mounts) and changed through its
+// fd before anything in it; what it holds is then changed by name, in a parent that is root's
+// already (a symlink never followed). The one walk a fill's seal makes.
+Result<std::uint64_t> take_over(int dir_fd, const std::string& shown);
 
 // What a tree (or file) below `dir_fd`/`name` occupies on disk, in bytes.
 std::uint64_t disk_usage(int dir_fd, const std::string& name);

@@ -282,14 +282,6 @@ Result<cache::FillResult> FillThread::fill_from_spool(SpoolFill& task, const ipc
 FillThread::Publish FillThread::publish_spool_fill(SpoolFill& task, const cache::FillResult& fr)
 {
   const auto t0 = std::chrono::steady_clock::now();
-  // Until it is published the fill is ours alone: measured without the daemon's lock.
-  const std::uint64_t fill_bytes = cache::disk_usage(task.fill.dir.get(), cache::k_data_name);
-  std::unique_lock lock(m_node.mutex);
-  if (fill_bytes > m_node.config.daemon.cache_max_bytes) {
-    spdlog::info("job {}: {}: not cached (larger than the node cache)", task.job_id, task.source);
-    return Publish::not_cached;
-  }
-  lock.unlock();
   cache::EntryMeta meta;
   meta.key = task.key;
   meta.source = task.source;
@@ -297,13 +289,17 @@ FillThread::Publish FillThread::publish_spool_fill(SpoolFill& task, const cache:
   meta.how = fr.how;
   meta.files = fr.files;
   meta.bytes = fr.bytes;
-  meta.disk_bytes = fill_bytes;
+  // Until it is published the fill is ours alone: sealed (and measured) without the daemon's lock.
   auto sealed = task.store->seal(task.fill, meta);
   if (!sealed) {
     spdlog::warn("job {}: {}: not cached ({})", task.job_id, task.source, sealed.error().message);
     return Publish::not_cached;
   }
-  lock.lock();
+  std::unique_lock lock(m_node.mutex);
+  if (sealed->disk_bytes > m_node.config.daemon.cache_max_bytes) {
+    spdlog::info("job {}: {}: not cached (larger than the node cache)", task.job_id, task.source);
+    return Publish::not_cached;
+  }
   // Not when a reload moved the cache meanwhile: this entry goes to the old one.
   if (!m_node.keeper.make_room_locked(task.store, sealed->disk_bytes)) {
     spdlog::info("job {}: {}: not cached (the node cache is full of entries running jobs use)", task.job_id,
