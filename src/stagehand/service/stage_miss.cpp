@@ -267,6 +267,7 @@ Status StageRequest::MissRead::start_reader()
   }
   tree_rd = UniqueFd(p[0]);
   UniqueFd tree_wr(p[1]);
+  (void)::fcntl(tree_wr.get(), F_SETPIPE_SZ, 1 << 20); // the stream's MiB writes at once; best effort
   const std::string path = src.path;
   const std::string shown = src.shown;
   auto spawned = ipc::spawn_as(r.m_user, {src_fd, tree_wr.get()}, [&](int sock, const std::vector<int>& kept) {
