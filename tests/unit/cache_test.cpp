@@ -29,6 +29,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <thread>
 
@@ -736,6 +737,64 @@ TEST(CacheStore, PublishedEntriesAreRootsAndReadOnlyWhateverTheFillerLeft)
   struct stat st {};
   ASSERT_EQ(::stat((entry + "/data/sub/f").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0755U);
+}
+
+// The seal's take-over runs on several threads over a tree of many directories: every name is
+// root's, a symlink's target outside is not touched, a hard link counts once, and what the entry
+// is said to occupy is what it occupies.
+TEST(CacheStore, ASealTakesOverAWideTreeAndMeasuresItInTheSamePass)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir d;
+  write_file(d / "outside", "the filler's own file elsewhere");
+  ASSERT_EQ(::chown((d / "outside").c_str(), k_attacker_uid, k_attacker_gid), 0);
+  auto store = Store::open(d / "cache");
+  ASSERT_TRUE(store) << store.error().message;
+  const std::string key(64, 'w');
+  auto fill = store->begin_fill(key, k_attacker_uid, k_attacker_gid);
+  ASSERT_TRUE(fill);
+  const int dir = fill->dir.get();
+  const std::string outside = d / "outside";
+  ASSERT_EQ(run_as_attacker([&] {
+              bool ok = ::mkdirat(dir, "data", 0755) == 0;
+              for (int i = 0; ok && i < 24; ++i) {
+                const std::string sub = "data/d" + std::to_string(i);
+                ok = ::mkdirat(dir, sub.c_str(), 0775) == 0;
+                for (int j = 0; ok && j < 40; ++j) {
+                  const int f = ::openat(dir, (sub + "/f" + std::to_string(j)).c_str(), O_CREAT | O_WRONLY, 0664);
+                  ok = f >= 0 && ::write(f, std::string(3000, 'x').data(), 3000) == 3000 && ::close(f) == 0;
+                }
+              }
+              return ok && ::mkdirat(dir, "data/d3/deep", 0777) == 0 && ::mkdirat(dir, "data/d3/deep/er", 0777) == 0 &&
+                     ::close(::openat(dir, "data/d3/deep/er/g", O_CREAT | O_WRONLY, 06777)) == 0 &&
+                     ::linkat(dir, "data/d4/f0", dir, "data/d5/hard", 0) == 0 &&
+                     ::symlinkat(outside.c_str(), dir, "data/d7/out") == 0;
+            }),
+            0);
+  EntryMeta meta;
+  meta.key = key;
+  meta.source = "/src/wide";
+  meta.kind = stage::SourceKind::dir;
+  meta.how = stage::Placement::copied;
+  auto pub = store->publish(*fill, meta);
+  ASSERT_TRUE(pub) << pub.error().message;
+  const std::string entry = d / ("cache/entries/" + key);
+  int names = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(entry)) {
+    struct stat st {};
+    ASSERT_EQ(::lstat(e.path().c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 0U) << e.path();
+    if (!S_ISLNK(st.st_mode)) {
+      EXPECT_EQ(st.st_mode & 07022, 0U) << e.path() << ": mode " << std::oct << (st.st_mode & 07777);
+    }
+    ++names;
+  }
+  EXPECT_EQ(names, 1 + 24 + 24 * 40 + 3 + 1 + 1 + 1); // data, dirs, files, deep/er/g, hard, out, manifest
+  struct stat st {};
+  ASSERT_EQ(::stat(outside.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, k_attacker_uid) << "the symlink was followed";
+  UniqueFd entries = open_dir(d / "cache/entries");
+  EXPECT_EQ(pub->disk_bytes, disk_usage(entries.get(), key)); // the old two-pass measure
 }
 
 TEST(CacheStore, TheIndexAnswersWithoutTheManifestsAndGcBringsItInLineWithTheDisk)

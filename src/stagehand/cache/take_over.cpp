@@ -1,0 +1,207 @@
+// A fill's seal: everything in it given to root, measured in the same pass, by a few threads.
+#include "stagehand/cache/store.hpp"
+
+#include "stagehand/fs/dir_stream.hpp"
+#include "stagehand/fs/walk.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace stagehand::cache {
+
+namespace {
+
+// Root's, no write bit for group or others, no set-id bits (directories keep a sticky bit). The
+// owner's bits stay as they were (root's: they give no job anything through a hard link; a cache
+// view shows them as the job's own, so that a job writes where the archive let its owner write).
+mode_t kept_mode(mode_t mode) { return S_ISDIR(mode) ? (01755 & mode) : (0755 & mode); }
+
+Status take_over_fd(int fd, const struct stat& st, const std::string& shown)
+{
+  if (::fchown(fd, 0, 0) != 0 || ::fchmod(fd, kept_mode(st.st_mode)) != 0) {
+    return Error::from_errno("cannot take over " + shown);
+  }
+  return ok_status();
+}
+
+// What the threads share: directories taken over whose contents are still to do (paths below the
+// top), what they occupy, and the first error.
+class TakeOver
+{
+public:
+  TakeOver(int top_fd, const std::string& shown) : m_top(top_fd), m_shown(shown) {}
+
+  void add_dir(std::string rel)
+  {
+    std::lock_guard lock(m_mutex);
+    m_dirs.push_back(std::move(rel));
+    m_wake.notify_one();
+  }
+
+  // One thread's share: directories until none is left and none is being done.
+  void work()
+  {
+    std::uint64_t used = 0;
+    std::vector<std::pair<std::pair<dev_t, ino_t>, std::uint64_t>> linked;
+    std::unique_lock lock(m_mutex);
+    for (;;) {
+      m_wake.wait(lock, [&] { return !m_dirs.empty() || m_busy == 0 || m_failed; });
+      if (m_dirs.empty() || m_failed) {
+        break;
+      }
+      std::string rel = std::move(m_dirs.front());
+      m_dirs.pop_front();
+      ++m_busy;
+      lock.unlock();
+      Status st = contents(rel, used, linked);
+      lock.lock();
+      --m_busy;
+      if (!st && !m_failed) {
+        m_failed = st.error();
+      }
+      m_wake.notify_all();
+    }
+    m_used += used;
+    m_linked.insert(m_linked.end(), linked.begin(), linked.end());
+  }
+
+  Result<std::uint64_t> result()
+  {
+    if (m_failed) {
+      return *m_failed;
+    }
+    std::set<std::pair<dev_t, ino_t>> seen; // hard links inside the tree count once
+    for (const auto& [id, bytes] : m_linked) {
+      if (seen.insert(id).second) {
+        m_used += bytes;
+      }
+    }
+    return m_used;
+  }
+
+private:
+  // What the directory `rel` (root's already, so no name in it can be swapped any more) holds:
+  // each name changed in place (a symlink never followed), each directory through its own fd, then
+  // queued for its contents.
+  Status contents(const std::string& rel, std::uint64_t& used,
+                  std::vector<std::pair<std::pair<dev_t, ino_t>, std::uint64_t>>& linked)
+  {
+    auto dir = fs::open_beneath(m_top, rel, O_RDONLY | O_DIRECTORY); // no symlink, no mount crossed
+    if (!dir) {
+      return dir.error();
+    }
+    std::vector<std::string> names;
+    {
+      fs::DirStream d = fs::open_dir_stream(dir->get());
+      if (!d) {
+        return Error::from_errno("cannot take over " + shown(rel));
+      }
+      errno = 0;
+      while (struct dirent* e = ::readdir(d.get())) {
+        std::string_view n = e->d_name;
+        if (n != "." && n != "..") {
+          names.emplace_back(n);
+        }
+        errno = 0;
+      }
+      if (errno != 0) {
+        return Error::from_errno("cannot take over " + shown(rel));
+      }
+    }
+    for (const auto& name : names) {
+      const std::string child = rel.empty() ? name : rel + "/" + name;
+      struct stat st {};
+      if (::fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        return Error::from_errno("cannot take over " + shown(child));
+      }
+      const std::uint64_t bytes = static_cast<std::uint64_t>(st.st_blocks) * 512;
+      if (S_ISDIR(st.st_mode)) {
+        used += bytes;
+        if (auto done = directory(dir->get(), name, st, child); !done) {
+          return done;
+        }
+        add_dir(child);
+        continue;
+      }
+      if (st.st_nlink > 1) {
+        linked.push_back({{st.st_dev, st.st_ino}, bytes});
+      } else {
+        used += bytes;
+      }
+      const mode_t keep = kept_mode(st.st_mode);
+      if (::fchownat(dir->get(), name.c_str(), 0, 0, AT_SYMLINK_NOFOLLOW) != 0 ||
+          (S_ISREG(st.st_mode) && (st.st_mode & 07777) != keep && ::fchmodat(dir->get(), name.c_str(), keep, 0) != 0)) {
+        return Error::from_errno("cannot take over " + shown(child));
+      }
+    }
+    return ok_status();
+  }
+
+  Status directory(int parent_fd, const std::string& name, const struct stat& listed, const std::string& rel)
+  {
+    UniqueFd fd(::openat(parent_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat st {};
+    if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
+      return Error::from_errno("cannot take over " + shown(rel));
+    }
+    if (st.st_dev != listed.st_dev || st.st_ino != listed.st_ino) {
+      return Error::io("cannot take over " + shown(rel) + ": it was replaced meanwhile", EAGAIN);
+    }
+    return take_over_fd(fd.get(), st, shown(rel));
+  }
+
+  std::string shown(const std::string& rel) const { return rel.empty() ? m_shown : m_shown + "/" + rel; }
+
+  int m_top;
+  const std::string& m_shown;
+  std::mutex m_mutex;
+  std::condition_variable m_wake;
+  std::deque<std::string> m_dirs;
+  int m_busy = 0;
+  std::optional<Error> m_failed;
+  std::uint64_t m_used = 0;
+  std::vector<std::pair<std::pair<dev_t, ino_t>, std::uint64_t>> m_linked;
+};
+
+} // namespace
+
+Result<std::uint64_t> take_over(int dir_fd, const std::string& shown)
+{
+  struct stat top {};
+  if (::fstat(dir_fd, &top) != 0) {
+    return Error::from_errno(shown);
+  }
+  // The top first, then each directory before what it holds: once a directory is root's, the user
+  // who filled it can no longer swap the names in it for others.
+  if (auto st = take_over_fd(dir_fd, top, shown); !st) {
+    return st.error();
+  }
+  TakeOver t(dir_fd, shown);
+  t.add_dir("");
+  const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1U, 8U);
+  std::vector<std::thread> helpers;
+  for (unsigned i = 1; i < threads; ++i) {
+    helpers.emplace_back([&] { t.work(); });
+  }
+  t.work();
+  for (auto& h : helpers) {
+    h.join();
+  }
+  auto used = t.result();
+  if (!used) {
+    return used.error();
+  }
+  return *used + static_cast<std::uint64_t>(top.st_blocks) * 512;
+}
+
+} // namespace stagehand::cache
