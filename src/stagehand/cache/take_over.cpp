@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -191,7 +192,11 @@ Result<std::uint64_t> take_over(int dir_fd, const std::string& shown)
   const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1U, 8U);
   std::vector<std::thread> helpers;
   for (unsigned i = 1; i < threads; ++i) {
-    helpers.emplace_back([&] { t.work(); });
+    try {
+      helpers.emplace_back([&] { t.work(); });
+    } catch (const std::system_error&) {
+      break; // no thread to be had (EAGAIN): the ones there are do it all
+    }
   }
   t.work();
   for (auto& h : helpers) {
