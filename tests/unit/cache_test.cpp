@@ -686,6 +686,21 @@ TEST(Child, StartsUnderALowDescriptorLimit)
   EXPECT_EQ(*said, "1 0");
 }
 
+namespace {
+
+// What a copied directory's fill is published as.
+EntryMeta copied_dir(const std::string& key, const std::string& source)
+{
+  EntryMeta meta;
+  meta.key = key;
+  meta.source = source;
+  meta.kind = stage::SourceKind::dir;
+  meta.how = stage::Placement::copied;
+  return meta;
+}
+
+} // namespace
+
 TEST(CacheStore, PublishedEntriesAreRootsAndReadOnlyWhateverTheFillerLeft)
 {
   STAGEHAND_REQUIRE_ROOT();
@@ -706,12 +721,7 @@ TEST(CacheStore, PublishedEntriesAreRootsAndReadOnlyWhateverTheFillerLeft)
                      ::fchmodat(dir, "data/sub/f", 04777, 0) == 0 && ::symlinkat("f", dir, "data/sub/l") == 0;
             }),
             0);
-  EntryMeta meta;
-  meta.key = key;
-  meta.source = "/src/a";
-  meta.kind = stage::SourceKind::dir;
-  meta.how = stage::Placement::copied;
-  ASSERT_TRUE(store->publish(*fill, meta));
+  ASSERT_TRUE(store->publish(*fill, copied_dir(key, "/src/a")));
   const std::string entry = d / ("cache/entries/" + key);
   for (const char* rel : {"", "/data", "/data/sub", "/data/sub/f", "/data/sub/l", "/manifest.json"}) {
     struct stat st {};
@@ -771,12 +781,7 @@ TEST(CacheStore, ASealTakesOverAWideTreeAndMeasuresItInTheSamePass)
                      ::symlinkat(outside.c_str(), dir, "data/d7/out") == 0;
             }),
             0);
-  EntryMeta meta;
-  meta.key = key;
-  meta.source = "/src/wide";
-  meta.kind = stage::SourceKind::dir;
-  meta.how = stage::Placement::copied;
-  auto pub = store->publish(*fill, meta);
+  auto pub = store->publish(*fill, copied_dir(key, "/src/wide"));
   ASSERT_TRUE(pub) << pub.error().message;
   const std::string entry = d / ("cache/entries/" + key);
   int names = 0;

@@ -101,25 +101,11 @@ private:
     if (!dir) {
       return dir.error();
     }
-    std::vector<std::string> names;
-    {
-      fs::DirStream d = fs::open_dir_stream(dir->get());
-      if (!d) {
-        return Error::from_errno("cannot take over " + shown(rel));
-      }
-      errno = 0;
-      while (struct dirent* e = ::readdir(d.get())) {
-        std::string_view n = e->d_name;
-        if (n != "." && n != "..") {
-          names.emplace_back(n);
-        }
-        errno = 0;
-      }
-      if (errno != 0) {
-        return Error::from_errno("cannot take over " + shown(rel));
-      }
+    auto names = fs::list_names(dir->get(), "cannot take over " + shown(rel));
+    if (!names) {
+      return names.error();
     }
-    for (const auto& name : names) {
+    for (const auto& name : *names) {
       const std::string child = rel.empty() ? name : rel + "/" + name;
       struct stat st {};
       if (::fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {

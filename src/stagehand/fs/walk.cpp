@@ -102,24 +102,11 @@ Status walk_tree(int root_fd, const std::function<Result<WalkControl>(const Walk
     if (!dir) {
       return dir.error();
     }
-    std::vector<std::string> names;
-    {
-      DirStream d = open_dir_stream(dir->get());
-      if (!d) {
-        return Error::from_errno(dir_rel.empty() ? "." : dir_rel);
-      }
-      errno = 0;
-      while (struct dirent* e = ::readdir(d.get())) {
-        std::string_view n = e->d_name;
-        if (n != "." && n != "..") {
-          names.emplace_back(n);
-        }
-        errno = 0;
-      }
-      if (errno != 0) {
-        return Error::from_errno(dir_rel.empty() ? "." : dir_rel);
-      }
+    auto listed = list_names(dir->get(), dir_rel.empty() ? "." : dir_rel);
+    if (!listed) {
+      return listed.error();
     }
+    std::vector<std::string>& names = *listed;
     std::sort(names.begin(), names.end());
     std::vector<std::string> subdirs;
     for (const auto& name : names) {
