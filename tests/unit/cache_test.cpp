@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -800,6 +801,32 @@ TEST(CacheStore, ASealTakesOverAWideTreeAndMeasuresItInTheSamePass)
   EXPECT_EQ(st.st_uid, k_attacker_uid) << "the symlink was followed";
   UniqueFd entries = open_dir(d / "cache/entries");
   EXPECT_EQ(pub->disk_bytes, disk_usage(entries.get(), key)); // the old two-pass measure
+}
+
+// A filesystem mounted inside a fill (only root could: a filler's own mount namespace is not the
+// daemon's) is refused, and the root of what is mounted there is not made root's.
+TEST(CacheStore, ASealRefusesAFilesystemMountedInTheFillAndLeavesItsOwner)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir d;
+  auto store = Store::open(d / "cache");
+  ASSERT_TRUE(store) << store.error().message;
+  const std::string key(64, 'm');
+  auto fill = store->begin_fill(key, k_attacker_uid, k_attacker_gid);
+  ASSERT_TRUE(fill);
+  const std::string mounted = d / ("cache/tmp/" + fill->name + "/data/m");
+  ASSERT_EQ(::mkdirat(fill->dir.get(), "data", 0755), 0);
+  ASSERT_EQ(::mkdirat(fill->dir.get(), "data/m", 0755), 0);
+  const std::string opts = "mode=0755,uid=" + std::to_string(k_attacker_uid);
+  ASSERT_EQ(::mount("tmpfs", mounted.c_str(), "tmpfs", 0, opts.c_str()), 0) << std::strerror(errno);
+  auto pub = store->publish(*fill, copied_dir(key, "/src/m"));
+  struct stat st {};
+  const int stat_rc = ::stat(mounted.c_str(), &st);
+  ::umount2(mounted.c_str(), MNT_DETACH);
+  ASSERT_FALSE(pub) << "published with a mount inside";
+  EXPECT_EQ(pub.error().code, EXDEV) << pub.error().message;
+  ASSERT_EQ(stat_rc, 0);
+  EXPECT_EQ(st.st_uid, k_attacker_uid) << "the mounted filesystem's root was taken over";
 }
 
 TEST(CacheStore, TheIndexAnswersWithoutTheManifestsAndGcBringsItInLineWithTheDisk)

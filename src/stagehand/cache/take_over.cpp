@@ -2,6 +2,7 @@
 #include "stagehand/cache/store.hpp"
 
 #include "stagehand/fs/dir_stream.hpp"
+#include "stagehand/fs/stat.hpp"
 #include "stagehand/fs/walk.hpp"
 
 #include <fcntl.h>
@@ -40,7 +41,10 @@ Status take_over_fd(int fd, const struct stat& st, const std::string& shown)
 class TakeOver
 {
 public:
-  TakeOver(int top_fd, const std::string& shown) : m_top(top_fd), m_shown(shown) {}
+  TakeOver(int top_fd, const fs::FileId& top_id, const std::string& shown)
+    : m_top(top_fd), m_top_id(top_id), m_shown(shown)
+  {
+  }
 
   void add_dir(std::string rel)
   {
@@ -144,12 +148,18 @@ private:
     if (st.st_dev != listed.st_dev || st.st_ino != listed.st_ino) {
       return Error::io("cannot take over " + shown(rel) + ": it was replaced meanwhile", EAGAIN);
     }
+    auto id = fs::file_id(fd.get(), shown(rel));
+    if (!id || !fs::same_mount(*id, m_top_id)) { // never the root of something mounted there
+      return id ? Error::refused("cannot take over " + shown(rel) + ": another filesystem is mounted there", EXDEV)
+                : id.error();
+    }
     return take_over_fd(fd.get(), st, shown(rel));
   }
 
   std::string shown(const std::string& rel) const { return rel.empty() ? m_shown : m_shown + "/" + rel; }
 
   int m_top;
+  fs::FileId m_top_id;
   const std::string& m_shown;
   std::mutex m_mutex;
   std::condition_variable m_wake;
@@ -165,15 +175,16 @@ private:
 Result<std::uint64_t> take_over(int dir_fd, const std::string& shown)
 {
   struct stat top {};
-  if (::fstat(dir_fd, &top) != 0) {
-    return Error::from_errno(shown);
+  auto top_id = fs::file_id(dir_fd, shown);
+  if (!top_id || ::fstat(dir_fd, &top) != 0) {
+    return top_id ? Error::from_errno(shown) : top_id.error();
   }
   // The top first, then each directory before what it holds: once a directory is root's, the user
   // who filled it can no longer swap the names in it for others.
   if (auto st = take_over_fd(dir_fd, top, shown); !st) {
     return st.error();
   }
-  TakeOver t(dir_fd, shown);
+  TakeOver t(dir_fd, *top_id, shown);
   t.add_dir("");
   const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1U, 8U);
   std::vector<std::thread> helpers;
