@@ -2,6 +2,8 @@
 //   stage_tool unpack ARCHIVE DEST [WRITER_THREADS]   (0: one per core, 1: the reader writes)
 //   stage_tool copy-file SRC DEST_DIR NAME
 //   stage_tool copy-tree SRC_DIR DEST_DIR
+//   stage_tool take-over DIR      (root: a cache fill's seal, cache::take_over; prints the bytes)
+#include "stagehand/cache/store.hpp"
 #include "stagehand/stage/copy.hpp"
 #include "stagehand/archive/extract.hpp"
 #include "stagehand/util/fd.hpp"
@@ -67,6 +69,15 @@ int main(int argc, char** argv)
     stage::CopyStats stats;
     return report(stage::copy_tree(in.get(), out.get(), ~0ULL, stats, argv[2]));
   }
-  std::fprintf(stderr, "usage: stage_tool unpack ARCHIVE DEST [THREADS] | copy-file SRC DIR NAME | copy-tree SRC DIR\n");
+  if (cmd == "take-over" && argc == 3) {
+    UniqueFd dir = open_dir(argv[2]);
+    auto used = cache::take_over(dir.get(), argv[2]);
+    if (used) {
+      std::printf("%llu\n", static_cast<unsigned long long>(*used));
+    }
+    return report(used ? ok_status() : Status(used.error()));
+  }
+  std::fprintf(stderr, "usage: stage_tool unpack ARCHIVE DEST [THREADS] | copy-file SRC DIR NAME | copy-tree SRC DIR"
+                       " | take-over DIR\n");
   return 2;
 }
