@@ -177,6 +177,19 @@ ensure_daemons() {
   done
 }
 
+# Starts the slurmd of any node a failed test left without one (a test that restarts slurmd and
+# fails midway): the tests after it then fail for themselves, not because a node is gone.
+ensure_slurmds() {
+  local n pid
+  for n in node1 node2; do
+    pid=$(cat "$STAGEHAND_CLUSTER_DIR/slurmd-$n.pid" 2>/dev/null || true)
+    if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then
+      echo "teardown: $n had no slurmd: started again" >&2
+      "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" node-start "$n"
+    fi
+  done
+}
+
 teardown() {
   if [ -z "${BATS_TEST_COMPLETED:-}" ]; then
     echo "---- submit output ----"; echo "${SUBMIT_OUTPUT:-}"
@@ -188,6 +201,7 @@ teardown() {
     tail -n 15 "$STAGEHAND_CLUSTER_DIR"/log/stagehandd-*.log 2>/dev/null || true
   fi
   set_tmpdir_config ""
+  ensure_slurmds
   ensure_daemons
   assert_nodes_healthy
 }
