@@ -829,6 +829,68 @@ TEST(CacheStore, ASealRefusesAFilesystemMountedInTheFillAndLeavesItsOwner)
   EXPECT_EQ(st.st_uid, k_attacker_uid) << "the mounted filesystem's root was taken over";
 }
 
+// The filler races the seal: in a loop it swaps a file for a symlink to its own file outside the
+// fill, and a directory for a symlink to its own directory outside, through the fill's directory
+// fd (as a lingering fill child would hold it). Root must change the owner or mode of nothing
+// outside, however the seal ends (published, or refused because a name was replaced meanwhile).
+TEST(CacheStore, AFillerSwappingNamesDuringTheSealNeverMakesRootChangeAnythingOutside)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir d;
+  const std::string out_file = d / "out-file";
+  const std::string out_dir = d / "out-dir";
+  write_file(out_file, "the filler's own");
+  ASSERT_EQ(::mkdir(out_dir.c_str(), 0775), 0);
+  write_file(out_dir + "/g", "the filler's own too");
+  for (const std::string& p : {out_file, out_dir, out_dir + "/g"}) {
+    ASSERT_EQ(::chown(p.c_str(), k_attacker_uid, k_attacker_gid), 0);
+    ASSERT_EQ(::chmod(p.c_str(), 0775), 0);
+  }
+  auto store = Store::open(d / "cache");
+  ASSERT_TRUE(store) << store.error().message;
+  int published = 0;
+  int refused = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  for (int k = 0; std::chrono::steady_clock::now() < until; ++k) {
+    const std::string key = std::string(63, 'r') + static_cast<char>('a' + k % 26);
+    (void)store->evict(key);
+    auto fill = store->begin_fill(key, k_attacker_uid, k_attacker_gid);
+    ASSERT_TRUE(fill) << fill.error().message;
+    const int dir = fill->dir.get();
+    ASSERT_EQ(run_as_attacker([&] {
+                bool ok = ::mkdirat(dir, "data", 0775) == 0;
+                for (int i = 0; ok && i < 8; ++i) {
+                  const std::string sub = "data/s" + std::to_string(i);
+                  ok = ::mkdirat(dir, sub.c_str(), 0775) == 0 && ::mkdirat(dir, (sub + "/d").c_str(), 0775) == 0 &&
+                       ::close(::openat(dir, (sub + "/f").c_str(), O_CREAT | O_WRONLY, 0664)) == 0 &&
+                       ::symlinkat(out_file.c_str(), dir, (sub + "/l").c_str()) == 0 &&
+                       ::symlinkat(out_dir.c_str(), dir, (sub + "/ld").c_str()) == 0;
+                }
+                return ok;
+              }),
+              0);
+    pid_t racer = start_attacker_loop([dir] {
+      static unsigned n = 0;
+      const std::string sub = "data/s" + std::to_string(n++ % 8);
+      ::renameat2(dir, (sub + "/f").c_str(), dir, (sub + "/l").c_str(), RENAME_EXCHANGE);
+      ::renameat2(dir, (sub + "/d").c_str(), dir, (sub + "/ld").c_str(), RENAME_EXCHANGE);
+    });
+    auto pub = store->publish(*fill, copied_dir(key, "/src/race"));
+    stop_child(racer);
+    ++(pub ? published : refused);
+    if (!pub) {
+      store->discard(*fill);
+    }
+  }
+  for (const std::string& p : {out_file, out_dir, out_dir + "/g"}) {
+    struct stat st {};
+    ASSERT_EQ(::lstat(p.c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, k_attacker_uid) << p << " after " << published << " seals and " << refused << " refusals";
+    EXPECT_EQ(st.st_mode & 07777, 0775U) << p;
+  }
+  EXPECT_GT(published + refused, 10);
+}
+
 TEST(CacheStore, TheIndexAnswersWithoutTheManifestsAndGcBringsItInLineWithTheDisk)
 {
   STAGEHAND_REQUIRE_ROOT();
