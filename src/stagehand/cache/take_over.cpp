@@ -28,6 +28,9 @@ namespace {
 // view shows them as the job's own, so that a job writes where the archive let its owner write).
 mode_t kept_mode(mode_t mode) { return S_ISDIR(mode) ? (01755 & mode) : (0755 & mode); }
 
+// Files with more than one name, by inode, with the bytes each occupies: counted once at the end.
+using Linked = std::vector<std::pair<std::pair<dev_t, ino_t>, std::uint64_t>>;
+
 Status take_over_fd(int fd, const struct stat& st, const std::string& shown)
 {
   if (::fchown(fd, 0, 0) != 0 || ::fchmod(fd, kept_mode(st.st_mode)) != 0) {
@@ -57,7 +60,7 @@ public:
   void work()
   {
     std::uint64_t used = 0;
-    std::vector<std::pair<std::pair<dev_t, ino_t>, std::uint64_t>> linked;
+    Linked linked;
     std::unique_lock lock(m_mutex);
     for (;;) {
       m_wake.wait(lock, [&] { return !m_dirs.empty() || m_busy == 0 || m_failed; });
@@ -98,8 +101,7 @@ private:
   // What the directory `rel` (root's already, so no name in it can be swapped any more) holds:
   // each name changed in place (a symlink never followed), each directory through its own fd, then
   // queued for its contents.
-  Status contents(const std::string& rel, std::uint64_t& used,
-                  std::vector<std::pair<std::pair<dev_t, ino_t>, std::uint64_t>>& linked)
+  Status contents(const std::string& rel, std::uint64_t& used, Linked& linked)
   {
     auto dir = fs::open_beneath(m_top, rel, O_RDONLY | O_DIRECTORY); // no symlink, no mount crossed
     if (!dir) {
@@ -167,7 +169,7 @@ private:
   int m_busy = 0;
   std::optional<Error> m_failed;
   std::uint64_t m_used = 0;
-  std::vector<std::pair<std::pair<dev_t, ino_t>, std::uint64_t>> m_linked;
+  Linked m_linked;
 };
 
 } // namespace
