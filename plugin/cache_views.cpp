@@ -103,25 +103,18 @@ struct Job
   gid_t gid = 0;
 };
 
-// The sources a view may stand for: canonical (absolute) sources whose destination is one name in
-// the job directory (a view's mount point is root's, directly in the job's directory, which its
-// user cannot move elsewhere); an archive named after its source loses its suffix, as it would
-// when it unpacks (a view is only ever of an unpacked archive or a directory).
+// The sources a view may stand for (tmpdir::view_dest).
 std::vector<proto::SourceSpec> candidates(const std::vector<stage::StageSpec>& specs)
 {
   std::vector<proto::SourceSpec> out;
   for (const auto& s : specs) {
-    if (s.src.empty() || s.src[0] != '/' || s.unpack == stage::Unpack::never) {
-      continue;
-    }
-    std::string dest = s.dest_from == stage::DestFrom::source_name ? stage::strip_archive_suffix(s.dest) : s.dest;
-    if (dest.empty() || dest.find('/') != std::string::npos || dest == "." || dest == ".." ||
-        dest.starts_with(".stagehand")) {
+    auto dest = tmpdir::view_dest(s);
+    if (!dest) {
       continue;
     }
     // Root never looks at the source (a user's hung filesystem would hold this task child in the
     // kernel): the daemon's side, as the job user, finds whether it is a file or a directory.
-    out.push_back(proto::SourceSpec{s.src, s.src, dest, stage::SourceKind::file, stage::Unpack::if_archive, ""});
+    out.push_back(proto::SourceSpec{s.src, s.src, *dest, stage::SourceKind::file, stage::Unpack::if_archive, ""});
   }
   return out;
 }

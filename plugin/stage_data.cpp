@@ -1,11 +1,55 @@
 // task_init: --stage-data on this node. The task is already the job user (uid, gid, groups), so
 // the helper it runs reads sources with the user's credentials only. The helper, not the plugin,
-// links libarchive: srun and slurmstepd load nothing more at each step.
+// links libarchive: srun and slurmstepd load nothing more at each step. A staging whose every
+// source root showed as a cache view (task_init_privileged) has nothing left to stage: its summary
+// lines are written here, and no helper is started (its exec would be most of a hit's cost).
 #include "plugin.hpp"
+
+#include "stagehand/fs/io.hpp"
+#include "stagehand/stage/state_dir.hpp"
+#include "stagehand/tmpdir/views.hpp"
 
 #include <unistd.h>
 
 namespace stagehand::plugin {
+
+namespace {
+
+// The staging of `request` when every source is a view, done as the helper would (under the job
+// directory's lock, once per node: the done marker); nullopt when the helper must run.
+std::optional<int> shown_as_views(const stage::StageRequest& request)
+{
+  if (request.views.empty() || request.bcast != stage::BcastRole::none) {
+    return std::nullopt; // a broadcast's reader tells the other nodes, even with nothing to read
+  }
+  std::vector<tmpdir::View> views;
+  for (const auto& line : request.views) {
+    if (auto v = tmpdir::parse_view_line(line)) {
+      views.push_back(*v);
+    }
+  }
+  auto lines = tmpdir::views_only_summaries(request.specs, views, request.tmpdir);
+  if (!lines) {
+    return std::nullopt;
+  }
+  auto dir = stage::lock_state_dir(request.tmpdir);
+  if (!dir || stage::has_marker(dir->state.get(), stage::failed_marker(request.specs))) {
+    return std::nullopt; // the helper says why
+  }
+  const std::string done = stage::done_marker(request.specs);
+  if (stage::has_marker(dir->state.get(), done)) {
+    return 0; // another task of the job wrote the lines
+  }
+  std::string text;
+  for (const auto& l : *lines) {
+    text += "stagehand: " + request.node + ": " + l + "\n";
+  }
+  (void)fs::write_all(STDOUT_FILENO, text, "the job's output");
+  stage::write_marker(dir->state.get(), done, "");
+  return 0;
+}
+
+} // namespace
 
 int stage_data(spank_t sp, const Config& config, const Args& args, const std::string& tmpdir, const std::string& node)
 {
@@ -33,6 +77,9 @@ int stage_data(spank_t sp, const Config& config, const Args& args, const std::st
   }
   request.views = task_views();
   broadcast_role(sp, config, request);
+  if (auto rc = shown_as_views(request)) {
+    return *rc;
+  }
   return run_stage_helper(args.helper_path, request, broadcast_env(sp, request));
 }
 

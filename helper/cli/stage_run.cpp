@@ -17,6 +17,7 @@
 #include "stagehand/stage/request.hpp"
 #include "stagehand/stage/run.hpp"
 #include "stagehand/stage/spec.hpp"
+#include "stagehand/stage/state_dir.hpp"
 #include "stagehand/util/fd.hpp"
 
 #include <algorithm>
@@ -33,14 +34,6 @@
 namespace stagehand::cli {
 
 namespace {
-
-void write_marker(int dir_fd, const std::string& name, const std::string& text)
-{
-  UniqueFd fd(::openat(dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (fd.valid()) {
-    (void)fs::write_all(fd.get(), text, name); // best effort: the job's output has the line already
-  }
-}
 
 enum class DaemonOutcome { staged, failed, unavailable };
 
@@ -199,38 +192,16 @@ std::string base_dir(const stage::StageRequest& a)
   return base;
 }
 
-// The job's directory on this node, its .stagehand directory, and the lock the job's tasks on
-// the node serialise on (held while this lives).
-struct JobDir
+// The job's directory on this node, its .stagehand directory and the lock the job's tasks on the
+// node serialise on (held while it lives); nullopt, after a line saying why, when it cannot.
+std::optional<stage::LockedStateDir> lock_job_dir(const stage::StageRequest& a)
 {
-  UniqueFd root;
-  UniqueFd state;
-  UniqueFd lock;
-};
-
-// Opens the job's directory and its .stagehand directory and takes the lock; nullopt, after a
-// line saying why, when it cannot.
-std::optional<JobDir> lock_job_dir(const stage::StageRequest& a)
-{
-  UniqueFd root(::open(a.tmpdir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!root.valid()) {
-    std::fprintf(stderr, "stagehand: --stage-data: no scratch directory %s on node %s\n", a.tmpdir.c_str(),
-                 a.node.c_str());
+  auto locked = stage::lock_state_dir(a.tmpdir);
+  if (!locked) {
+    std::fprintf(stderr, "stagehand: --stage-data: %s on node %s\n", locked.error().message.c_str(), a.node.c_str());
     return std::nullopt;
   }
-  if (::mkdirat(root.get(), stage::k_state_dir, 0700) != 0 && errno != EEXIST) {
-    std::perror("stagehand: --stage-data: .stagehand");
-    return std::nullopt;
-  }
-  UniqueFd state(::openat(root.get(), stage::k_state_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  UniqueFd lock(state.valid()
-                  ? ::openat(state.get(), stage::k_lock_name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600)
-                  : -1);
-  if (!lock.valid() || ::flock(lock.get(), LOCK_EX) != 0) {
-    std::perror("stagehand: --stage-data: lock");
-    return std::nullopt;
-  }
-  return JobDir{std::move(root), std::move(state), std::move(lock)};
+  return std::move(*locked);
 }
 
 // The staging of these specs on this node, under the lock: the sources checked, then staged
@@ -251,7 +222,7 @@ struct NodeStaging
   bool through_daemon = false;
   bool broadcasts = false;
 
-  NodeStaging(const stage::StageRequest& request, const JobDir& dir)
+  NodeStaging(const stage::StageRequest& request, const stage::LockedStateDir& dir)
     : a(request), root_fd(dir.root.get()), state_fd(dir.state.get()), done(stage::done_marker(request.specs)),
       failed_name(stage::failed_marker(request.specs))
   {
@@ -263,7 +234,7 @@ struct NodeStaging
   // failed), or nullopt when none did.
   std::optional<int> earlier_outcome() const
   {
-    if (::faccessat(state_fd, done.c_str(), F_OK, 0) == 0) {
+    if (stage::has_marker(state_fd, done)) {
       return 0;
     }
     if (UniqueFd failed(::openat(state_fd, failed_name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)); failed.valid()) {
@@ -280,13 +251,13 @@ struct NodeStaging
   {
     std::string line = "stagehand: " + message + " (node " + a.node + ")\n";
     std::fputs(line.c_str(), stderr);
-    write_marker(state_fd, failed_name, line);
+    stage::write_marker(state_fd, failed_name, line);
     return 1;
   }
 
   int succeed() const
   {
-    write_marker(state_fd, done, "");
+    stage::write_marker(state_fd, done, "");
     return 0;
   }
 
@@ -324,10 +295,7 @@ struct NodeStaging
         continue;
       }
       todo[i] = false;
-      std::printf("stagehand: %s: %s\n", a.node.c_str(),
-                  stage::summary_line(v->how, s.shown, a.tmpdir, s.dest, v->files, v->bytes, 0, "cache hit",
-                                      "shown as your own files (cache view)")
-                    .c_str());
+      std::printf("stagehand: %s: %s\n", a.node.c_str(), tmpdir::view_summary(*v, s.shown, a.tmpdir).c_str());
     }
     std::fflush(stdout);
   }

@@ -121,6 +121,30 @@ SCRIPT
   assert_epilog_removed_views "$JOB_ID"
 }
 
+# A staging whose every source is a view has nothing left to stage: the task writes its summary
+# line and starts no staging helper (whose exec was most of a hit's cost). Here the helper, were it
+# started, would be killed at once and fail the job.
+@test "a hit shown as a view starts no staging helper: its summary line and data, though the helper would fail" {
+  helper=$STAGEHAND_CLUSTER_DIR/lib/stagehand
+  cp -p "$helper" "$helper.real"
+  printf '#!/bin/sh\nkill -KILL $$\n' >"$helper"
+  submit -N1 -n2 -w node1 --stage-data=views.tar:o --wrap "'srun -n2 bash -c \"cat \\\$SLURM_TMPDIR/o/d/ckpt.pt; echo\"'"
+  mv -f "$helper.real" "$helper"
+  [ "$JOB_RC" -eq 0 ]
+  [ "$(echo "$LAST_OUTPUT" | grep -c '^stagehand: node1: unpacked .*/views.tar -> .*/o: 4 files, .* in 0.00 s, shown as your own files (cache view) (cache hit)$')" -eq 1 ]
+  [ "$(echo "$LAST_OUTPUT" | grep -cx weights)" -eq 2 ]
+  ! echo "$LAST_OUTPUT" | grep -q 'staging helper' || false
+  assert_epilog_removed_views "$JOB_ID"
+  # A source that is no view still needs the helper: this job fails, saying so.
+  cp -p "$helper" "$helper.real"
+  printf '#!/bin/sh\nkill -KILL $$\n' >"$helper"
+  submit -N1 -w node1 --stage-data=views.tar:o,views.tar:p:copy --wrap "'echo should-not-run'"
+  mv -f "$helper.real" "$helper"
+  [ "$JOB_RC" -ne 0 ]
+  echo "$LAST_OUTPUT" | grep -q 'the staging helper was killed by signal 9'
+  ! echo "$LAST_OUTPUT" | grep -q should-not-run || false
+}
+
 @test "4 tasks of a step start at once: the hit is mounted once and each task sees it" {
   submit -N1 -n4 -w node1 --wrap "'srun --stage-data=views.tar:o -n4 bash -c \"cat \\\$SLURM_TMPDIR/o/d/ckpt.pt; echo\"; $PRINT_OVERLAYS'"
   [ "$JOB_RC" -eq 0 ]

@@ -72,3 +72,33 @@ TEST(ViewRecord, RemoveJobViews)
   EXPECT_NE(::fstatat(base.get(), ".views/job_7", &st, AT_SYMLINK_NOFOLLOW), 0);
   EXPECT_EQ(::fstatat(base.get(), ".views/job_8", &st, AT_SYMLINK_NOFOLLOW), 0); // another job's stays
 }
+
+// A staging whose every source root showed as a view (the plugin's task_init writes these lines
+// and starts no helper): the lines the helper prints for a hit, in the order of the specs.
+TEST(ViewsOnly, EverySourceAViewGivesTheHelpersSummaryLines)
+{
+  const std::string specs = "/data/imagenet.tar.zst:imagenet.tar.zst:auto,/data/shards:s";
+  const std::vector<View> views = {{"s", 16, 1073741824, stage::Placement::copied},
+                                   {"imagenet", 60000, 123456789, stage::Placement::unpacked}};
+  auto lines = views_only_summaries(specs, views, "/scratch/job_7");
+  ASSERT_TRUE(lines);
+  ASSERT_EQ(lines->size(), 2U);
+  EXPECT_EQ((*lines)[0], "unpacked /data/imagenet.tar.zst -> /scratch/job_7/imagenet: 60000 files, 117.7 MiB in "
+                         "0.00 s, shown as your own files (cache view) (cache hit)");
+  EXPECT_EQ((*lines)[1], "copied /data/shards -> /scratch/job_7/s: 16 files, 1.0 GiB in 0.00 s, "
+                         "shown as your own files (cache view) (cache hit)");
+  EXPECT_EQ((*lines)[1], view_summary(views[0], "/data/shards", "/scratch/job_7")); // the helper's for a hit
+}
+
+TEST(ViewsOnly, ASourceNotShownAsAViewLeavesTheStagingToTheHelper)
+{
+  const std::vector<View> views = {{"imagenet", 60000, 123456789, stage::Placement::unpacked}};
+  EXPECT_TRUE(views_only_summaries("/data/imagenet.tar.zst:imagenet", views, "/t"));
+  EXPECT_FALSE(views_only_summaries("/data/imagenet.tar.zst:imagenet,/data/b.bin:b.bin", views, "/t")); // b: no view
+  EXPECT_FALSE(views_only_summaries("/data/imagenet.tar.zst:imagenet:copy", views, "/t")); // never a view
+  EXPECT_FALSE(views_only_summaries("/data/imagenet.tar.zst:sub/imagenet", views, "/t")); // not one name
+  EXPECT_FALSE(views_only_summaries("data/imagenet.tar.zst:imagenet", views, "/t"));      // not canonical
+  EXPECT_FALSE(views_only_summaries("/data/imagenet.tar.zst:imagenet", {}, "/t"));
+  EXPECT_FALSE(views_only_summaries("", views, "/t"));
+  EXPECT_FALSE(views_only_summaries("/data/a.tar:imagenet:bogus", views, "/t"));
+}

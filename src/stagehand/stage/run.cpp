@@ -298,17 +298,6 @@ std::string outermost_missing(int root_fd, const std::string& dest)
   }
 }
 
-std::string summary_line(Placement how, const std::string& shown, const std::string& tmpdir_path,
-                         const std::string& dest, std::uint64_t files, std::uint64_t bytes, double seconds,
-                         const std::string& cache, const std::string& note)
-{
-  char line[256];
-  std::snprintf(line, sizeof line, ": %llu files, %s in %.2f s", static_cast<unsigned long long>(files),
-                human_bytes(bytes).c_str(), seconds);
-  return std::string(name_of(how)) + " " + shown + " -> " + tmpdir_path + "/" + dest + line + (note.empty() ? "" : ", " + note) + " (" +
-         cache + ")";
-}
-
 Result<std::vector<std::string>> stage_all(const std::vector<CheckedSource>& sources, int tmpdir_fd,
                                            const std::string& tmpdir_path, const StageLimits& limits)
 {

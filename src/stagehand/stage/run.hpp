@@ -5,6 +5,7 @@
 #include "stagehand/archive/counters.hpp"
 #include "stagehand/stage/progress.hpp"
 #include "stagehand/stage/spec.hpp"
+#include "stagehand/stage/summary.hpp"
 #include "stagehand/util/result.hpp"
 
 #include <sys/stat.h>
@@ -21,11 +22,6 @@ struct StageLimits
   std::vector<std::string> allowed_roots; // [stage] allowed_roots, checked again on what is opened
   ProgressBoard* progress = nullptr;      // when set: the source being staged, for a reporter thread
 };
-
-// "unpacked SRC -> TMPDIR/DEST: N files, B in S s (CACHE)": the one summary line per source.
-std::string summary_line(Placement how, const std::string& shown, const std::string& tmpdir_path,
-                         const std::string& dest, std::uint64_t files, std::uint64_t bytes, double seconds,
-                         const std::string& cache, const std::string& note = "");
 
 // Stages `sources` below the directory open at `tmpdir_fd`. Each source is opened with
 // open_source (no FIFO hangs it; allowed_roots checked on the descriptor); each destination is

@@ -2,11 +2,13 @@
 #include "stagehand/tmpdir/views.hpp"
 
 #include "stagehand/fs/remove_tree.hpp"
+#include "stagehand/stage/summary.hpp"
 #include "stagehand/util/fd.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 
@@ -116,6 +118,47 @@ Result<std::vector<View>> parse_view_record(const std::string& text)
     at = nl + 1;
   }
   return views;
+}
+
+std::optional<std::string> view_dest(const stage::StageSpec& spec)
+{
+  if (spec.src.empty() || spec.src[0] != '/' || spec.unpack == stage::Unpack::never) {
+    return std::nullopt;
+  }
+  std::string dest =
+    spec.dest_from == stage::DestFrom::source_name ? stage::strip_archive_suffix(spec.dest) : spec.dest;
+  if (dest.empty() || dest.find('/') != std::string::npos || dest == "." || dest == ".." ||
+      dest.starts_with(".stagehand")) {
+    return std::nullopt;
+  }
+  return dest;
+}
+
+std::string view_summary(const View& v, const std::string& shown, const std::string& tmpdir_path)
+{
+  return stage::summary_line(v.how, shown, tmpdir_path, v.dest, v.files, v.bytes, 0, "cache hit",
+                             "shown as your own files (cache view)");
+}
+
+std::optional<std::vector<std::string>> views_only_summaries(std::string_view specs, const std::vector<View>& views,
+                                                             const std::string& tmpdir_path)
+{
+  auto parsed = stage::parse_stage_option(specs);
+  if (!parsed || parsed->empty()) {
+    return std::nullopt;
+  }
+  std::vector<std::string> lines;
+  for (const auto& spec : *parsed) {
+    const auto dest = view_dest(spec);
+    const auto v = !dest ? views.end() : std::find_if(views.begin(), views.end(), [&](const View& x) {
+      return x.dest == *dest;
+    });
+    if (v == views.end()) {
+      return std::nullopt;
+    }
+    lines.push_back(view_summary(*v, spec.src, tmpdir_path));
+  }
+  return lines;
 }
 
 Status remove_job_views(int base_fd, std::uint32_t job_id)

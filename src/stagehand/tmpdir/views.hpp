@@ -7,9 +7,11 @@
 #pragma once
 
 #include "stagehand/stage/kinds.hpp"
+#include "stagehand/stage/spec.hpp"
 #include "stagehand/util/result.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +42,22 @@ Result<View> parse_view_line(std::string_view line);
 // The record: one line "view FILES BYTES HOW DEST" per view.
 Result<std::string> format_view_record(const std::vector<View>& views);
 Result<std::vector<View>> parse_view_record(const std::string& text);
+
+// Where a view of `spec`'s source would be mounted, relative to SLURM_TMPDIR; nullopt for a spec
+// no view may stand for. Only a canonical (absolute) source whose destination is one name in the
+// job's directory (a view's mount point is root's, directly in the job's directory, which its user
+// cannot move elsewhere); an archive named after its source loses its suffix, as it would when it
+// unpacks (a view is only ever of an unpacked archive or a directory).
+std::optional<std::string> view_dest(const stage::StageSpec& spec);
+
+// The summary line of a source shown as view `v`, as the staging helper prints it for a hit.
+std::string view_summary(const View& v, const std::string& shown, const std::string& tmpdir_path);
+
+// The summary lines of a staging (canonical `specs`) whose every source root showed as one of
+// `views`: nothing is left to stage. nullopt when a source is not shown as a view or the specs do
+// not parse: the helper then stages what is left.
+std::optional<std::vector<std::string>> views_only_summaries(std::string_view specs, const std::vector<View>& views,
+                                                             const std::string& tmpdir_path);
 
 // Removes `.views/job_<id>` below the base (ENOENT: nothing to do). Call only once the job's views
 // are detached: the walk never crosses a mount, so a view still mounted makes it fail (EBUSY).
