@@ -121,6 +121,24 @@ SCRIPT
   assert_epilog_removed_views "$JOB_ID"
 }
 
+# Root never looks at a source: the daemon's child, as the job user, finds that this one is a
+# directory (one child for either kind) and the hit is shown as a view as an archive's is.
+@test "a directory source, once cached, is shown as a view: the user's own files, changeable in place" {
+  settle "$WORK/views-src"
+  submit -N1 -w node1 --stage-data=views-src/d:dd --wrap true
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q '^stagehand: node1: copied .*/views-src/d -> .*/dd: 4 files, .*(cache miss)$'
+  cached node1 views-src/d
+  submit -N1 -w node1 --stage-data=views-src/d:dd --wrap "'cd \$SLURM_TMPDIR/dd && stat -c \"%U %a %n\" ckpt.pt && grep -q \" \$SLURM_TMPDIR/dd .* - overlay \" /proc/self/mountinfo && echo mounted && echo new >ckpt.pt && cat ckpt.pt'"
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q '^stagehand: node1: copied .*/views-src/d -> .*/dd: 4 files, .* shown as your own files (cache view) (cache hit)$'
+  echo "$LAST_OUTPUT" | grep -qx "$STAGEHAND_TEST_USER 640 ckpt.pt"
+  echo "$LAST_OUTPUT" | grep -qx mounted
+  echo "$LAST_OUTPUT" | grep -qx new
+  [ "$(cat "$WORK/views-src/d/ckpt.pt")" = weights ]
+  assert_epilog_removed_views "$JOB_ID"
+}
+
 # A staging whose every source is a view has nothing left to stage: the task writes its summary
 # line and starts no staging helper (whose exec was most of a hit's cost). Here the helper, were it
 # started, would be killed at once and fail the job.

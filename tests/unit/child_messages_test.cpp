@@ -12,6 +12,8 @@ TEST(ChildMessages, EachRoundTrips)
 {
   const SourceIdentified id{"ab12", 3, 4096, 1700000000123456789, true, true};
   EXPECT_EQ(parse_child_message<SourceIdentified>(child_message(id)).value(), id);
+  const SourceIdentified dir{"ef56", 16, 1ULL << 30, 5, false, false, true};
+  EXPECT_EQ(parse_child_message<SourceIdentified>(child_message(dir)).value(), dir);
   const TreeStreamed tree{"cd34", true, -5};
   EXPECT_EQ(parse_child_message<TreeStreamed>(child_message(tree)).value(), tree);
   const Teed teed{1ULL << 40, "the cache could not keep up"};

@@ -3,9 +3,11 @@
 #pragma once
 
 #include "stagehand/cache/key.hpp"
+#include "stagehand/stage/source.hpp"
 #include "stagehand/util/fd.hpp"
 #include "stagehand/util/result.hpp"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,10 @@ namespace stagehand::cache {
 // stage::open_source for the daemon's user side, errors naming the source as `shown`.
 Result<UniqueFd> open_source(const std::string& path, const std::string& shown, stage::SourceKind expected,
                              const std::vector<std::string>& allowed_roots = {});
+// The same of a source whose kind the descriptor decides (`expected` nullopt: a file or a directory).
+Result<stage::OpenedSource> open_source_as(const std::string& path, const std::string& shown,
+                                           std::optional<stage::SourceKind> expected,
+                                           const std::vector<std::string>& allowed_roots = {});
 
 struct StreamResult
 {

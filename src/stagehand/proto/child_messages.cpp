@@ -57,7 +57,8 @@ std::string child_message(const SourceIdentified& m)
                  {"bytes", m.bytes},
                  {"newest_ns", m.newest_ns},
                  {"archive", m.archive},
-                 {"zip", m.zip}});
+                 {"zip", m.zip},
+                 {"dir", m.dir}});
 }
 
 std::string child_message(const TreeStreamed& m)
@@ -88,10 +89,11 @@ template<> Result<SourceIdentified> parse_child_message<SourceIdentified>(const 
   auto newest = f.i64("newest_ns");
   auto archive = f.boolean("archive", false);
   auto zip = f.boolean("zip", false);
-  if (auto e = first_error(key, files, bytes, newest, archive, zip)) {
+  auto dir = f.boolean("dir", false);
+  if (auto e = first_error(key, files, bytes, newest, archive, zip, dir)) {
     return garbage(*e);
   }
-  return SourceIdentified{*key, *files, *bytes, *newest, *archive, *zip};
+  return SourceIdentified{*key, *files, *bytes, *newest, *archive, *zip, *dir};
 }
 
 template<> Result<TreeStreamed> parse_child_message<TreeStreamed>(const std::string& text)

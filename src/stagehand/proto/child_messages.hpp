@@ -22,6 +22,7 @@ struct SourceIdentified
   std::int64_t newest_ns = 0;
   bool archive = false; // a file whose content is an archive it unpacks
   bool zip = false;     // that archive is a zip (read whole before it is unpacked)
+  bool dir = false;     // a directory (else a regular file)
   bool operator==(const SourceIdentified&) const = default;
 };
 

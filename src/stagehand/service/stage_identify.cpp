@@ -21,16 +21,20 @@ namespace {
 
 // In the job user's child: opens the source, identifies it, probes a file's content (from the
 // broadcast's copy below the job's directory `job_fd` when that is the source's size), and sends
-// the identity with the descriptors. Returns the child's exit status.
-int identify_as_user(int sock, const proto::SourceSpec& src, const std::vector<std::string>& roots, int job_fd)
+// the identity with the descriptors. `expected`: the source's kind, or nullopt for the one the
+// descriptor shows. Returns the child's exit status.
+int identify_as_user(int sock, const proto::SourceSpec& src, std::optional<stage::SourceKind> expected,
+                     const std::vector<std::string>& roots, int job_fd)
 {
-  auto fd = cache::open_source(src.path, src.shown, src.kind, roots);
-  if (!fd) {
-    (void)ipc::send_message(sock, proto::child_failure(fd.error()));
+  auto opened = cache::open_source_as(src.path, src.shown, expected, roots);
+  if (!opened) {
+    (void)ipc::send_message(sock, proto::child_failure(opened.error()));
     return 1;
   }
-  auto id = src.kind == stage::SourceKind::dir ? cache::identify_tree(fd->get(), src.path, src.shown)
-                                                     : cache::identify_file(fd->get(), src.path, src.unpack);
+  const UniqueFd* fd = &opened->fd;
+  const stage::SourceKind kind = opened->is_dir() ? stage::SourceKind::dir : stage::SourceKind::file;
+  auto id = kind == stage::SourceKind::dir ? cache::identify_tree(fd->get(), src.path, src.shown)
+                                           : cache::identify_file(fd->get(), src.path, src.unpack);
   if (!id) {
     (void)ipc::send_message(sock, proto::child_failure(id.error()));
     return 1;
@@ -49,7 +53,7 @@ int identify_as_user(int sock, const proto::SourceSpec& src, const std::vector<s
   const int content_fd = copy.valid() ? copy.get() : fd->get();
   bool is_archive = false; // the content decides, as staging without the daemon does
   bool zip = false;
-  if (src.kind == stage::SourceKind::file && src.unpack == stage::Unpack::if_archive) {
+  if (kind == stage::SourceKind::file && src.unpack == stage::Unpack::if_archive) {
     auto kind = archive::probe_archive(content_fd);
     is_archive = kind && *kind == archive::ArchiveKind::archive;
     char magic[2] = {};
@@ -60,7 +64,9 @@ int identify_as_user(int sock, const proto::SourceSpec& src, const std::vector<s
     fds.push_back(copy.get());
   }
   (void)ipc::send_message(
-    sock, proto::child_message(proto::SourceIdentified{id->key, id->files, id->bytes, id->newest_ns, is_archive, zip}),
+    sock,
+    proto::child_message(proto::SourceIdentified{id->key, id->files, id->bytes, id->newest_ns, is_archive, zip,
+                                                 kind == stage::SourceKind::dir}),
     fds);
   return 0;
 }
@@ -68,7 +74,7 @@ int identify_as_user(int sock, const proto::SourceSpec& src, const std::vector<s
 } // namespace
 
 Result<StageRequest::Identified> StageRequest::identify(const proto::SourceSpec& src,
-                                                        const std::function<double()>& seconds)
+                                                        const std::function<double()>& seconds, KindFrom from)
 {
   std::vector<std::string> roots;
   {
@@ -82,7 +88,8 @@ Result<StageRequest::Identified> StageRequest::identify(const proto::SourceSpec&
     keep.push_back(m_job_fd.get());
   }
   auto ident_child = ipc::spawn_as(m_user, keep, [&](int sock, const std::vector<int>& kept) {
-    return identify_as_user(sock, src, roots, kept.empty() ? -1 : kept[0]);
+    const auto expected = from == KindFrom::spec ? std::optional<stage::SourceKind>(src.kind) : std::nullopt;
+    return identify_as_user(sock, src, expected, roots, kept.empty() ? -1 : kept[0]);
   });
   if (!ident_child) {
     return ident_child.error();
@@ -108,7 +115,7 @@ Result<StageRequest::Identified> StageRequest::identify(const proto::SourceSpec&
                  m_job.job_id, src.path, src.delivered);
   }
   cache::SourceIdentity identity{ident->key, ident->files, ident->bytes, ident->newest_ns};
-  if (src.kind == stage::SourceKind::file) {
+  if (!ident->dir) {
     // A file's key needs only fstat: taken here from the descriptor, not from the user's side.
     auto mine = cache::identify_file(src_fd.get(), src.path, src.unpack);
     if (!mine) {

@@ -80,7 +80,11 @@ private:
     bool archive = false;
     bool zip = false;
   };
-  Result<Identified> identify(const proto::SourceSpec& src, const std::function<double()>& seconds);
+  // Whose word the source's kind is: the spec's, or the opened descriptor's (cache_view: root never
+  // looks at the source, so a directory is asked for as a file).
+  enum class KindFrom { spec, descriptor };
+  Result<Identified> identify(const proto::SourceSpec& src, const std::function<double()>& seconds,
+                              KindFrom from = KindFrom::spec);
   // One source's delivery into the job's directory, as the job user (stage_miss.cpp).
   struct Delivery
   {

@@ -72,14 +72,7 @@ std::vector<proto::ViewEntry> StageRequest::find_hits()
   auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   for (const auto& src : m_request.sources) {
     proto::ViewEntry hit;
-    auto found = identify(src, seconds);
-    if (!found) { // root does not look at the source: a directory is asked for as a file first
-      proto::SourceSpec other = src;
-      other.kind = src.kind == stage::SourceKind::file ? stage::SourceKind::dir : stage::SourceKind::file;
-      if (auto again = identify(other, seconds)) {
-        found = std::move(again);
-      }
-    }
+    auto found = identify(src, seconds, KindFrom::descriptor); // a file or a directory, one child
     if (!found) {
       spdlog::info("job {}: cache view: {}: {}", m_job.job_id, src.path, found.error().message);
     } else {
