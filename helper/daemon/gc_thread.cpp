@@ -4,6 +4,7 @@
 #include "stagehand/service/metrics.hpp"
 
 #include "stagehand/fs/trusted_dir.hpp"
+#include "stagehand/util/priority.hpp"
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/gc/collect.hpp"
 #include "stagehand/stage/progress.hpp"
@@ -250,7 +251,10 @@ void Daemon::gc_loop()
 
 void Daemon::start_gc_thread()
 {
-  m_gc_thread = std::thread([this] { gc_loop(); });
+  m_gc_thread = std::thread([this] {
+    (void)set_thread_nice(k_job_nice); // removals at a job's priority, not the requests'
+    gc_loop();
+  });
 }
 
 } // namespace stagehand::daemon

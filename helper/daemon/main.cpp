@@ -5,6 +5,7 @@
 #include "stagehand/config/config.hpp"
 #include "stagehand/service/server.hpp"
 #include "stagehand/tmpdir/job_dir.hpp"
+#include "stagehand/util/priority.hpp"
 #include "stagehand/util/process_wait.hpp"
 
 #include "common/log_format.hpp"
@@ -150,6 +151,13 @@ int main(int argc, char** argv)
   if (!config) {
     spdlog::error("{}", config.error().message);
     return 1;
+  }
+  // Before any thread: they all inherit it. The request threads answer status and the plugin's
+  // calls while the children unpack on every core; the children, the fill and GC threads go back
+  // to a job's priority. Under the packaged unit (Nice=-5) it is there already.
+  if (thread_nice() > k_control_nice && !set_thread_nice(k_control_nice)) {
+    spdlog::info("running at nice {}: no CAP_SYS_NICE for {} (requests answer later under load)", thread_nice(),
+                 k_control_nice);
   }
   UniqueFd sigfd = signal_descriptor();
   raise_open_files();

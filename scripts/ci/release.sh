@@ -24,7 +24,7 @@ case "$what" in
       args=(-DSLURM_ROOT="$prefix")
     fi
     "$CI_ROOT/scripts/ci/build.sh" "$build" "${args[@]}"
-    # The daemon's load test has no Slurm code in it and asserts on status latency: run in the
+    # The daemon's load test has no Slurm code in it and times status under load: run in the
     # 22.05 and 25.11 phases, not again here, where it would share the CPU with five lanes.
     "$CI_ROOT/scripts/ci/unit.sh" "$build" '^daemon_limits$' \
       "the daemon under load, no Slurm code: run with Slurm 22.05 and 25.11"

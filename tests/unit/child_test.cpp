@@ -1,6 +1,7 @@
 // Children of root that run user work: every wait on them bounded (a survivor of SIGKILL goes to
 // the reaper), their memory bounded, and no user attaching to them while they change uid.
 #include "stagehand/ipc/child.hpp"
+#include "stagehand/util/priority.hpp"
 #include "stagehand/util/process_wait.hpp"
 #include "stagehand/util/subprocess.hpp"
 
@@ -304,4 +305,27 @@ TEST(ChildHardening, UserWorkHasAMemoryBoundAndSaysWhenItRunsOut)
   EXPECT_EQ(why.message,
             "a child of user attacker ran out of memory (work done for users may take 4 GiB more than its parent; "
             "RLIMIT_DATA)");
+}
+
+// The daemon's request threads run before the work they start (util/priority.hpp): a child doing a
+// user's work runs at a job's priority, whatever the thread that started it runs at.
+TEST(ChildPriority, AUsersWorkRunsAtAJobsPriorityNotTheDaemonsRequestThreads)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  int child_nice = 99;
+  std::thread request_thread([&] {
+    ASSERT_TRUE(set_thread_nice(k_control_nice));
+    ASSERT_EQ(thread_nice(), k_control_nice);
+    auto child = ipc::spawn_as(attacker(), {}, [](int sock, const std::vector<int>&) {
+      (void)ipc::send_message(sock, std::to_string(thread_nice()));
+      return 0;
+    });
+    ASSERT_TRUE(child);
+    auto said = ipc::receive_message(child->sock(), 30s);
+    ASSERT_TRUE(said);
+    child_nice = std::stoi(said->text);
+  });
+  request_thread.join();
+  EXPECT_EQ(child_nice, k_job_nice);
+  EXPECT_EQ(thread_nice(), 0); // the test's own thread: untouched
 }

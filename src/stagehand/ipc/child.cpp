@@ -3,6 +3,7 @@
 #include "stagehand/ipc/child.hpp"
 
 #include "stagehand/proto/frame.hpp"
+#include "stagehand/util/priority.hpp"
 #include "stagehand/util/process_wait.hpp"
 
 #include <fcntl.h>
@@ -212,6 +213,8 @@ void exit_if_traced(int status_fd, long parent_tracer, SuidDumpable dumpable)
   // Already in its own process group (proc::Group::own, as root): Child::kill ends whatever it forks.
   struct rlimit core {0, 0};
   ::setrlimit(RLIMIT_CORE, &core);
+  // A job's work at a job's priority, below the daemon's request threads (util/priority.hpp).
+  (void)set_thread_nice(k_job_nice);
   bound_memory();
   // A failed allocation ends the child with a code the parent names, whatever body catches.
   std::set_new_handler([] { ::_exit(k_exit_out_of_memory); });

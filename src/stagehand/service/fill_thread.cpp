@@ -10,6 +10,7 @@
 #include "stagehand/cache/fill.hpp"
 #include "stagehand/cache/spool.hpp"
 #include "stagehand/fs/remove_tree.hpp"
+#include "stagehand/util/priority.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -78,7 +79,10 @@ void FillThread::end_locked(SpoolFill& task, bool published)
 
 void FillThread::start()
 {
-  m_thread = std::thread([this] { loop(); });
+  m_thread = std::thread([this] {
+    (void)set_thread_nice(k_job_nice); // its seals and publishes at a job's priority, not the requests'
+    loop();
+  });
 }
 
 void FillThread::stop()
