@@ -44,8 +44,10 @@ def call(obj, timeout=120):
             s.close(); return m
 def source(src, name, dest=None):
     return {'shown': name, 'path': os.path.join(src, name), 'dest': dest or 'd/' + name, 'kind': 'file', 'unpack': 'never'}
-def stage(job, sources, max_bytes=1 << 40):
-    return call({'v': 1, 'op': 'stage', 'job_id': job, 'max_bytes': max_bytes, 'sources': sources})
+def stage(job, sources, max_bytes=1 << 40, timeout=900):
+    # 250 quick sources send no progress frame (one every 5 s of a single child): under CI's lanes
+    # on a slow VM such a request took more than 120 s of silence.
+    return call({'v': 1, 'op': 'stage', 'job_id': job, 'max_bytes': max_bytes, 'sources': sources}, timeout)
 def register(job):
     r = call({'v': 1, 'op': 'register', 'job_id': job, 'uid': 4242, 'gid': 4242}); assert r.get('ok'), r
 def end(job):
