@@ -3,6 +3,11 @@
 # stagings of one user on one node (ordinary for packed array tasks) and four accounts holding 16
 # slow requests each: every job succeeds; a request past the daemon's limits waits its turn, and
 # one that waited in vain stages without the cache, its summary saying why.
+#
+# The shared filesystems hold the daemon's requests (sharedfs.py: reads past a file's first MiB,
+# or every open) until the test has seen the daemon full, then let them all go: the requests
+# overlap however slowly a loaded machine starts the jobs (a fixed delay on each open did not:
+# under CI's lanes the 20 jobs started so far apart that no more than 16 ever ran at once).
 
 load helpers
 
@@ -47,10 +52,12 @@ setup_file() {
   chmod -R a+rX "$W/load-src" "$W/held-src" "$W/load/own.bin"
   chown "$STAGEHAND_TEST_USER:" "$W/load/own.bin"
   settle "$W/load-src" "$W/held-src" # (a source changed in the last 2 s is never cached)
-  # Every open waits: a request holds its slot for at least that long, so that these tests reach
-  # the daemon's limits on two cores whatever the scheduler's pace.
-  mount_sharedfs "$W/load-src" "$W/load-shared" --open-latency-ms 8000
-  mount_sharedfs "$W/held-src" "$W/held" --open-latency-ms 30000
+  # While a gate exists, a request reading there holds its slot: in load-shared every read past a
+  # file's first MiB waits (what the job checks itself, its first bytes, gets through), in held
+  # every open (only daemon_requests.py reads there).
+  rm -f "$W/load.gate" "$W/held.gate"
+  mount_sharedfs "$W/load-src" "$W/load-shared" --hold-reads "$W/load.gate"
+  mount_sharedfs "$W/held-src" "$W/held" --hold-opens "$W/held.gate"
   # Room for 20 jobs on node1 (4 CPUs): this file only; the default is restored below.
   scontrol update PartitionName=debug OverSubscribe=FORCE:32
 }
@@ -62,6 +69,16 @@ teardown_file() {
   done
 }
 
+# wait_for_log PATTERN SECONDS: until the node1 daemon's log has a line matching PATTERN.
+wait_for_log() {
+  local i
+  for ((i = 0; i < $2 * 4; i++)); do
+    grep -q "$1" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log" && return 0
+    sleep 0.25
+  done
+  return 1
+}
+
 # Prints the job's exit code once it has ended (job_exit_code), then waits for it to leave the nodes.
 finish() {
   local rc
@@ -71,13 +88,20 @@ finish() {
 }
 
 @test "20 concurrent stagings of one user on one node: all 20 jobs succeed with their own data" {
-  # Submitted together: sbatch checks each source at submit time, and every open takes 8 s.
+  # Submitted held (sbatch opens each source to check it), then released together behind the gate.
   for i in $(seq 1 20); do
-    as_user "sbatch --parsable -N1 -n1 -w node1 --stage-data=load-shared/f$i.bin:d -o out.%j --wrap 'sha256sum \$SLURM_TMPDIR/d'" >"$WORK/load/id.$i" &
+    as_user "sbatch --parsable -H -N1 -n1 -w node1 --stage-data=load-shared/f$i.bin:d -o out.%j --wrap 'sha256sum \$SLURM_TMPDIR/d'" >"$WORK/load/id.$i" &
   done
   wait
   ids=()
   for i in $(seq 1 20); do ids+=("$(cat "$WORK/load/id.$i")"); done
+  touch "$WORK/load.gate"
+  scontrol release "$(IFS=,; echo "${ids[*]}")"
+  # More than the 16 requests one user may have running arrive while none can end: some wait.
+  t0=$SECONDS
+  wait_for_log "waits for a turn" 300 || { echo "no request waited for a turn in $((SECONDS - t0)) s"; false; }
+  echo "a request waited for a turn after $((SECONDS - t0)) s; the reads go on"
+  rm "$WORK/load.gate"
   failed=0
   for i in $(seq 1 20); do
     id=${ids[$((i - 1))]}
@@ -96,13 +120,12 @@ finish() {
     fi
   done
   [ "$failed" -eq 0 ]
-  # More than the 16 requests one user may have running were there at once: some waited.
-  grep -q "waits for a turn" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"
   # Everything ended: nothing is left running in the daemon.
   [ "$(stagings)" -eq 0 ]
 }
 
 @test "4 accounts holding 16 slow requests each: another user's job still succeeds, without the cache, saying why" {
+  touch "$WORK/held.gate" # every request holds its slot until the gate goes
   held=()
   for i in "${OTHERS[@]}"; do
     held+=("$(as_other "$i" "sbatch --parsable -N1 -n1 -w node1 --tmpdir -o held.%j --wrap 'python3 $WORK/load/daemon_requests.py $(SOCK) 16 \$SLURM_JOB_ID $WORK/held/held.bin held'")")
@@ -110,12 +133,13 @@ finish() {
   # Wait until the daemon holds all 64 (the most it runs at once: status shows each after its
   # first progress tick).
   n=0
-  for _ in $(seq 1 120); do
+  t0=$SECONDS
+  for _ in $(seq 1 600); do
     n=$(stagings)
     [ "$n" -ge 64 ] && break
     sleep 0.5
   done
-  echo "requests held: $n"
+  echo "requests held: $n after $((SECONDS - t0)) s"
   [ "$n" -ge 64 ]
   t0=$SECONDS
   submit -N1 -w node1 --stage-data=load/own.bin:mine --wrap "'sha256sum \$SLURM_TMPDIR/mine'"
@@ -127,6 +151,7 @@ finish() {
   echo "the held-out job took $((SECONDS - t0)) s"
   # The daemon still answers while it is full.
   status_json >/dev/null
+  rm "$WORK/held.gate"
   # The holders' jobs succeed too, every request answered.
   for id in "${held[@]}"; do
     rc=$(finish "$id")

@@ -191,6 +191,9 @@ ensure_slurmds() {
 }
 
 teardown() {
+  # A test that held its shared filesystem (sharedfs.py --hold-opens/--hold-reads WORK/NAME.gate)
+  # and failed before letting it go: what waits there goes on.
+  rm -f "$WORK"/*.gate
   if [ -z "${BATS_TEST_COMPLETED:-}" ]; then
     echo "---- submit output ----"; echo "${SUBMIT_OUTPUT:-}"
     echo "---- job output (job ${JOB_ID:-none}) ----"; echo "${LAST_OUTPUT:-}"

@@ -19,7 +19,10 @@ setup_file() {
   echo small >"$W/prog-src/small.txt"
   chown -R "$STAGEHAND_TEST_USER:" "$W/prog-src" "$W/prog"
   # A slow shared filesystem (4 MB/s): 32 MiB take about 8 s to read.
-  setsid /usr/bin/python3 "$SHAREDFS" "$W/prog-src" "$W/prog" --mbps 4 >"$STAGEHAND_CLUSTER_DIR/log/progressfs.log" 2>&1 &
+  # (status_while_staging holds its reads past the first MiB while WORK/prog.gate exists.)
+  rm -f "$W/prog.gate"
+  setsid /usr/bin/python3 "$SHAREDFS" "$W/prog-src" "$W/prog" --mbps 4 --hold-reads "$W/prog.gate" \
+    >"$STAGEHAND_CLUSTER_DIR/log/progressfs.log" 2>&1 &
   for _ in $(seq 1 50); do [ -e "$W/prog/.sharedfs-stats" ] && break; sleep 0.1; done
   [ -e "$W/prog/.sharedfs-stats" ]
   settle "$W/prog-src"
@@ -129,20 +132,29 @@ progress_interval = "0"'
   ! echo "$LAST_OUTPUT" | grep -q 'staging ' || false
 }
 
-# Submits a job staging prog/SRC on node1 without waiting; polls `stagehand status` until it lists
-# the staging; prints the status JSON seen.
+# Submits a job staging prog/SRC on node1 without waiting, its reads held past the first MiB
+# (the share's gate) so that the staging is under way however slowly a loaded machine starts the
+# job; polls `stagehand status` until it lists the staging, lets the reads go; prints the status
+# JSON seen.
 status_while_staging() {
-  local out i s
+  local out i s seen="not seen" t0=$SECONDS
+  touch "$WORK/prog.gate"
   out=$(as_user "sbatch --parsable -N1 -w node1 -o out.%j --stage-data=prog/$1:x --wrap true")
   JOB_ID=$(echo "$out" | grep -Eo '^[0-9]+' | head -n1)
-  for i in $(seq 1 80); do
+  for i in $(seq 1 600); do
     s=$(status_json)
     if echo "$s" | python3 -c "import json,sys; sys.exit(0 if json.load(sys.stdin)['stagings'] else 1)"; then
       echo "$s"
+      seen=seen
       break
+    fi
+    if ((i % 8 == 0)) && [ -z "$(squeue -h -j "$JOB_ID" 2>/dev/null)" ]; then
+      break # ended (or never ran) without its staging seen
     fi
     sleep 0.25
   done
+  echo "status_while_staging $1: $seen after $((SECONDS - t0)) s" >&2
+  rm "$WORK/prog.gate"
   wait_job_done "$JOB_ID"
 }
 

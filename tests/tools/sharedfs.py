@@ -4,7 +4,8 @@
 Serves the directory SRC read-only at MOUNT through FUSE, so that the tests can see and shape
 every read that staging makes from "the shared filesystem":
 
-  sharedfs.py SRC MOUNT [--mbps N] [--open-latency-ms N] [--nonempty]   # runs in the foreground
+  sharedfs.py SRC MOUNT [--mbps N] [--open-latency-ms N] [--hold-opens PATH]
+              [--hold-reads PATH [--hold-reads-from BYTES]] [--nonempty]   # runs in the foreground
 
 - Every byte goes through this process: files are opened with direct_io (no page cache), so a
   second read of the same file is counted, and slowed, again.
@@ -18,6 +19,13 @@ every read that staging makes from "the shared filesystem":
   The stats file is a snapshot taken when it is opened.
 - --mbps N: all readers together get N MB/s (10^6 bytes), from one token bucket (0: unlimited).
   --open-latency-ms N: every open of a file waits N ms first, as a round trip to a server would.
+- Holds, for tests that must catch a staging in the act whatever the machine's load: while the
+  file PATH (outside the mount) exists, --hold-opens PATH makes every open of a file wait, and
+  --hold-reads PATH every read through an open file that has delivered BYTES already (default
+  1 MiB: checks that read a file's first and last blocks get through, a copy waits after its
+  first MiB). A held read may hold other readers of the same file too (its pages in the kernel's
+  cache stay locked): hold a file only one job reads. The test creates PATH, waits for what it
+  wants to see, then removes PATH and everything held goes on. The stats file is never held.
 - Permissions are checked by the kernel against SRC's owners and modes (default_permissions)
   for every user (allow_other): a user reads through MOUNT exactly what they could read in SRC.
 
@@ -122,8 +130,10 @@ class Counters:
 class SharedFs(fuse.Operations):
     use_ns = True  # times in nanoseconds (fusepy warns otherwise)
 
-    def __init__(self, src, mbps, open_latency_ms):
+    def __init__(self, src, mbps, open_latency_ms, holds=None):
         self.src = os.path.realpath(src)
+        # {"opens": path or None, "reads": path or None, "reads_from": bytes}
+        self.holds = holds or {"opens": None, "reads": None, "reads_from": 0}
         self.mbps = mbps
         self.open_latency = open_latency_ms / 1000.0
         self.bucket = TokenBucket(mbps * 1e6) if mbps > 0 else None
@@ -133,10 +143,16 @@ class SharedFs(fuse.Operations):
         self.snapshots = {}
         self.next_snapshot = 1 << 32
         self.snapshot_lock = threading.Lock()
+        self.delivered = {}  # open file handle -> bytes it has delivered (for --hold-reads)
 
     def _real(self, path):
         # FUSE gives absolute, normalised paths (no "." or ".." parts).
         return self.src + path if path != "/" else self.src
+
+    @staticmethod
+    def _held(gate):
+        while gate and os.path.lexists(gate):
+            time.sleep(0.02)
 
     @staticmethod
     def _caller():
@@ -193,6 +209,7 @@ class SharedFs(fuse.Operations):
             return 0
         if self.open_latency:
             time.sleep(self.open_latency)
+        self._held(self.holds["opens"])
         try:
             fi.fh = os.open(self._real(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as e:
@@ -205,10 +222,18 @@ class SharedFs(fuse.Operations):
             snapshot = self.snapshots.get(fi.fh)
         if snapshot is not None:
             return snapshot[offset:offset + size]
+        if self.holds["reads"]:
+            with self.snapshot_lock:
+                delivered = self.delivered.get(fi.fh, 0)
+            if delivered >= self.holds["reads_from"]:
+                self._held(self.holds["reads"])
         try:
             data = os.pread(fi.fh, size, offset)
         except OSError as e:
             raise fuse.FuseOSError(e.errno)
+        if self.holds["reads"]:
+            with self.snapshot_lock:
+                self.delivered[fi.fh] = self.delivered.get(fi.fh, 0) + len(data)
         if data and self.bucket:
             self.bucket.take(len(data))
         self.counters.read(path, len(data), *self._caller())
@@ -218,6 +243,7 @@ class SharedFs(fuse.Operations):
         with self.snapshot_lock:
             if self.snapshots.pop(fi.fh, None) is not None:
                 return 0
+            self.delivered.pop(fi.fh, None)
         os.close(fi.fh)
         return 0
 
@@ -232,6 +258,13 @@ def main():
                     help="read bandwidth shared by all readers, MB/s (10^6 bytes); 0: unlimited")
     ap.add_argument("--open-latency-ms", type=float, default=0.0,
                     help="delay before every open of a file, ms")
+    ap.add_argument("--hold-opens", metavar="PATH",
+                    help="every open of a file waits while PATH exists")
+    ap.add_argument("--hold-reads", metavar="PATH",
+                    help="every read through an open file that has delivered --hold-reads-from bytes "
+                         "waits while PATH exists")
+    ap.add_argument("--hold-reads-from", type=int, default=1 << 20, metavar="BYTES",
+                    help="the bytes an open file delivers before --hold-reads holds it (default 1 MiB)")
     ap.add_argument("--nonempty", action="store_true",
                     help="mount over a directory that has entries (hiding them, as a user's mount would)")
     a = ap.parse_args()
@@ -242,7 +275,8 @@ def main():
     if a.mbps < 0 or a.open_latency_ms < 0:
         sys.exit("sharedfs.py: --mbps and --open-latency-ms must not be negative")
     extra = {"nonempty": True} if a.nonempty else {}
-    fuse.FUSE(SharedFs(a.src, a.mbps, a.open_latency_ms), a.mount, raw_fi=True, foreground=True,
+    holds = {"opens": a.hold_opens, "reads": a.hold_reads, "reads_from": a.hold_reads_from}
+    fuse.FUSE(SharedFs(a.src, a.mbps, a.open_latency_ms, holds), a.mount, raw_fi=True, foreground=True,
               nothreads=False, ro=True, allow_other=True, default_permissions=True,
               fsname="sharedfs", attr_timeout=0, entry_timeout=0, negative_timeout=0, **extra)
 

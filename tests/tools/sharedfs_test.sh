@@ -2,7 +2,7 @@
 # Checks tests/tools/sharedfs.py, the cluster tests' shared-filesystem stand-in, without Slurm:
 # passthrough content, the kernel's permission checks for another user (nobody), read-only, the
 # counts in .sharedfs-stats (direct_io: a second read counts again), the shared --mbps budget and
-# --open-latency-ms. Needs root, /dev/fuse, fusermount, runuser and Debian's fuse, libfuse2 and
+# --open-latency-ms, and the holds (--hold-opens, --hold-reads). Needs root, /dev/fuse, fusermount, runuser and Debian's fuse, libfuse2 and
 # python3-fusepy. Prints one line; exits non-zero on failure. (ctest: `sharedfs`, label unit.)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -106,4 +106,35 @@ fusermount -u "$m" || fail "fusermount -u $m"
 [ "$both" -ge 550 ] || fail "two readers of 2.5 MB at 10 MB/s shared took $both ms, expected at least 550"
 [ "$small" -ge 190 ] || fail "an open with 200 ms latency took $small ms"
 
-echo "sharedfs test: ok (passthrough, permissions for $user, read-only, counts; 2 x 2.5 MB at 10 MB/s in $both ms, open latency $small ms)"
+# 3. Holds: an open waits while its gate exists; a read through an open file that has delivered
+# --hold-reads-from bytes waits while its own gate exists, the bytes before that get through, at
+# any offset. Removing the gate lets them go on.
+m=$T/held
+mount_fs "$src" "$m" --hold-opens "$T/gate-opens" --hold-reads "$T/gate-reads" --hold-reads-from 100000
+touch "$T/gate-opens"
+cat "$m/public.bin" >"$T/held-open.out" &
+opener=$!
+sleep 0.5
+kill -0 "$opener" 2>/dev/null || fail "an open went through its gate"
+[ "$(stat_of "$m" "d['opens']")" = 0 ] || fail "an open was counted while held"
+rm "$T/gate-opens"
+wait "$opener" || fail "a held open failed once let go"
+cmp -s "$src/public.bin" "$T/held-open.out" || fail "a held open read other bytes"
+touch "$T/gate-reads"
+"$python" -c '
+import os, sys
+f = os.open(sys.argv[1], os.O_RDONLY)
+print(len(os.pread(f, 60000, 0)) + len(os.pread(f, 40000, 960000)), flush=True)
+print(len(os.pread(f, 1000000, 60000)), flush=True)' "$m/public.bin" >"$T/held-read.out" &
+reader=$!
+for _ in $(seq 1 100); do [ -s "$T/held-read.out" ] && break; sleep 0.1; done
+[ "$(head -n1 "$T/held-read.out")" = 100000 ] || fail "the first 100000 bytes (head and tail) did not get through a read hold"
+sleep 0.5
+kill -0 "$reader" 2>/dev/null || fail "a read past --hold-reads-from went through its gate"
+[ "$(stat_of "$m" "d['bytes_read']")" = 1100000 ] || fail "held reads counted: $(stat_of "$m" "d['bytes_read']")"
+rm "$T/gate-reads"
+wait "$reader" || fail "a held read failed once let go"
+[ "$(sed -n 2p "$T/held-read.out")" = 940000 ] || fail "a held read returned $(sed -n 2p "$T/held-read.out") bytes"
+fusermount -u "$m" || fail "fusermount -u $m"
+
+echo "sharedfs test: ok (passthrough, permissions for $user, read-only, counts; 2 x 2.5 MB at 10 MB/s in $both ms, open latency $small ms; holds)"

@@ -11,6 +11,7 @@
 #include "stagehand/cache/source.hpp"
 #include "stagehand/cache/spool.hpp"
 #include "stagehand/cache/stage_plan.hpp"
+#include "stagehand/fs/offset.hpp"
 #include "stagehand/ipc/shared_memory.hpp"
 
 #include <nlohmann/json.hpp>
@@ -62,8 +63,8 @@ Result<stage::Delivered> StageRequest::deliver_from(int in_fd, const Delivery& d
   struct stat st {};
   const std::uint64_t total = ::fstat(in_fd, &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
   auto msg = await(*child, [&] {
-    off_t at = ::lseek(in_fd, 0, SEEK_CUR); // the child reads through the same open file
-    return proto::Progress{d.src->shown, at > 0 ? static_cast<std::uint64_t>(at) : 0, total, seconds()};
+    // The child reads through the same open file: its offset, never waiting on a stalled read.
+    return proto::Progress{d.src->shown, fs::file_offset(in_fd), total, seconds()};
   });
   if (!msg) {
     return msg.error();

@@ -2,6 +2,7 @@
 #include "stagehand/stage/progress.hpp"
 
 #include "stagehand/fs/io.hpp"
+#include "stagehand/fs/offset.hpp"
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/stage/request.hpp"
 #include "stagehand/util/units.hpp"
@@ -51,7 +52,7 @@ void ProgressBoard::end()
 
 std::optional<proto::Progress> ProgressBoard::snapshot() const
 {
-  std::lock_guard lock(m_mutex); // held across lseek: end() waits, so the descriptor is still ours
+  std::lock_guard lock(m_mutex); // held while the offset is read: end() waits, the descriptor is still ours
   if (!m_active) {
     return std::nullopt;
   }
@@ -59,8 +60,7 @@ std::optional<proto::Progress> ProgressBoard::snapshot() const
   p.source = m_source;
   p.total_bytes = m_total;
   if (m_fd >= 0) {
-    const off_t at = ::lseek(m_fd, 0, SEEK_CUR);
-    p.done_bytes = at > 0 ? static_cast<std::uint64_t>(at) : 0;
+    p.done_bytes = fs::file_offset(m_fd);
   } else if (m_done) {
     p.done_bytes = m_done();
   }
