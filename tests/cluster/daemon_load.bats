@@ -69,11 +69,14 @@ teardown_file() {
   done
 }
 
-# wait_for_log PATTERN SECONDS: until the node1 daemon's log has a line matching PATTERN.
+# log_count PATTERN: the node1 daemon's log lines matching PATTERN so far (earlier tests' included).
+log_count() { grep -c "$1" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log" || true; }
+
+# wait_for_log PATTERN COUNT SECONDS: until the node1 daemon's log has more than COUNT such lines.
 wait_for_log() {
   local i
-  for ((i = 0; i < $2 * 4; i++)); do
-    grep -q "$1" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log" && return 0
+  for ((i = 0; i < $3 * 4; i++)); do
+    [ "$(log_count "$1")" -gt "$2" ] && return 0
     sleep 0.25
   done
   return 1
@@ -96,10 +99,11 @@ finish() {
   ids=()
   for i in $(seq 1 20); do ids+=("$(cat "$WORK/load/id.$i")"); done
   touch "$WORK/load.gate"
+  waited=$(log_count "waits for a turn")
   scontrol release "$(IFS=,; echo "${ids[*]}")"
   # More than the 16 requests one user may have running arrive while none can end: some wait.
   t0=$SECONDS
-  wait_for_log "waits for a turn" 300 || { echo "no request waited for a turn in $((SECONDS - t0)) s"; false; }
+  wait_for_log "waits for a turn" "$waited" 300 || { echo "no request waited for a turn in $((SECONDS - t0)) s"; false; }
   echo "a request waited for a turn after $((SECONDS - t0)) s; the reads go on"
   rm "$WORK/load.gate"
   failed=0
