@@ -115,7 +115,7 @@ ci_lane() {
   ci_log "lane started: $name (output when it ends: $log)"
   rm -f "$CI_LANE_DIR/lane-$n.rc"
   setsid env "${env_args[@]}" bash -c 'source "$1/scripts/ci/lib.sh"; trap - ERR; rc=$2; shift 2
-    status=0; ci_phase "$@" || status=$?; echo "$status" >"$rc"; exit "$status"' \
+    status=0; ci_phase "$@" || status=$?; echo "$status" >"$rc.new"; mv "$rc.new" "$rc"; exit "$status"' \
     _ "$CI_ROOT" "$CI_LANE_DIR/lane-$n.rc" "$name" "$@" </dev/null >"$log" 2>&1 &
   CI_LANE_PIDS+=($!)
   CI_LANE_NAMES+=("$name")
@@ -124,10 +124,20 @@ ci_lane() {
 }
 
 # ci_lane_collect I: waits for lane I (ended, or about to), prints its output, adds its summary;
-# returns its exit status.
+# returns its exit status. The status is the one the lane wrote to its rc file: bash forgets a
+# reaped child's status when it forks a new child that gets the same pid (pid_max is 32768 on
+# small VMs and a CI run forks hundreds of thousands of processes), and then `wait` says "not a
+# child of this shell" (127) for a lane that had passed. `wait`'s own status counts only when the
+# lane ended without writing its rc file (killed).
 ci_lane_collect() {
-  local i=$1 status=0
-  wait "${CI_LANE_PIDS[$i]}" || status=$?
+  local i=$1 status=0 rc_file=$CI_LANE_DIR/lane-$1.rc
+  wait "${CI_LANE_PIDS[$i]}" 2>/dev/null || status=$?
+  if [ -s "$rc_file" ]; then
+    [ "$status" -ne 127 ] || ci_log "lane ${CI_LANE_NAMES[$i]}: bash lost its pid; its rc file says $(cat "$rc_file")"
+    status=$(cat "$rc_file")
+  elif [ "$status" -eq 0 ]; then
+    status=1
+  fi
   CI_LANE_PIDS[$i]=
   echo
   ci_log "lane output: ${CI_LANE_NAMES[$i]} (exit $status)"
