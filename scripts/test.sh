@@ -194,7 +194,9 @@ if [ "$mode" = full ]; then
   behind "build (Slurm 25.11)" "$ci/build.sh" "$build_current" -DSLURM_ROOT="$slurm_prefix"
   ci_lane "cluster tests (Slurm 25.11), half 1" 2 "$ci/cluster.sh" "$build_current" "${half1_current[@]}"
   ci_lane "cluster tests (Slurm 25.11), half 2" 3 "$ci/cluster.sh" "$build_current" "${half2_current[@]}"
-  phase "unit tests (Slurm 25.11)" "$ci/unit.sh" "$build_current"
+  # daemon_latency times the daemon (no Slurm code in it) for minutes: once, with 22.05, is enough.
+  phase "unit tests (Slurm 25.11)" "$ci/unit.sh" "$build_current" '^daemon_latency$' \
+    "the daemon's status latency under load, no Slurm code: run with Slurm 22.05"
   behind "sanitizers: build, unit tests (ASan+UBSan)" "$ci/sanitize.sh" "$build" unit
   ci_lane "sanitizers: cluster subset (ASan+UBSan)" 4 "$ci/sanitize.sh" "$build" cluster
   behind "fuzzing (corpus replayed, then ${STAGEHAND_FUZZ_SECONDS:-10} s a target)" "$ci/fuzz.sh" "$build"

@@ -24,9 +24,9 @@ case "$what" in
       args=(-DSLURM_ROOT="$prefix")
     fi
     "$CI_ROOT/scripts/ci/build.sh" "$build" "${args[@]}"
-    # The daemon's load test has no Slurm code in it and times status under load: run in the
-    # 22.05 and 25.11 phases, not again here, where it would share the CPU with five lanes.
-    "$CI_ROOT/scripts/ci/unit.sh" "$build" '^daemon_limits$' \
+    # The daemon's load tests have no Slurm code in them: run in the 22.05 and 25.11 phases (the
+    # latency test in 22.05's only), not again here, where they would share the CPU with five lanes.
+    "$CI_ROOT/scripts/ci/unit.sh" "$build" '^daemon_(limits|latency)$' \
       "the daemon under load, no Slurm code: run with Slurm 22.05 and 25.11"
     ;;
   smoke)

@@ -53,7 +53,7 @@ if [ "$mode" != cluster ]; then
     ci_die "sanitizer reports in the unit tests (above)"
   fi
   unit=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -n1 | sed -E 's/.*out of ([0-9]+).*/\1/')
-  ci_result "sanitize: unit ${unit:-?} passed, no sanitizer report (daemon_limits' latency test: ordinary builds only)"
+  ci_result "sanitize: unit ${unit:-?} passed, no sanitizer report (daemon_latency: ordinary builds only)"
 fi
 [ "$mode" != unit ] || exit 0
 [ -x "$san/helper/stagehand" ] || ci_die "no sanitizer build in $san (run the unit mode first)"

@@ -163,47 +163,112 @@ TEST(Io, DiskFullWhileUnpackingNamesTheSourceAndLeavesNothing)
   }
 }
 
-// A pipe has no copy_file_range or sendfile into a file: the copy engine's read/write path runs.
+// A pipe is copied with splice; into a destination that refuses it (EINVAL, as some FUSE
+// filesystems do) the copy engine's read/write path runs.
+namespace {
+
+ssize_t no_splice(int, int, std::size_t)
+{
+  errno = EINVAL;
+  return -1;
+}
+
+// The feeder of a pipe that copy_file copies into DIR/NAME.
+Status copy_from_pipe(const std::string& dir, const std::string& name, const std::string& data)
+{
+  ::signal(SIGPIPE, SIG_IGN); // the feeder's write fails with EPIPE instead when the copy stops early
+  int p[2];
+  EXPECT_EQ(::pipe(p), 0);
+  UniqueFd rd(p[0]);
+  UniqueFd wr(p[1]);
+  std::thread feeder([&] {
+    (void)!::write(wr.get(), data.data(), data.size()); // EPIPE once the copy gave up
+    wr.reset();
+  });
+  UniqueFd dest = open_dir(dir);
+  stage::CopyStats stats;
+  auto st = stage::copy_file(rd.get(), dest.get(), name, 1ULL << 30, stats, "data/stream");
+  rd.reset(); // unblocks the feeder if the copy stopped early
+  feeder.join();
+  return st;
+}
+
+} // namespace
+
 TEST(Io, CopyReadWritePathRetriesEintrAndReportsDiskFull)
 {
   TempDir dir;
-  ::signal(SIGPIPE, SIG_IGN); // the feeder's write fails with EPIPE instead when the copy stops early
   const std::string data(200000, 'd');
-  auto copy_from_pipe = [&](const std::string& name) {
-    int p[2];
-    EXPECT_EQ(::pipe(p), 0);
-    UniqueFd rd(p[0]);
-    UniqueFd wr(p[1]);
-    std::thread feeder([&] {
-      (void)!::write(wr.get(), data.data(), data.size()); // EPIPE once the copy gave up
-      wr.reset();
-    });
-    UniqueFd dest = open_dir(dir.path());
-    stage::CopyStats stats;
-    auto st = stage::copy_file(rd.get(), dest.get(), name, 1ULL << 30, stats, "data/stream");
-    rd.reset(); // unblocks the feeder if the copy stopped early
-    feeder.join();
-    return st;
-  };
+  auto copy_named = [&](const std::string& name) { return copy_from_pipe(dir.path(), name, data); };
   {
     Flaky flaky;
     fs::IoHooks hooks = flaky_hooks(flaky);
     hooks.write = [&flaky](int fd, const void* buf, std::size_t len) -> ssize_t {
       return flaky.interrupt() ? -1 : ::write(fd, buf, std::min<std::size_t>(len, 7000));
     };
+    hooks.splice = no_splice;
     HookGuard guard(hooks);
-    auto st = copy_from_pipe("ok");
+    auto st = copy_named("ok");
     ASSERT_TRUE(st) << st.error().message;
     EXPECT_GT(flaky.interrupted.load(), 10U);
   }
   EXPECT_EQ(read_file(dir / "ok"), data);
   {
     std::atomic<unsigned> failures{0};
-    HookGuard guard(disk_full_hooks(failures));
-    auto st = copy_from_pipe("full");
+    fs::IoHooks hooks = disk_full_hooks(failures);
+    hooks.splice = no_splice;
+    HookGuard guard(hooks);
+    auto st = copy_named("full");
     ASSERT_FALSE(st);
     EXPECT_EQ(st.error().kind, ErrorKind::io);
     EXPECT_EQ(st.error().message, "data/stream: cannot write: No space left on device");
+  }
+}
+
+// The daemon delivers a miss through a pipe: spliced into the copy (no buffer of the child's to
+// fill), interrupted splices retried, a full disk named.
+TEST(Io, APipeIsSplicedIntoTheCopyRetryingEintrAndReportsDiskFull)
+{
+  TempDir dir;
+  std::string data(3000000, '\0');
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    data[i] = static_cast<char>('a' + i % 23);
+  }
+  {
+    Flaky flaky;
+    std::atomic<unsigned> spliced{0};
+    fs::IoHooks hooks;
+    hooks.splice = [&](int in, int out, std::size_t len) -> ssize_t {
+      if (flaky.interrupt()) {
+        return -1;
+      }
+      ++spliced;
+      return ::splice(in, nullptr, out, nullptr, std::min<std::size_t>(len, 70000), SPLICE_F_MOVE);
+    };
+    std::atomic<unsigned> reads{0};
+    hooks.read = [&](int fd, void* buf, std::size_t len) -> ssize_t {
+      ++reads;
+      return ::read(fd, buf, len);
+    };
+    HookGuard guard(hooks);
+    auto st = copy_from_pipe(dir.path(), "ok", data);
+    ASSERT_TRUE(st) << st.error().message;
+    EXPECT_GT(flaky.interrupted.load(), 10U);
+    EXPECT_GE(spliced.load(), data.size() / 70000);
+    EXPECT_EQ(reads.load(), 0U) << "the pipe was read into a buffer, not spliced";
+  }
+  EXPECT_EQ(read_file(dir / "ok"), data);
+  {
+    fs::IoHooks hooks;
+    hooks.splice = [](int, int, std::size_t) -> ssize_t {
+      errno = ENOSPC;
+      return -1;
+    };
+    HookGuard guard(hooks);
+    auto st = copy_from_pipe(dir.path(), "full", data);
+    ASSERT_FALSE(st);
+    EXPECT_EQ(st.error().kind, ErrorKind::io);
+    EXPECT_EQ(st.error().message, "data/stream: cannot copy: No space left on device");
   }
 }
 

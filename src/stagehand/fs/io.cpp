@@ -1,6 +1,7 @@
-// read_all / write_all / pwrite_all over the injectable system calls.
+// read_all / write_all / pwrite_all / splice_some over the injectable system calls.
 #include "stagehand/fs/io.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 namespace stagehand::fs {
@@ -31,6 +32,12 @@ Error failed(const char* verb, std::string_view what, int err = errno)
 }
 
 } // namespace
+
+ssize_t splice_some(int pipe_in, int out, std::size_t len)
+{
+  auto& h = io_hooks();
+  return h.splice ? h.splice(pipe_in, out, len) : ::splice(pipe_in, nullptr, out, nullptr, len, SPLICE_F_MOVE);
+}
 
 IoHooks& io_hooks()
 {

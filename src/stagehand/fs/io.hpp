@@ -27,13 +27,18 @@ Status write_all(int fd, std::string_view data, const std::string& what);
 // Writes all of `data` at `offset`.
 Status pwrite_all(int fd, const char* data, std::size_t len, std::uint64_t offset, std::string_view what);
 
-// Test seam: every read/write/pwrite above goes through these. A test installs a wrapper that
+// One splice(2) of at most `len` bytes from the pipe `pipe_in` into `out`, as the system call
+// answers it (a count, 0 at the end, or -1 with errno; EINTR is the caller's to retry).
+ssize_t splice_some(int pipe_in, int out, std::size_t len);
+
+// Test seam: every read/write/pwrite/splice above goes through these. A test installs a wrapper that
 // fails the Nth call with ENOSPC, or returns EINTR once; reset with io_hooks() = {}.
 struct IoHooks
 {
   std::function<ssize_t(int, void*, std::size_t)> read;
   std::function<ssize_t(int, const void*, std::size_t)> write;
   std::function<ssize_t(int, const void*, std::size_t, off_t)> pwrite;
+  std::function<ssize_t(int, int, std::size_t)> splice;
 };
 IoHooks& io_hooks();
 

@@ -20,11 +20,14 @@ namespace stagehand::stage {
 namespace {
 
 // Copies until EOF with one method; returns false (nothing copied) if the method is unsupported.
-enum class Method { copy_file_range, sendfile, read_write };
+// A pipe (the daemon's delivery of a miss) is spliced: copy_file_range and sendfile refuse one,
+// and a read/write copy of a tiny file would pay for its buffer's pages.
+enum class Method { copy_file_range, sendfile, splice, read_write };
 
 Result<bool> copy_with(Method m, int in, int out, std::uint64_t& copied, std::uint64_t limit, archive::WorkCounters* counters)
 {
-  std::vector<char> buf;
+  constexpr std::size_t k_buffer = 1U << 20;
+  std::unique_ptr<char[]> buf; // not zeroed: only the pages a read fills are touched
   for (;;) {
     const std::size_t chunk = 1U << 24;
     ssize_t n = 0;
@@ -35,13 +38,18 @@ Result<bool> copy_with(Method m, int in, int out, std::uint64_t& copied, std::ui
     case Method::sendfile:
       n = ::sendfile(out, in, nullptr, chunk);
       break;
+    case Method::splice:
+      n = fs::splice_some(in, out, chunk);
+      break;
     case Method::read_write: {
-      buf.resize(1U << 20);
-      auto got = fs::read_some(in, buf.data(), buf.size(), "");
+      if (!buf) {
+        buf = std::make_unique_for_overwrite<char[]>(k_buffer);
+      }
+      auto got = fs::read_some(in, buf.get(), k_buffer, "");
       if (!got) {
         return got.error();
       }
-      if (auto st = fs::write_all(out, std::string_view(buf.data(), *got), ""); !st) {
+      if (auto st = fs::write_all(out, std::string_view(buf.get(), *got), ""); !st) {
         return st.error();
       }
       n = static_cast<ssize_t>(*got);
@@ -85,7 +93,11 @@ Status copy_contents(int src_fd, int out_fd, std::uint64_t max_bytes, CopyStats&
   }
   const std::uint64_t room = max_bytes > stats.bytes ? max_bytes - stats.bytes : 0;
   std::uint64_t copied = 0;
-  for (Method m : {Method::copy_file_range, Method::sendfile, Method::read_write}) {
+  const bool pipe = S_ISFIFO(st.st_mode);
+  for (Method m : {Method::copy_file_range, Method::sendfile, Method::splice, Method::read_write}) {
+    if ((m == Method::splice) != pipe && m != Method::read_write) {
+      continue; // a pipe is spliced; a file is copied in the kernel by the first two
+    }
     auto done = copy_with(m, src_fd, out_fd, copied, room, stats.counters);
     if (!done) {
       return done.error();
