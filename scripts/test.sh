@@ -165,7 +165,8 @@ phase() {
 # run, at nice 10: a cluster lane mostly waits on its jobs, but when they want a core they get it
 # before the compiler does. (At the same priority, Slurm builds and sanitizer compiles beside four
 # lanes on two cores slowed the clusters' jobs past what their tests waited for.) The unit phases
-# of 22.05 and 25.11 keep nice 0: their daemon load test times the daemon's answers.
+# of 22.05 and 25.11 keep nice 0: their daemon load tests time the daemon's answers (daemon_limits
+# in both, daemon_latency in 22.05's).
 behind() {
   local name=$1
   shift

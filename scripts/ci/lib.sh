@@ -124,16 +124,16 @@ ci_lane() {
 }
 
 # ci_lane_collect I: waits for lane I (ended, or about to), prints its output, adds its summary;
-# returns its exit status. The status is the one the lane wrote to its rc file: bash forgets a
-# reaped child's status when it forks a new child that gets the same pid (pid_max is 32768 on
-# small VMs and a CI run forks hundreds of thousands of processes), and then `wait` says "not a
-# child of this shell" (127) for a lane that had passed. `wait`'s own status counts only when the
-# lane ended without writing its rc file (killed).
+# returns its exit status. The status is the one the lane wrote to its rc file: bash's `wait` once
+# answered "pid N is not a child of this shell" (127) for a lane whose tests had all passed, most
+# likely its pid reused meanwhile (pid_max is 32768 on small VMs and a CI run forks hundreds of
+# thousands of processes). `wait`'s own status counts only for a lane that ended without writing
+# its rc file (killed).
 ci_lane_collect() {
   local i=$1 status=0 rc_file=$CI_LANE_DIR/lane-$1.rc
-  wait "${CI_LANE_PIDS[$i]}" 2>/dev/null || status=$?
+  # No wait once the rc file is there: its pid may belong to another child by now.
+  [ -e "$rc_file" ] || wait "${CI_LANE_PIDS[$i]}" 2>/dev/null || status=$?
   if [ -s "$rc_file" ]; then
-    [ "$status" -ne 127 ] || ci_log "lane ${CI_LANE_NAMES[$i]}: bash lost its pid; its rc file says $(cat "$rc_file")"
     status=$(cat "$rc_file")
   elif [ "$status" -eq 0 ]; then
     status=1

@@ -4,7 +4,7 @@
 # smoke on a two-node cluster of that release.
 #   release.sh VERSION BUILD_DIR build   Slurm VERSION (scripts/ci/build-slurm.sh: cached by
 #                                        sha256), stagehand built against it in BUILD_DIR, its
-#                                        unit tests (but the daemon's load test: see below)
+#                                        unit tests (but the daemon's load tests: see below)
 #   release.sh VERSION BUILD_DIR smoke   the smoke (the tests named in ci_smoke_tests, lib.sh) on
 #                                        the cluster STAGEHAND_CLUSTER_DIR/_PORT/_TEST_USER name,
 #                                        with the daemons and clients of that release

@@ -178,7 +178,9 @@ Status copy_from_pipe(const std::string& dir, const std::string& name, const std
 {
   ::signal(SIGPIPE, SIG_IGN); // the feeder's write fails with EPIPE instead when the copy stops early
   int p[2];
-  EXPECT_EQ(::pipe(p), 0);
+  if (::pipe(p) != 0) {
+    return Error::from_errno("pipe");
+  }
   UniqueFd rd(p[0]);
   UniqueFd wr(p[1]);
   std::thread feeder([&] {
@@ -270,6 +272,50 @@ TEST(Io, APipeIsSplicedIntoTheCopyRetryingEintrAndReportsDiskFull)
     EXPECT_EQ(st.error().kind, ErrorKind::io);
     EXPECT_EQ(st.error().message, "data/stream: cannot copy: No space left on device");
   }
+  {
+    // Refused after bytes have gone: they cannot be read again, so an error, not a fallback.
+    fs::IoHooks hooks;
+    std::atomic<unsigned> calls{0};
+    hooks.splice = [&](int in, int out, std::size_t len) -> ssize_t {
+      if (calls++ == 0) {
+        return ::splice(in, nullptr, out, nullptr, std::min<std::size_t>(len, 4096), SPLICE_F_MOVE);
+      }
+      errno = EINVAL;
+      return -1;
+    };
+    HookGuard guard(hooks);
+    auto st = copy_from_pipe(dir.path(), "half", data);
+    ASSERT_FALSE(st);
+    EXPECT_EQ(st.error().message, "data/stream: cannot copy: Invalid argument");
+  }
+}
+
+// A regular file is copied in the kernel (copy_file_range): neither spliced nor read.
+TEST(Io, ARegularFileIsCopiedInTheKernel)
+{
+  TempDir dir;
+  const std::string data(300000, 'r');
+  write_file(dir / "src", data);
+  std::atomic<unsigned> reads{0};
+  std::atomic<unsigned> splices{0};
+  fs::IoHooks hooks;
+  hooks.read = [&](int fd, void* buf, std::size_t len) -> ssize_t {
+    ++reads;
+    return ::read(fd, buf, len);
+  };
+  hooks.splice = [&](int in, int out, std::size_t len) -> ssize_t {
+    ++splices;
+    return ::splice(in, nullptr, out, nullptr, len, SPLICE_F_MOVE);
+  };
+  HookGuard guard(hooks);
+  UniqueFd src(::open((dir / "src").c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd dest = open_dir(dir.path());
+  stage::CopyStats stats;
+  auto st = stage::copy_file(src.get(), dest.get(), "copy", 1ULL << 30, stats, "src");
+  ASSERT_TRUE(st) << st.error().message;
+  EXPECT_EQ(read_file(dir / "copy"), data);
+  EXPECT_EQ(reads.load(), 0U);
+  EXPECT_EQ(splices.load(), 0U);
 }
 
 TEST(Io, KeepMarkerOnAFullDiskFailsAndLeavesNoTemporaryFile)

@@ -20,7 +20,8 @@ struct CopyStats
 };
 
 // Copies the regular file open at `src_fd` to a new file `name` in `dest_dir_fd` (O_EXCL,
-// O_NOFOLLOW): copy_file_range, falling back to sendfile and read/write; mode without
+// O_NOFOLLOW): copy_file_range, falling back to sendfile and read/write (a pipe, the daemon's
+// delivery of a miss: splice, falling back to read/write); mode without
 // setuid/setgid/sticky; mtime kept. `max_bytes` bounds the bytes written (file may grow).
 // `shown` names the source once, in front of every error.
 Status copy_file(int src_fd, int dest_dir_fd, const std::string& name, std::uint64_t max_bytes, CopyStats& stats,
