@@ -17,6 +17,7 @@
 #include <atomic>
 #include <csignal>
 #include <thread>
+#include <cstdint>
 #include <cstdlib>
 
 using namespace stagehand;
@@ -173,6 +174,21 @@ ssize_t no_splice(int, int, std::size_t)
   return -1;
 }
 
+// The system call itself, for a hook that passes a splice on (at most `cap` bytes of it).
+ssize_t real_splice(int in, int out, std::size_t len, std::size_t cap = SIZE_MAX)
+{
+  return ::splice(in, nullptr, out, nullptr, std::min(len, cap), SPLICE_F_MOVE);
+}
+
+// Reads that pass through, counted.
+void count_reads(fs::IoHooks& hooks, std::atomic<unsigned>& reads)
+{
+  hooks.read = [&reads](int fd, void* buf, std::size_t len) -> ssize_t {
+    ++reads;
+    return ::read(fd, buf, len);
+  };
+}
+
 // The feeder of a pipe that copy_file copies into DIR/NAME.
 Status copy_from_pipe(const std::string& dir, const std::string& name, const std::string& data)
 {
@@ -245,13 +261,10 @@ TEST(Io, APipeIsSplicedIntoTheCopyRetryingEintrAndReportsDiskFull)
         return -1;
       }
       ++spliced;
-      return ::splice(in, nullptr, out, nullptr, std::min<std::size_t>(len, 70000), SPLICE_F_MOVE);
+      return real_splice(in, out, len, 70000);
     };
     std::atomic<unsigned> reads{0};
-    hooks.read = [&](int fd, void* buf, std::size_t len) -> ssize_t {
-      ++reads;
-      return ::read(fd, buf, len);
-    };
+    count_reads(hooks, reads);
     HookGuard guard(hooks);
     auto st = copy_from_pipe(dir.path(), "ok", data);
     ASSERT_TRUE(st) << st.error().message;
@@ -278,7 +291,7 @@ TEST(Io, APipeIsSplicedIntoTheCopyRetryingEintrAndReportsDiskFull)
     std::atomic<unsigned> calls{0};
     hooks.splice = [&](int in, int out, std::size_t len) -> ssize_t {
       if (calls++ == 0) {
-        return ::splice(in, nullptr, out, nullptr, std::min<std::size_t>(len, 4096), SPLICE_F_MOVE);
+        return real_splice(in, out, len, 4096);
       }
       errno = EINVAL;
       return -1;
@@ -299,13 +312,10 @@ TEST(Io, ARegularFileIsCopiedInTheKernel)
   std::atomic<unsigned> reads{0};
   std::atomic<unsigned> splices{0};
   fs::IoHooks hooks;
-  hooks.read = [&](int fd, void* buf, std::size_t len) -> ssize_t {
-    ++reads;
-    return ::read(fd, buf, len);
-  };
+  count_reads(hooks, reads);
   hooks.splice = [&](int in, int out, std::size_t len) -> ssize_t {
     ++splices;
-    return ::splice(in, nullptr, out, nullptr, len, SPLICE_F_MOVE);
+    return real_splice(in, out, len);
   };
   HookGuard guard(hooks);
   UniqueFd src(::open((dir / "src").c_str(), O_RDONLY | O_CLOEXEC));

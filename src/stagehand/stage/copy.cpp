@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <memory>
+#include <span>
 #include <vector>
 
 namespace stagehand::stage {
@@ -93,11 +94,9 @@ Status copy_contents(int src_fd, int out_fd, std::uint64_t max_bytes, CopyStats&
   }
   const std::uint64_t room = max_bytes > stats.bytes ? max_bytes - stats.bytes : 0;
   std::uint64_t copied = 0;
-  const bool pipe = S_ISFIFO(st.st_mode);
-  for (Method m : {Method::copy_file_range, Method::sendfile, Method::splice, Method::read_write}) {
-    if ((m == Method::splice) != pipe && m != Method::read_write) {
-      continue; // a pipe is spliced; a file is copied in the kernel by the first two
-    }
+  static constexpr Method k_file[] = {Method::copy_file_range, Method::sendfile, Method::read_write};
+  static constexpr Method k_pipe[] = {Method::splice, Method::read_write};
+  for (Method m : S_ISFIFO(st.st_mode) ? std::span<const Method>(k_pipe) : std::span<const Method>(k_file)) {
     auto done = copy_with(m, src_fd, out_fd, copied, room, stats.counters);
     if (!done) {
       return done.error();
