@@ -438,6 +438,30 @@ TEST(Child, AMessageCarriesAtMostEightDescriptors)
   EXPECT_EQ(got->fds.size(), 8U);
 }
 
+// A child may say more than once (a miss's read: the read's end, then the spool's): each word is
+// received by its own call, and the descriptors sent with the second arrive with it.
+TEST(Child, TwoMessagesSentAtOnceAreReceivedOneByOne)
+{
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+  UniqueFd a(pair[0]), b(pair[1]);
+  UniqueFd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(ipc::send_message(a.get(), "the read is over"));
+  ASSERT_TRUE(ipc::send_message(a.get(), std::string(100000, 's'), {null.get()}));
+  a.reset();
+  auto first = ipc::receive_message(b.get(), std::chrono::seconds(5));
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_EQ(first->text, "the read is over");
+  EXPECT_TRUE(first->fds.empty());
+  auto second = ipc::receive_message(b.get(), std::chrono::seconds(5));
+  ASSERT_TRUE(second) << second.error().message;
+  EXPECT_EQ(second->text, std::string(100000, 's'));
+  EXPECT_EQ(second->fds.size(), 1U);
+  auto none = ipc::receive_message(b.get(), std::chrono::seconds(5));
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error().code, EPIPE);
+}
+
 TEST(Client, ASocketNotServedByRootIsToldNothing)
 {
   STAGEHAND_REQUIRE_ROOT();

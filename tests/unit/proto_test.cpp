@@ -20,6 +20,21 @@ TEST(Frame, SplitAndJoinedFeeds)
   EXPECT_EQ(r.pending(), 0U);
 }
 
+TEST(Frame, MissingNamesTheBytesUpToTheNextFrameNeverPast)
+{
+  FrameReader r(1024);
+  EXPECT_EQ(r.missing(), 4U);
+  const std::string two = encode_frame("hello") + encode_frame("you");
+  ASSERT_TRUE(r.feed(two.data(), 2));
+  EXPECT_EQ(r.missing(), 2U);
+  ASSERT_TRUE(r.feed(two.data() + 2, r.missing()));
+  EXPECT_EQ(r.missing(), 5U); // the payload
+  ASSERT_TRUE(r.feed(two.data() + 4, r.missing()));
+  EXPECT_EQ(r.missing(), 0U); // complete: read no further
+  EXPECT_EQ(r.next(), "hello");
+  EXPECT_EQ(r.missing(), 4U); // the next frame's header
+}
+
 TEST(Frame, OversizedIsRefusedBeforeBuffering)
 {
   FrameReader r(100);

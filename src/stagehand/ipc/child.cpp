@@ -470,7 +470,8 @@ Result<Message> receive_message(int sock, std::chrono::milliseconds deadline)
       }
     }
     char buf[65536];
-    struct iovec iov {buf, sizeof buf};
+    // No further than this frame: a child may say more than once (the next call reads that).
+    struct iovec iov {buf, std::min(sizeof buf, reader.missing())};
     struct msghdr msg {};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;

@@ -41,6 +41,15 @@ Status FrameReader::feed(const char* data, std::size_t len)
   return ok_status();
 }
 
+std::size_t FrameReader::missing() const
+{
+  if (m_buf.size() < 4) {
+    return 4 - m_buf.size();
+  }
+  const std::size_t whole = 4 + std::size_t(read_len(m_buf));
+  return whole > m_buf.size() ? whole - m_buf.size() : 0;
+}
+
 std::optional<std::string> FrameReader::next()
 {
   if (m_failed || m_buf.size() < 4) {

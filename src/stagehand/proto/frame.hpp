@@ -33,6 +33,10 @@ public:
   // Bytes buffered towards an incomplete frame (0 between frames).
   std::size_t pending() const { return m_buf.size(); }
 
+  // How many more bytes complete the next frame's header, else its payload (0: a frame is
+  // complete): a reader that reads no more than this never takes bytes of the frame after it.
+  std::size_t missing() const;
+
 private:
   std::size_t m_max;
   std::string m_buf;

@@ -56,6 +56,7 @@ void StageRequest::execute()
     rollback();
     finish_staging();
     m_out.error(e.with_context("--stage-data"));
+    finish_spools(); // the cache's business, after the job's answer
   };
   for (const auto& src : m_request.sources) {
     const std::uint64_t earlier = job_staged(); // by the job's other requests
@@ -78,6 +79,7 @@ void StageRequest::execute()
   }
   finish_staging();
   m_out.result(reply);
+  finish_spools(); // the job has its answer: the spools its misses are still writing are not its wait
 }
 
 Result<UniqueFd> StageRequest::open_job_dir()
@@ -193,6 +195,7 @@ void StageRequest::rollback()
 
 StageRequest::~StageRequest()
 {
+  finish_spools(); // none left, unless a request ended without its answer
   for (const auto& key : m_pinned) {
     m_node.keeper.unpin(key);
   }
