@@ -28,9 +28,6 @@
 # expects; a mismatch is printed and counted, never silently timed as the other kind.
 # Usage (root): bench/daemon.sh BUILD_DIR [ROUNDS] [FILES]   (ROUNDS: 3; FILES: 60000)
 #   STAGEHAND_BENCH_PHASES="a b crowd" (the default) picks the parts; STAGEHAND_BENCH_CROWDS="4 16".
-#   STAGEHAND_BENCH_LANE_PIPES=BYTES adds a step to each round of layouts a and b: a miss with
-#   fs.pipe-max-size at BYTES (268435456: the lane a miss's spool lags its job in, 256 MiB) and no
-#   per-user soft limit on pipes, "miss+pipes"; the machine's settings are put back after it.
 #   STAGEHAND_BENCH_LOGS=DIR keeps the cluster's logs (the daemons' among them) there.
 #   STAGEHAND_BENCH_SHAPE picks the source (the scaling table's shapes): "files" (the default, a tar
 #   of FILES x 2 KiB), "tar1g" (a tar of 8 x 128 MiB files), "shards" (a directory of 16 x 64 MiB
@@ -110,23 +107,6 @@ as_user() { runuser -u "$STAGEHAND_TEST_USER" -- env SLURM_CONF="$SLURM_CONF" PA
 # fresh NAME: a fresh copy of the source (a key no cache has seen), the test user's.
 fresh() { cp -r "$src" "$1" && chown -R "$STAGEHAND_TEST_USER:" "$1"; }
 
-# with_pipes BYTES CMD...: CMD with fs.pipe-max-size at BYTES and no per-user soft limit on pipes
-# (what an admin sets to let a miss's spool lag its job by up to 256 MiB: docs/admin-guide.md),
-# the machine's own settings put back after.
-lane_pipes=${STAGEHAND_BENCH_LANE_PIPES:-}
-with_pipes() {
-  local bytes=$1 max soft rc=0
-  shift
-  max=$(cat /proc/sys/fs/pipe-max-size)
-  soft=$(cat /proc/sys/fs/pipe-user-pages-soft)
-  echo "$bytes" >/proc/sys/fs/pipe-max-size
-  echo 0 >/proc/sys/fs/pipe-user-pages-soft
-  "$@" || rc=$?
-  echo "$max" >/proc/sys/fs/pipe-max-size
-  echo "$soft" >/proc/sys/fs/pipe-user-pages-soft
-  return $rc
-}
-
 # use_daemon off|a|b: node1's daemon stopped, or started again with that layout's cache_dir.
 use_daemon() {
   "$cluster" daemon-stop node1
@@ -204,25 +184,21 @@ if [ -n "$layouts" ]; then
     echo "daemon.sh: layout $l: the cache entry is in $d ($(df --output=fstype "$d" | tail -n1)), $(du -sh "$d" | cut -f1)" >&2
   done
   for i in $(seq 1 "$rounds"); do
-    for l in $layouts; do fresh "nd-$l-$i.tar"; fresh "miss-$l-$i.tar"; [ -z "$lane_pipes" ] || fresh "lane-$l-$i.tar"; done
+    for l in $layouts; do fresh "nd-$l-$i.tar"; fresh "miss-$l-$i.tar"; done
     sleep 3
     for l in $layouts; do
       use_daemon off
       step "$l-nodaemon" none "n$l$i" --stage-data="nd-$l-$i.tar:n$l$i"
       use_daemon "$l"
       step "$l-tmpdir" - - --tmpdir
-      # miss and hit (and the miss with larger pipes) in an order that turns by round
-      order="miss hit${lane_pipes:+ lane}"
-      [ $((i % 2)) = 1 ] || order="hit${lane_pipes:+ lane} miss"
-      for what in $order; do
+      # miss and hit in either order, alternating by round
+      for what in $([ $((i % 2)) = 1 ] && echo miss hit || echo hit miss); do
         case $what in
           miss) step "$l-miss" miss "m$l$i" --stage-data="miss-$l-$i.tar:m$l$i" ;;
           hit) step "$l-hit" hit "h$l$i" --stage-data="$src:h$l$i" ;;
-          lane)
-            with_pipes "$lane_pipes" step "$l-miss+pipes" miss "p$l$i" --stage-data="lane-$l-$i.tar:p$l$i" ;;
         esac
       done
-      rm -rf "nd-$l-$i.tar" "miss-$l-$i.tar" "lane-$l-$i.tar"
+      rm -rf "nd-$l-$i.tar" "miss-$l-$i.tar"
     done
     echo "daemon.sh: round $i of $rounds done" >&2
   done
@@ -313,20 +289,14 @@ for l in "ab":
     if f"{l}-miss" not in steps:
         continue
     print(f"  {names[l]}:")
-    for what in ("tmpdir", "nodaemon", "miss", "hit", "miss+pipes"):
+    for what in ("tmpdir", "nodaemon", "miss", "hit"):
         k = f"{l}-{what}"
-        if k not in steps:
-            continue
         sm = f"{med(summ, k):7.3f}" if k in summ else "      -"
         rr = "  ".join(f"{v:.3f}" for v in steps[k])
         print(f"    {what:9s} step {med(steps, k):7.3f}   staging {sm}   rounds: {rr}")
     t, n, m, h = (med(steps, f"{l}-{x}") for x in ("tmpdir", "nodaemon", "miss", "hit"))
     sn, sm_, sh = (med(summ, f"{l}-{x}") for x in ("nodaemon", "miss", "hit"))
     print(f"    miss / no-daemon  = {m / n:.2f} (step)  {sm_ / sn:.2f} (staging)   (target <= 1.05)")
-    if f"{l}-miss+pipes" in steps:
-        mp, smp = med(steps, f"{l}-miss+pipes"), med(summ, f"{l}-miss+pipes")
-        print(f"    miss+pipes / no-daemon = {mp / n:.2f} (step)  {smp / sn:.2f} (staging)   "
-              "(fs.pipe-max-size raised: the spool lags the job by up to 256 MiB)")
     print(f"    hit / cold        = {h / n:.2f} (step)  {sh / sn:.3f} (staging)  "
           f"{(h - t) / max(n - t, 1e-9):.3f} (what each adds to a --tmpdir-only step)   "
           "(cold: the no-daemon step; target <= 0.02)")

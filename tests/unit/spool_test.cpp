@@ -7,7 +7,6 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -60,47 +59,14 @@ struct Run
   Result<cache::TeeResult> result = Error::internal("not run");
   std::string delivered;
   std::string spooled;
-  int read_overs = 0;
-  off_t spooled_at_read_over = -1; // the spool's size when the read was said to be over
 };
-
-// A lane for tee_source as make_lane gives it for `source_bytes` (0: none); the test keeps the
-// writer's end.
-struct TestLane
-{
-  explicit TestLane(std::size_t source_bytes)
-  {
-    if (source_bytes == 0) {
-      return;
-    }
-    auto made = cache::make_lane(source_bytes);
-    EXPECT_TRUE(made);
-    if (made) {
-      size = made->bytes;
-      rd = std::move(made->rd);
-      wr = made->wr.release();
-    }
-  }
-  cache::SpoolLane lane() const { return cache::SpoolLane{rd.get(), wr, nullptr}; }
-  UniqueFd rd;
-  int wr = -1; // tee_source closes it
-  std::size_t size = 0;
-};
-
-// What make_lane gives a source of 64 MiB: at most fs.pipe-max-size (1 MiB by default).
-std::size_t lane_size()
-{
-  static const std::size_t size = TestLane(64 << 20).size;
-  return size;
-}
 
 // Tees `in` (a file, or a pipe fed with `content` when `as_pipe`) with a reader on the delivery
 // that stops after `read_only` bytes (closing its end early, as an extractor that saw the
 // archive's end does).
 Run tee(const std::string& content, bool as_pipe, cache::SpoolPolicy policy, bool spool,
-        std::size_t read_only = std::string::npos, std::size_t lane_bytes = 0)
+        std::size_t read_only = std::string::npos)
 {
-  TestLane lane(lane_bytes);
   Run run;
   UniqueFd spool_fd(spool ? ::memfd_create("spool", MFD_CLOEXEC) : -1);
   int d[2];
@@ -118,38 +84,22 @@ Run tee(const std::string& content, bool as_pipe, cache::SpoolPolicy policy, boo
     int p[2];
     EXPECT_EQ(::pipe2(p, O_CLOEXEC), 0);
     source = UniqueFd(p[0]);
-    // A source that fits a pipe is in it whole before the read starts (whole pages); a larger one
-    // comes while it is read, in pieces.
-    if (::fcntl(p[1], F_SETPIPE_SZ, 1 << 20) >= static_cast<int>(content.size()) + 4096) {
-      EXPECT_EQ(::write(p[1], content.data(), content.size()), static_cast<ssize_t>(content.size()));
-      ::close(p[1]);
-    } else {
-      feeder = std::async(std::launch::async, [wr = p[1], &content] {
-        std::size_t at = 0;
-        while (at < content.size()) {
-          const ssize_t n = ::write(wr, content.data() + at, std::min<std::size_t>(100000, content.size() - at));
-          if (n <= 0) {
-            break;
-          }
-          at += static_cast<std::size_t>(n);
+    feeder = std::async(std::launch::async, [wr = p[1], &content] {
+      std::size_t at = 0;
+      while (at < content.size()) {
+        const ssize_t n = ::write(wr, content.data() + at, std::min<std::size_t>(100000, content.size() - at));
+        if (n <= 0) {
+          break;
         }
-        ::close(wr);
-      });
-    }
+        at += static_cast<std::size_t>(n);
+      }
+      ::close(wr);
+    });
   } else {
     source = memory_file(content);
   }
   archive::WorkCounters counters;
-  auto read_over = [&](const cache::TeeResult&) {
-    ++run.read_overs;
-    struct stat st {};
-    if (spool_fd.valid() && ::fstat(spool_fd.get(), &st) == 0) {
-      run.spooled_at_read_over = st.st_size;
-    }
-  };
-  run.result =
-    cache::tee_source(source.get(), deliver_wr.get(), spool_fd.get(), policy, &counters, lane.lane(), read_over);
-  EXPECT_EQ(run.read_overs, run.result ? 1 : 0);
+  run.result = cache::tee_source(source.get(), deliver_wr.get(), spool_fd.get(), policy, &counters);
   deliver_wr.reset();
   run.delivered = reader.get();
   if (feeder.valid()) {
@@ -245,128 +195,6 @@ TEST(Spool, WithoutASpoolOnlyTheJobReads)
   ASSERT_TRUE(run.result) << run.result.error().message;
   EXPECT_TRUE(run.delivered == content);
   EXPECT_EQ(run.result->bytes, content.size());
-}
-
-// Through a lane the spool lags the job: the read is over, and the job has every byte, before the
-// spool holds any (the lane holds them, uncopied), and the spool is whole after.
-TEST(Spool, ThroughALaneTheJobHasEveryByteBeforeTheSpoolIsWritten)
-{
-  ASSERT_GE(lane_size(), 256U << 10);
-  // A quarter of the lane: a pipe holds buffers, a page each at most, and bytes that come through
-  // a pipe in pieces fill some of them in part.
-  const std::string content = random_bytes(lane_size() / 4 - 123);
-  for (bool as_pipe : {false, true}) {
-    auto run = tee(content, as_pipe, roomy(), true, std::string::npos, content.size());
-    ASSERT_TRUE(run.result) << run.result.error().message;
-    EXPECT_EQ(run.spooled_at_read_over, 0) << (as_pipe ? "pipe" : "file");
-    EXPECT_EQ(run.result->spool_dropped, "");
-    EXPECT_TRUE(run.delivered == content);
-    EXPECT_TRUE(run.spooled == content) << run.spooled.size();
-  }
-}
-
-// The daemon's way: the job's pipe is closed when the read is over (its copy sees the end), and
-// the spool's writer waits for the word that the job's copy is done, not for the read's end.
-TEST(Spool, ThroughALaneTheWriterWaitsForTheJobsCopyToBeDone)
-{
-  const std::string content = random_bytes(lane_size() / 4 - 77);
-  TestLane lane(content.size());
-  UniqueFd spool(::memfd_create("spool", MFD_CLOEXEC));
-  int g[2];
-  ASSERT_EQ(::pipe2(g, O_CLOEXEC), 0);
-  UniqueFd go_rd(g[0]);
-  UniqueFd go_wr(g[1]);
-  int d[2];
-  ASSERT_EQ(::pipe2(d, O_CLOEXEC), 0);
-  UniqueFd deliver_rd(d[0]);
-  UniqueFd deliver_wr(d[1]);
-  off_t spooled_before_go = -1;
-  auto job = std::async(std::launch::async, [&] {
-    std::string got = read_to_end(deliver_rd.get()); // its end: the read closed the pipe
-    std::this_thread::sleep_for(std::chrono::milliseconds(100)); // the job's copy is still being made
-    struct stat st {};
-    spooled_before_go = ::fstat(spool.get(), &st) == 0 ? st.st_size : -1;
-    EXPECT_EQ(::write(go_wr.get(), "g", 1), 1);
-    return got;
-  });
-  UniqueFd source = memory_file(content);
-  cache::SpoolLane l = lane.lane();
-  l.go = go_rd.get();
-  auto r = cache::tee_source(source.get(), deliver_wr.get(), spool.get(), roomy(), nullptr, l,
-                             [&](const cache::TeeResult&) { deliver_wr.reset(); });
-  ASSERT_TRUE(r) << r.error().message;
-  EXPECT_TRUE(job.get() == content);
-  EXPECT_EQ(spooled_before_go, 0);
-  EXPECT_EQ(r->spool_dropped, "");
-  ::lseek(spool.get(), 0, SEEK_SET);
-  EXPECT_TRUE(read_to_end(spool.get()) == content);
-}
-
-// A lane smaller than the source: its writer starts once it is full, and nothing is lost.
-TEST(Spool, ASourceLargerThanItsLaneIsSpooledWholeAsItPasses)
-{
-  const std::string content = random_bytes(lane_size() * 6 + 5);
-  for (bool as_pipe : {false, true}) {
-    auto run = tee(content, as_pipe, roomy(), true, std::string::npos, content.size());
-    ASSERT_TRUE(run.result) << run.result.error().message;
-    EXPECT_GT(run.spooled_at_read_over, 0) << (as_pipe ? "pipe" : "file");
-    EXPECT_EQ(run.result->spool_dropped, "");
-    EXPECT_TRUE(run.delivered == content);
-    EXPECT_TRUE(run.spooled == content) << run.spooled.size();
-  }
-}
-
-TEST(Spool, ThroughALaneAnEarlyEndAndMoreThanTheCacheHoldsAreAsWithout)
-{
-  const std::string content = random_bytes(4 * 1024 * 1024);
-  auto small = roomy();
-  small.max_bytes = 1024 * 1024;
-  for (bool as_pipe : {false, true}) {
-    auto early = tee(content, as_pipe, roomy(), true, 1000, content.size());
-    ASSERT_TRUE(early.result) << early.result.error().message;
-    EXPECT_FALSE(early.result->delivered);
-    EXPECT_TRUE(early.spooled == content) << early.spooled.size();
-    auto large = tee(content, as_pipe, small, true, std::string::npos, content.size());
-    ASSERT_TRUE(large.result) << large.result.error().message;
-    EXPECT_TRUE(large.delivered == content);
-    EXPECT_EQ(large.result->spool_dropped, "larger than the node cache");
-    EXPECT_EQ(large.spooled, "");
-  }
-}
-
-// A spool whose medium never takes a byte (its writer blocked) costs the job nothing: the lane
-// fills, the spool is dropped after the stall, the job gets every byte and the read is over while
-// the writer is still blocked.
-TEST(Spool, AWriterThatCannotKeepUpIsDroppedWithoutHoldingTheJob)
-{
-  const std::string content = random_bytes(6 * 1024 * 1024);
-  TestLane lane(content.size());
-  int s[2];
-  ASSERT_EQ(::pipe2(s, O_CLOEXEC), 0); // the "spool": a pipe nobody reads until the read is over
-  UniqueFd stuck_rd(s[0]);
-  UniqueFd stuck_wr(s[1]);
-  int d[2];
-  ASSERT_EQ(::pipe2(d, O_CLOEXEC), 0);
-  UniqueFd deliver_rd(d[0]);
-  UniqueFd deliver_wr(d[1]);
-  auto reader = std::async(std::launch::async, [&] { return read_to_end(deliver_rd.get()); });
-  UniqueFd source = memory_file(content);
-  auto policy = roomy();
-  policy.max_stall = std::chrono::milliseconds(100);
-  std::future<std::string> unblock;
-  auto read_over = [&](const cache::TeeResult& t) {
-    EXPECT_EQ(t.spool_dropped, "the node cache's disk could not keep up");
-    deliver_wr.reset();
-    EXPECT_TRUE(reader.get() == content); // the job's copy is whole while the writer is still stuck
-    unblock = std::async(std::launch::async, [&] { return read_to_end(stuck_rd.get()); });
-  };
-  auto r = cache::tee_source(source.get(), deliver_wr.get(), stuck_wr.get(), policy, nullptr, lane.lane(), read_over);
-  ASSERT_TRUE(r) << r.error().message;
-  EXPECT_EQ(r->bytes, content.size());
-  EXPECT_EQ(r->spool_dropped, "the node cache's disk could not keep up");
-  stuck_wr.reset();
-  ASSERT_TRUE(unblock.valid());
-  EXPECT_LT(unblock.get().size(), content.size());
 }
 
 namespace {

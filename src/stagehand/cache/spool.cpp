@@ -5,16 +5,12 @@
 #include "stagehand/util/fd.hpp"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
-#include <optional>
 #include <thread>
 #include <vector>
 
@@ -25,124 +21,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t k_chunk = 1 << 20;
 
-UniqueFd open_null() { return UniqueFd(::open("/dev/null", O_WRONLY | O_CLOEXEC)); }
-
-// The spool's writer, a thread: drains the lane into the spool file once it is its turn (the job's
-// copy done, the lane full, a fill following the spool), so that while the job's copy runs the spool
-// costs it no copying (a copy beside it slows it: measured); what it could not write (or was told to discard) goes to /dev/null,
-// so the read never waits on a writer that gave up.
-class LaneWriter
-{
-public:
-  LaneWriter(const SpoolLane& lane, int spool_fd) : m_lane(lane), m_spool(spool_fd)
-  {
-    m_thread = std::thread([this] { run(); });
-  }
-  LaneWriter(const LaneWriter&) = delete;
-  LaneWriter& operator=(const LaneWriter&) = delete;
-  ~LaneWriter() { (void)finish(); }
-
-  void discard()
-  {
-    m_discard.store(true);
-    m_cv.notify_one();
-  }
-  void read_over()
-  {
-    {
-      std::lock_guard lock(m_mutex);
-      m_read_over = true;
-    }
-    m_cv.notify_one();
-  }
-  // The lane is full, or the read can no longer wait on it: write from now on.
-  void hurry()
-  {
-    if (!m_hurry.exchange(true)) {
-      m_cv.notify_one();
-    }
-  }
-  // Waits for the spool's end: "" when it holds every byte it was given, else why it does not.
-  std::string finish()
-  {
-    if (m_thread.joinable()) {
-      m_thread.join();
-    }
-    return m_failed;
-  }
-
-private:
-  bool its_turn() const
-  {
-    if (m_hurry.load() || m_discard.load() || (m_lane.verdict && m_lane.verdict->followed.load() != 0)) {
-      return true;
-    }
-    if (m_lane.go < 0) {
-      return m_read_over;
-    }
-    pollfd p{m_lane.go, POLLIN, 0};
-    return ::poll(&p, 1, 0) > 0;
-  }
-
-  void run()
-  {
-    {
-      std::unique_lock lock(m_mutex);
-      while (!its_turn()) {
-        m_cv.wait_for(lock, std::chrono::milliseconds(5));
-      }
-    }
-    UniqueFd null = open_null();
-    for (;;) {
-      const bool keep = !m_discard.load();
-      const ssize_t n = ::splice(m_lane.rd, nullptr, keep ? m_spool : null.get(), nullptr, k_chunk, SPLICE_F_MOVE);
-      if (n > 0 || (n < 0 && errno == EINTR)) {
-        continue;
-      }
-      if (n == 0 || !keep) {
-        break; // the lane's end (or nowhere left to put it: the read then finds the lane stalled)
-      }
-      m_failed = std::string("the spool could not be written: ") + ::strerror(errno);
-      m_discard.store(true);
-    }
-    if (m_discard.load() && ::ftruncate(m_spool, 0) != 0) { /* best effort: removed with the fill anyway */ }
-  }
-
-  SpoolLane m_lane;
-  int m_spool;
-  std::atomic<bool> m_discard{false};
-  std::atomic<bool> m_hurry{false};
-  std::mutex m_mutex;
-  std::condition_variable m_cv;
-  bool m_read_over = false; // guarded by m_mutex
-  std::string m_failed;     // the thread's until it is joined
-  std::thread m_thread;
-};
-
-// Waits until the pipe `fd` can take more, at most until `until`: whether it can.
-bool writable_by(int fd, Clock::time_point until)
-{
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
-    if (left <= 0) {
-      return false;
-    }
-    pollfd p{fd, POLLOUT, 0};
-    const int r = ::poll(&p, 1, static_cast<int>(left));
-    if (r > 0) {
-      return true;
-    }
-    if (r < 0 && errno != EINTR) {
-      return false;
-    }
-  }
-}
-
 class Tee
 {
 public:
-  Tee(int deliver_fd, int spool_fd, const SpoolPolicy& policy, archive::WorkCounters* counters, LaneWriter* writer)
-    : m_deliver(deliver_fd), m_spool(spool_fd), m_policy(policy), m_counters(counters), m_writer(writer)
+  Tee(int deliver_fd, int spool_fd, const SpoolPolicy& policy, archive::WorkCounters* counters)
+    : m_deliver(deliver_fd), m_spool(spool_fd), m_policy(policy), m_counters(counters)
   {
     if (m_spool < 0) {
       m_result.spool_dropped = "no spool";
@@ -156,9 +39,7 @@ public:
   void drop(const std::string& why)
   {
     if (m_spool >= 0) {
-      if (m_writer) {
-        m_writer->discard(); // it truncates the spool once it has emptied the lane
-      } else if (::ftruncate(m_spool, 0) != 0) { /* best effort: removed with the fill anyway */ }
+      if (::ftruncate(m_spool, 0) != 0) { /* best effort: removed with the fill anyway */ }
       // the disk gets its room back now, not when the daemon looks
       m_spool = -1;
       m_result.spool_dropped = why;
@@ -182,12 +63,6 @@ public:
       }
       const int to = m_spool >= 0 ? m_spool : null_fd();
       const auto t0 = Clock::now();
-      if (m_writer && to == m_spool) { // into the lane: page references, never a wait on the disk
-        if (!into_lane(from, n, t0 + m_policy.max_stall)) {
-          drop("the node cache's disk could not keep up");
-        }
-        continue;
-      }
       const ssize_t moved = ::splice(from, nullptr, to, nullptr, n, SPLICE_F_MOVE);
       if (moved <= 0) {
         if (moved < 0 && errno == EINTR) {
@@ -210,37 +85,9 @@ public:
     return ok_status();
   }
 
-  // Moves `n` bytes that `from` holds into the lane; false when the lane stays full past `until`
-  // (the bytes are left in `from`).
-  bool into_lane(int from, std::size_t& n, Clock::time_point until)
-  {
-    while (n > 0) {
-      const ssize_t moved = ::splice(from, nullptr, m_spool, nullptr, n, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-      if (moved > 0) {
-        m_spooled += static_cast<std::uint64_t>(moved);
-        n -= static_cast<std::size_t>(moved);
-        continue;
-      }
-      if (moved < 0 && errno == EINTR) {
-        continue;
-      }
-      if (moved < 0 && errno == EAGAIN) { // `from` holds the bytes: the lane is full
-        m_writer->hurry();
-        if (writable_by(m_spool, until)) {
-          continue;
-        }
-      }
-      return false;
-    }
-    return true;
-  }
-
   // Once, from the pipe `from` straight into the spool: how many bytes (0 at its end).
   Result<std::size_t> spool_from(int from, std::size_t n)
   {
-    if (m_writer) {
-      m_writer->hurry(); // nobody delivers: this blocks on the lane
-    }
     for (;;) {
       const auto t0 = Clock::now();
       const ssize_t moved = ::splice(from, nullptr, m_spool, nullptr, n, SPLICE_F_MOVE);
@@ -265,9 +112,6 @@ public:
   // The same for bytes in memory (the read/write path).
   void spool_bytes(const char* data, std::size_t n)
   {
-    if (m_writer) {
-      m_writer->hurry(); // write(2) blocks on a full lane: it is written as it comes
-    }
     if (m_spool >= 0 && m_spooled + n > m_policy.max_bytes) {
       drop("larger than the node cache");
     }
@@ -328,7 +172,7 @@ private:
   int null_fd()
   {
     if (!m_null.valid()) {
-      m_null = open_null();
+      m_null = UniqueFd(::open("/dev/null", O_WRONLY | O_CLOEXEC));
     }
     return m_null.get();
   }
@@ -337,7 +181,6 @@ private:
   int m_spool;
   SpoolPolicy m_policy;
   archive::WorkCounters* m_counters;
-  LaneWriter* m_writer; // null: the spool is written here, as the bytes pass
   std::uint64_t m_spooled = 0;
   UniqueFd m_null;
   TeeResult m_result;
@@ -490,65 +333,22 @@ Status follow_spool(int dir_fd, int out_fd, const SpoolVerdict& verdict)
   }
 }
 
-std::optional<LanePipe> make_lane(std::uint64_t source_bytes)
-{
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) {
-    return std::nullopt;
-  }
-  LanePipe lane{UniqueFd(p[0]), UniqueFd(p[1]), 0};
-  std::size_t want = 64 << 10;
-  while (want < source_bytes && want < k_lane_max) {
-    want *= 2;
-  }
-  for (; want > (64 << 10); want /= 2) {
-    if (::fcntl(lane.wr.get(), F_SETPIPE_SZ, static_cast<int>(want)) >= 0) {
-      break; // else past fs.pipe-max-size, or the user's pipes' limit: smaller
-    }
-  }
-  const int got = ::fcntl(lane.wr.get(), F_GETPIPE_SZ);
-  lane.bytes = got > 0 ? static_cast<std::size_t>(got) : 0;
-  return lane;
-}
-
 Result<TeeResult> tee_source(int in_fd, int deliver_fd, int spool_fd, const SpoolPolicy& policy,
-                             archive::WorkCounters* counters, SpoolLane lane, const ReadOver& read_over)
+                             archive::WorkCounters* counters)
 {
-  UniqueFd lane_wr(lane.wr); // closed at the read's end: the writer's end of the lane then ends
   struct sigaction ign {};
   ign.sa_handler = SIG_IGN;
   ::sigaction(SIGPIPE, &ign, nullptr);
   (void)::fcntl(deliver_fd, F_SETPIPE_SZ, static_cast<int>(k_chunk)); // fewer wake-ups; best effort
+  Tee t(deliver_fd, spool_fd, policy, counters);
   struct stat st {};
   if (::fstat(in_fd, &st) != 0) {
     return Error::from_errno("cannot stat");
   }
-  std::optional<LaneWriter> writer;
-  if (lane.valid() && spool_fd >= 0) {
-    writer.emplace(lane, spool_fd);
+  if (S_ISFIFO(st.st_mode)) {
+    return tee_from_pipe(in_fd, t);
   }
-  Tee t(deliver_fd, writer ? lane.wr : spool_fd, policy, counters, writer ? &*writer : nullptr);
-  auto r = S_ISFIFO(st.st_mode) ? tee_from_pipe(in_fd, t) : tee_from_file(in_fd, t);
-  lane_wr.reset();
-  if (!writer) {
-    if (r && read_over) {
-      read_over(*r);
-    }
-    return r;
-  }
-  if (!r) {
-    writer->discard();
-    (void)writer->finish();
-    return r;
-  }
-  if (read_over) { // said before the writer may take a core
-    read_over(*r);
-  }
-  writer->read_over();
-  if (std::string failed = writer->finish(); r->spool_dropped.empty() && !failed.empty()) {
-    r->spool_dropped = std::move(failed);
-  }
-  return r;
+  return tee_from_file(in_fd, t);
 }
 
 } // namespace stagehand::cache

@@ -162,7 +162,6 @@ void FillThread::start_follow_fills_locked(std::unique_lock<std::mutex>& lock)
       continue;
     }
     const ipc::Credentials service = *m_node.service;
-    f->verdict->get()->followed.store(1); // the miss's spool writer writes as the bytes come, from now on
     lock.unlock();
     auto child = spawn_follower(*f, service);
     lock.lock();

@@ -28,6 +28,7 @@ using nlohmann::json;
 namespace {
 
 constexpr std::chrono::milliseconds k_spool_stall{200};
+
 } // namespace
 
 Result<ipc::Child> StageRequest::spawn_delivery(int in_fd, const Delivery& d)
@@ -72,56 +73,6 @@ Result<stage::Delivered> StageRequest::deliver_from(int in_fd, const Delivery& d
   return delivered_by(*msg);
 }
 
-namespace {
-
-// The service user's side of a miss, in its child: kept = {the source, the job's pipe, the
-// counters, [the fill's directory, [the follow's verdict]]}. The lane to its spool is made here,
-// as the service user (pipes count against their maker's limits: never root's). It says twice
-// what became of the bytes (proto::Teed): once the read is over and the job has them all, and
-// once the spool is written.
-int tee_child(int sock, const std::vector<int>& kept, const cache::SpoolPolicy& policy, std::uint64_t source_bytes,
-              const std::string& shown)
-{
-  auto shared = ipc::SharedMemory<archive::WorkCounters>::attach(kept[2]);
-  if (!shared) {
-    (void)ipc::send_message(sock, proto::child_failure(shared.error()));
-    return 1;
-  }
-  UniqueFd spool;
-  std::optional<cache::LanePipe> pipe;
-  cache::SpoolLane lane;
-  if (kept.size() > 3) {
-    spool = UniqueFd(::openat(kept[3], cache::k_spool_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-    pipe = cache::make_lane(source_bytes);
-  }
-  if (pipe) {
-    lane = cache::SpoolLane{pipe->rd.get(), pipe->wr.release(), nullptr, sock}; // the daemon's "go" comes here
-  }
-  std::optional<ipc::SharedMemory<cache::SpoolVerdict>> verdict;
-  if (kept.size() > 4) {
-    if (auto v = ipc::SharedMemory<cache::SpoolVerdict>::attach(kept[4]); v) {
-      verdict.emplace(std::move(*v));
-      lane.verdict = verdict->get();
-    }
-  }
-  const bool unmade = kept.size() > 3 && !spool.valid();
-  UniqueFd job_pipe(kept[1]);
-  auto said = [&](const cache::TeeResult& t) {
-    job_pipe.reset(); // the job's copy sees its end now, not when the spool is written
-    const std::string dropped = unmade ? "the spool could not be made" : t.spool_dropped;
-    (void)ipc::send_message(sock, proto::child_message(proto::Teed{t.bytes, dropped}));
-  };
-  auto teed = cache::tee_source(kept[0], job_pipe.get(), spool.get(), policy, shared->get(), lane, said);
-  if (!teed) {
-    (void)ipc::send_message(sock, proto::child_failure(teed.error().with_context(shown)));
-    return 1;
-  }
-  said(*teed);
-  return 0;
-}
-
-} // namespace
-
 // One miss's read, its children and its spool (StageRequest::miss), in steps.
 struct StageRequest::MissRead
 {
@@ -159,8 +110,6 @@ struct StageRequest::MissRead
   Status start_reader();
   Status start_delivery();
   Status start_tee();
-  Result<proto::Teed> await_teed();
-  void kill_helpers();
   void kill_all();
   proto::Progress status();
   Error reader_failure(Error seen);
@@ -201,29 +150,24 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
       return fail(e);
     }
   }
-  // The job's copy is done (a zip's is made after): the spool's writer may take the cores now.
-  (void)ipc::send_message(tee->sock(), "go");
-  auto teed = await_teed(); // the read is over; the spool may still be being written
+  auto tee_msg = r.await(*tee, [&] { return status(); });
   std::optional<Result<ipc::Message>> read_msg;
   if (reader) {
     read_msg = r.await(*reader, [&] { return status(); });
   }
-  kill_helpers(); // each leads its own process group: whatever they forked ends here
+  kill_all(); // each leads its own process group: whatever they forked ends here
+  if (!tee_msg) {
+    return fail(tee_msg.error());
+  }
+  auto teed = proto::parse_child_message<proto::Teed>(tee_msg->text);
   if (!teed) {
-    kill_all();
     return fail(teed.error());
   }
   auto changed = source_changed(read_msg);
   if (!changed) {
-    kill_all();
     return fail(changed.error());
   }
-  if (!delivery) { // a zip: delivered from the whole spool
-    teed = await_teed();
-    kill_all();
-    if (!teed) {
-      return fail(teed.error());
-    }
+  if (!delivery) {
     delivered = deliver_after(teed->dropped);
     if (!delivered) {
       return fail(delivered.error());
@@ -232,16 +176,6 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
   out.delivered = *delivered;
   settle(*changed, *teed);
   return std::move(out);
-}
-
-// The tee's next word: the read's end first, then the spool's.
-Result<proto::Teed> StageRequest::MissRead::await_teed()
-{
-  auto msg = r.await(*tee, [&] { return status(); });
-  if (!msg) {
-    return msg.error();
-  }
-  return proto::parse_child_message<proto::Teed>(msg->text);
 }
 
 // The spool: only for what may be cached (read long enough after its last change, and not larger
@@ -289,7 +223,20 @@ void StageRequest::MissRead::offer_follow()
 
 void StageRequest::MissRead::abandon_follow()
 {
-  StageRequest::abandon_follow(r.m_node, follow);
+  if (!follow) {
+    return;
+  }
+  follow->verdict->get()->state.store(static_cast<std::uint64_t>(cache::SpoolState::dropped));
+  std::optional<ipc::Child> running;
+  {
+    std::lock_guard lock(r.m_node.mutex);
+    follow->abandoned = true;
+    running = std::move(follow->child);
+    follow->child.reset();
+  }
+  if (running) {
+    running->kill(); // before its directory goes
+  }
   follow.reset();
 }
 
@@ -374,16 +321,28 @@ Status StageRequest::MissRead::start_tee()
   std::vector<int> keep{in_fd, feed_wr.get(), counters->fd()};
   if (fill) {
     keep.push_back(fill->dir.get());
-    if (follow) {
-      keep.push_back(follow->verdict->fd());
-    }
   }
-  const std::uint64_t source_bytes = c.identity.bytes;
   if (!reader && ::lseek(c.read_fd, 0, SEEK_SET) != 0) {
     return Error::from_errno(src.shown + ": cannot rewind");
   }
   auto spawned = ipc::spawn_as(c.service, keep, [&](int sock, const std::vector<int>& kept) {
-    return tee_child(sock, kept, policy, source_bytes, src.shown);
+    auto shared = ipc::SharedMemory<archive::WorkCounters>::attach(kept[2]);
+    if (!shared) {
+      (void)ipc::send_message(sock, proto::child_failure(shared.error()));
+      return 1;
+    }
+    UniqueFd spool;
+    if (kept.size() > 3) {
+      spool = UniqueFd(::openat(kept[3], cache::k_spool_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    }
+    auto teed = cache::tee_source(kept[0], kept[1], spool.get(), policy, shared->get());
+    if (!teed) {
+      (void)ipc::send_message(sock, proto::child_failure(teed.error().with_context(src.shown)));
+      return 1;
+    }
+    const std::string dropped = kept.size() > 3 && !spool.valid() ? "the spool could not be made" : teed->spool_dropped;
+    (void)ipc::send_message(sock, proto::child_message(proto::Teed{teed->bytes, dropped}));
+    return 0;
   });
   feed_wr.reset();
   tree_rd.reset();
@@ -396,21 +355,16 @@ Status StageRequest::MissRead::start_tee()
   return ok_status();
 }
 
-void StageRequest::MissRead::kill_helpers()
+void StageRequest::MissRead::kill_all()
 {
   if (delivery) {
     delivery->kill();
   }
-  if (reader) {
-    reader->kill();
-  }
-}
-
-void StageRequest::MissRead::kill_all()
-{
-  kill_helpers();
   if (tee) {
     tee->kill();
+  }
+  if (reader) {
+    reader->kill();
   }
 }
 
@@ -482,15 +436,13 @@ void StageRequest::MissRead::settle(bool changed, const proto::Teed& teed)
   if (out.why_uncached.empty() && fill) {
     out.spool = std::move(fill);
     out.spool_bytes = teed.bytes;
-    out.follow = std::move(follow); // told the spool is complete once it is (StageRequest::publish_spool_locked)
-    if (delivery && tee) {
-      out.spooling = std::move(*tee); // its last word, the spool's end, comes after the job's reply
-      tee.reset();
+    if (follow) {
+      follow->verdict->get()->state.store(static_cast<std::uint64_t>(cache::SpoolState::complete));
+      out.follow = std::move(follow);
     }
   } else {
     drop_fill();
   }
-  kill_all();
 }
 
 } // namespace stagehand::service

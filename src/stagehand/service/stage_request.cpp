@@ -56,7 +56,6 @@ void StageRequest::execute()
     rollback();
     finish_staging();
     m_out.error(e.with_context("--stage-data"));
-    finish_spools(); // the cache's business, after the job's answer
   };
   for (const auto& src : m_request.sources) {
     const std::uint64_t earlier = job_staged(); // by the job's other requests
@@ -79,7 +78,6 @@ void StageRequest::execute()
   }
   finish_staging();
   m_out.result(reply);
-  finish_spools(); // the job has its answer: the spools its misses are still writing are not its wait
 }
 
 Result<UniqueFd> StageRequest::open_job_dir()
@@ -195,7 +193,6 @@ void StageRequest::rollback()
 
 StageRequest::~StageRequest()
 {
-  finish_spools(); // none left, unless a request ended without its answer
   for (const auto& key : m_pinned) {
     m_node.keeper.unpin(key);
   }

@@ -113,15 +113,6 @@ private:
     std::uint64_t spool_bytes = 0;
     std::string why_uncached;
     std::shared_ptr<FollowFill> follow; // with `spool`: the fill following it, if one was asked for
-    std::optional<ipc::Child> spooling; // with `spool`: the read's child, still writing it (its last word to come)
-  };
-  // A miss's spool still being written when its source's staging is done: finished (published to
-  // the fill thread, or dropped) after the job's reply, or before this request waits on its key.
-  struct PendingSpool
-  {
-    SpoolFill task;
-    std::chrono::milliseconds read_time{0};
-    ipc::Child spooling;
   };
   // One source on its way (stage_source.cpp): what it is, and what became of it.
   struct Sourcing
@@ -161,16 +152,7 @@ private:
   Status keep_alive(std::unique_lock<std::mutex>& lock, const proto::Progress& p);
   // This request reads the source (single flight: others wait for it) and hands its spool to the fill thread.
   Status read_source(Sourcing& s, std::unique_lock<std::mutex>& lock);
-  SpoolFill spool_task(const Sourcing& s, Missed& missed, const std::shared_ptr<FillWait>& wait) const;
-  // The whole spool: waiting jobs may deliver from it, and the fill thread makes it an entry.
-  void publish_spool_locked(SpoolFill task, std::chrono::milliseconds read_time);
-  // Waits for each pending spool's end, then publishes or drops it (stage_spool.cpp).
-  void finish_spools();
-  void finish_spool(PendingSpool& p);
-  // A fill following a spool that will not be whole: told so, and stopped.
-  static void abandon_follow(Node& node, const std::shared_ptr<FollowFill>& follow);
-  // Finishes this request's own pending spool of the read `wait` stands for, if there is one.
-  void finish_own_spool(std::unique_lock<std::mutex>& lock, const std::shared_ptr<FillWait>& wait);
+  void hand_spool_to_fill_locked(Sourcing& s, Missed& missed, const std::shared_ptr<FillWait>& wait);
   Status place(Sourcing& s);
   void account(const Sourcing& s);
   Result<ipc::Child> spawn_delivery(int in_fd, const Delivery& d);
@@ -192,7 +174,6 @@ private:
   std::uint64_t m_max_bytes = 0;          // this request's limit: its own, and what the job has left
   std::uint64_t m_job_limit = 0;          // [stage] max_bytes, for all of the job's requests
   std::shared_ptr<FillWait> m_fill_wait;  // our fill, when we lead one: waiters see its progress
-  std::vector<PendingSpool> m_spooling;   // misses whose spools are still being written
   std::vector<std::string> m_made; // created below the job directory, for rollback
   std::vector<std::string> m_pinned;
   std::uint64_t m_total = 0;

@@ -153,7 +153,6 @@ Result<bool> StageRequest::find_entry_locked(Sourcing& s)
 Result<bool> StageRequest::wait_for_read(Sourcing& s, std::unique_lock<std::mutex>& lock,
                                      const std::shared_ptr<FillWait>& wait)
 {
-  finish_own_spool(lock, wait); // the same source twice in one request: its first read's spool
   m_fills.ask_follow_locked(*wait);
   const std::uint64_t total = s.identity.bytes;
   for (;;) {
@@ -237,14 +236,7 @@ Status StageRequest::read_source(Sourcing& s, std::unique_lock<std::mutex>& lock
       return missed.error().with_context(s.src.shown);
     }
   } else {
-    const auto read_time = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::duration<double>(s.seconds() - s.identified));
-    SpoolFill task = spool_task(s, *missed, wait);
-    if (missed->spooling) {
-      m_spooling.push_back(PendingSpool{std::move(task), read_time, std::move(*missed->spooling)});
-    } else {
-      publish_spool_locked(std::move(task), read_time);
-    }
+    hand_spool_to_fill_locked(s, *missed, wait);
   }
   s.delivered = missed->delivered;
   s.out.cache = missed->spool ? proto::CacheOutcome::miss : proto::CacheOutcome::none;
@@ -252,22 +244,14 @@ Status StageRequest::read_source(Sourcing& s, std::unique_lock<std::mutex>& lock
   return ok_status();
 }
 
-void StageRequest::publish_spool_locked(SpoolFill task, std::chrono::milliseconds read_time)
+void StageRequest::hand_spool_to_fill_locked(Sourcing& s, Missed& missed, const std::shared_ptr<FillWait>& wait)
 {
   // The jobs waiting for this source wait for its entry about as long as the read took.
-  FillWait& wait = *task.wait;
-  wait.spool_dir = std::make_shared<UniqueFd>(::fcntl(task.fill.dir.get(), F_DUPFD_CLOEXEC, 0));
-  wait.read_time = read_time;
-  wait.patience_until = cache::entry_patience(Clock::now(), wait.read_time);
-  wait.cv.notify_all();
-  if (task.follow) {
-    task.follow->verdict->get()->state.store(static_cast<std::uint64_t>(cache::SpoolState::complete));
-  }
-  m_fills.queue_locked(std::move(task));
-}
-
-SpoolFill StageRequest::spool_task(const Sourcing& s, Missed& missed, const std::shared_ptr<FillWait>& wait) const
-{
+  wait->spool_dir = std::make_shared<UniqueFd>(::fcntl(missed.spool->dir.get(), F_DUPFD_CLOEXEC, 0));
+  wait->read_time = std::chrono::duration_cast<std::chrono::milliseconds>(
+    std::chrono::duration<double>(s.seconds() - s.identified));
+  wait->patience_until = cache::entry_patience(Clock::now(), wait->read_time);
+  wait->cv.notify_all();
   SpoolFill task;
   task.store = m_store;
   task.fill = std::move(*missed.spool);
@@ -282,7 +266,7 @@ SpoolFill StageRequest::spool_task(const Sourcing& s, Missed& missed, const std:
   task.wait = wait;
   task.job_id = m_job.job_id;
   task.follow = std::move(missed.follow);
-  return task;
+  m_fills.queue_locked(std::move(task));
 }
 
 Status StageRequest::place(Sourcing& s)
