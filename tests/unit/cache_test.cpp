@@ -438,8 +438,8 @@ TEST(Child, AMessageCarriesAtMostEightDescriptors)
   EXPECT_EQ(got->fds.size(), 8U);
 }
 
-// A child may say more than once (a miss's read: the read's end, then the spool's): each word is
-// received by its own call, and the descriptors sent with the second arrive with it.
+// A child that says two things at once (a socket is a stream): each is received by its own call,
+// none of the second is taken with the first, and the descriptors sent with the second arrive with it.
 TEST(Child, TwoMessagesSentAtOnceAreReceivedOneByOne)
 {
   int pair[2];

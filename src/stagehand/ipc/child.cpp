@@ -470,7 +470,7 @@ Result<Message> receive_message(int sock, std::chrono::milliseconds deadline)
       }
     }
     char buf[65536];
-    // No further than this frame: a child may say more than once (the next call reads that).
+    // No further than this frame: what a child said after it is the next call's.
     struct iovec iov {buf, std::min(sizeof buf, reader.missing())};
     struct msghdr msg {};
     msg.msg_iov = &iov;
