@@ -174,6 +174,11 @@ TEST(CacheStore, PublishLookupEvictAndSweep)
   meta.how = stage::Placement::copied;
   meta.files = 1;
   meta.bytes = 10000;
+  // Only a key is published: any other name would be an entry no lookup, eviction or gc finds.
+  EntryMeta not_a_key = meta;
+  not_a_key.key = std::string(64, 'z');
+  EXPECT_EQ(store->publish(*fill, not_a_key).error().message, "not a cache key: " + not_a_key.key);
+  EXPECT_TRUE(exists_nofollow(d / ("cache/tmp/" + fill->name + "/data"))); // the fill is still there
   auto pub = store->publish(*fill, meta);
   ASSERT_TRUE(pub) << pub.error().message;
   EXPECT_GE(pub->disk_bytes, 10000U);
@@ -785,7 +790,7 @@ TEST(CacheStore, ASealTakesOverAWideTreeAndMeasuresItInTheSamePass)
   ASSERT_EQ(::chown((d / "outside").c_str(), k_attacker_uid, k_attacker_gid), 0);
   auto store = Store::open(d / "cache");
   ASSERT_TRUE(store) << store.error().message;
-  const std::string key(64, 'w');
+  const std::string key(64, 'e');
   auto fill = store->begin_fill(key, k_attacker_uid, k_attacker_gid);
   ASSERT_TRUE(fill);
   const int dir = fill->dir.get();
@@ -835,7 +840,7 @@ TEST(CacheStore, ASealRefusesAFilesystemMountedInTheFillAndLeavesItsOwner)
   TempDir d;
   auto store = Store::open(d / "cache");
   ASSERT_TRUE(store) << store.error().message;
-  const std::string key(64, 'm');
+  const std::string key(64, 'd');
   auto fill = store->begin_fill(key, k_attacker_uid, k_attacker_gid);
   ASSERT_TRUE(fill);
   const std::string mounted = d / ("cache/tmp/" + fill->name + "/data/m");
@@ -874,10 +879,12 @@ TEST(CacheStore, AFillerSwappingNamesDuringTheSealNeverMakesRootChangeAnythingOu
   ASSERT_TRUE(store) << store.error().message;
   int published = 0;
   int refused = 0;
+  // Three seconds of races, and never fewer than a dozen however slow a loaded machine runs them.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-  for (int k = 0; std::chrono::steady_clock::now() < until; ++k) {
-    const std::string key = std::string(63, 'r') + static_cast<char>('a' + k % 26);
-    (void)store->evict(key);
+  for (int k = 0; k < 12 || std::chrono::steady_clock::now() < until; ++k) {
+    char key_text[65];
+    std::snprintf(key_text, sizeof key_text, "%064x", k); // a new entry each time
+    const std::string key = key_text;
     auto fill = store->begin_fill(key, k_attacker_uid, k_attacker_gid);
     ASSERT_TRUE(fill) << fill.error().message;
     const int dir = fill->dir.get();
@@ -912,7 +919,7 @@ TEST(CacheStore, AFillerSwappingNamesDuringTheSealNeverMakesRootChangeAnythingOu
     EXPECT_EQ(st.st_uid, k_attacker_uid) << p << " after " << published << " seals and " << refused << " refusals";
     EXPECT_EQ(st.st_mode & 07777, 0775U) << p;
   }
-  EXPECT_GT(published + refused, 10);
+  std::printf("%d seals, %d refused\n", published, refused);
 }
 
 TEST(CacheStore, TheIndexAnswersWithoutTheManifestsAndGcBringsItInLineWithTheDisk)

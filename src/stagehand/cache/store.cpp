@@ -229,6 +229,9 @@ Result<Fill> Store::begin_fill(const std::string& key, uid_t owner, gid_t group)
 
 Result<EntryMeta> Store::publish(Fill& fill, EntryMeta meta)
 {
+  if (!valid_key(meta.key)) { // a name lookup, eviction and gc would never find again
+    return Error::refused("not a cache key: " + meta.key.substr(0, 80));
+  }
   auto sealed = seal(fill, std::move(meta));
   if (!sealed) {
     return sealed.error();
