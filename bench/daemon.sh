@@ -29,6 +29,8 @@
 # Usage (root): bench/daemon.sh BUILD_DIR [ROUNDS] [FILES]   (ROUNDS: 3; FILES: 60000)
 #   STAGEHAND_BENCH_PHASES="a b crowd" (the default) picks the parts; STAGEHAND_BENCH_CROWDS="4 16".
 #   STAGEHAND_BENCH_LOGS=DIR keeps the cluster's logs (the daemons' among them) there.
+#   STAGEHAND_BENCH_PERF=DIR records every CPU's samples over each timed step (perf record -a,
+#   1999 Hz, from 0.5 s before it) into DIR/KEY.NS.data: where each step's CPU went, by process.
 #   STAGEHAND_BENCH_SHAPE picks the source (the scaling table's shapes): "files" (the default, a tar
 #   of FILES x 2 KiB), "tar1g" (a tar of 8 x 128 MiB files), "shards" (a directory of 16 x 64 MiB
 #   files: staged as a directory). The 8 GiB tar of scale.sh does not fit here: source, spool,
@@ -76,6 +78,10 @@ cleanup() {
 trap cleanup EXIT
 sed -i 's/^cache_max_bytes = .*/cache_max_bytes = "16G"/' "$STAGEHAND_TEST_CONFIG" "$STAGEHAND_DAEMON_TOML"
 sed -i 's/^progress_interval = .*/progress_interval = "0"/' "$STAGEHAND_TEST_CONFIG"
+# GC passes as often as conf/stagehand.toml has them, not the test cluster's every 3 s: a pass asks
+# slurmctld (squeue) and, every 3 s, one in two of the daemon's steps paid for it beside its staging
+# while the steps without the daemon never did (perf record over the steps, 2026-11-28).
+sed -i 's/^gc_interval = .*/gc_interval = "5m"/' "$STAGEHAND_TEST_CONFIG" "$STAGEHAND_DAEMON_TOML"
 tmpfs_cache=$(sed -n 's/^cache_dir = "\(.*\)"$/\1/p' "$STAGEHAND_TEST_CONFIG")
 [ -n "$tmpfs_cache" ] || { echo "daemon.sh: no cache_dir in $STAGEHAND_TEST_CONFIG" >&2; exit 1; }
 # The disk cache: a root-owned 0700 directory of this run's own (the daemon takes nothing else).
@@ -153,10 +159,20 @@ step() {
   local key=$1 expect=$2 dest=$3 t0 t1 s
   shift 3
   sleep 2
+  local perf_pid=""
+  if [ -n "${STAGEHAND_BENCH_PERF:-}" ]; then # every CPU's samples over the step, for perf report
+    mkdir -p "$STAGEHAND_BENCH_PERF"
+    perf record -a -F 1999 -q -o "$STAGEHAND_BENCH_PERF/$key.$(date +%s%N).data" 2>/dev/null &
+    perf_pid=$!
+    sleep 0.5
+  fi
   t0=$(date +%s%N)
   as_user srun --jobid="$job" -N1 -n1 -w node1 "$@" true >"$B/step.out" 2>&1 ||
     { echo "daemon.sh: $key failed:" >&2; cat "$B/step.out" >&2; exit 1; }
   t1=$(date +%s%N)
+  if [ -n "$perf_pid" ]; then
+    kill -INT "$perf_pid" && wait "$perf_pid" || true
+  fi
   if [ "$expect" = - ]; then
     echo "$key $(((t1 - t0) / 1000)) - -" >>"$results"
     as_user srun --jobid="$job" -N1 -n1 -w node1 --quiet --tmpdir bash -c 'for d in "${SLURM_TMPDIR:?}"/*; do mountpoint -q "$d" || rm -rf "$d"; done'
