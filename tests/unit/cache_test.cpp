@@ -178,6 +178,7 @@ TEST(CacheStore, PublishLookupEvictAndSweep)
   EntryMeta not_a_key = meta;
   not_a_key.key = std::string(64, 'z');
   EXPECT_EQ(store->publish(*fill, not_a_key).error().message, "not a cache key: " + not_a_key.key);
+  EXPECT_EQ(store->seal(*fill, not_a_key).error().message, "not a cache key: " + not_a_key.key); // the daemon's way
   EXPECT_TRUE(exists_nofollow(d / ("cache/tmp/" + fill->name + "/data"))); // the fill is still there
   auto pub = store->publish(*fill, meta);
   ASSERT_TRUE(pub) << pub.error().message;

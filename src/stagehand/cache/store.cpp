@@ -229,9 +229,6 @@ Result<Fill> Store::begin_fill(const std::string& key, uid_t owner, gid_t group)
 
 Result<EntryMeta> Store::publish(Fill& fill, EntryMeta meta)
 {
-  if (!valid_key(meta.key)) { // a name lookup, eviction and gc would never find again
-    return Error::refused("not a cache key: " + meta.key.substr(0, 80));
-  }
   auto sealed = seal(fill, std::move(meta));
   if (!sealed) {
     return sealed.error();
@@ -241,6 +238,10 @@ Result<EntryMeta> Store::publish(Fill& fill, EntryMeta meta)
 
 Result<EntryMeta> Store::seal(Fill& fill, EntryMeta meta)
 {
+  // Both ways to publish (publish(), and the daemon's seal() then publish_sealed()) come here first.
+  if (!valid_key(meta.key)) { // a name lookup, eviction and gc would never find again
+    return Error::refused("not a cache key: " + meta.key.substr(0, 80));
+  }
   auto used = take_over(fill.dir.get(), m_path + "/tmp/" + fill.name); // one walk: owner, modes, size
   if (!used) {
     return used.error();
