@@ -250,19 +250,21 @@ if [ -z "$replay" ]; then
 fi
 fixture() { sed -n "s/^$2=//p" "$1"; } # FILE NAME: a recorded SLURM_* value
 
-# Writes the replayed exports of one recorded step into DIR/rankN.env, with MASTER_ADDR (and
-# torchrun's endpoint) pointed at 127.0.0.1: the recorded node names resolve only on the cluster.
+# Writes the replayed exports of one recorded step into DIR/rankN.env, with MASTER_ADDR, torchrun's
+# endpoint and its local address (PyTorch 2.x advertises its rendezvous store there) pointed at
+# 127.0.0.1: the recorded node names resolve only on the cluster.
 replay_step() { # LAYOUT DIR
   local layout=$1 dir=$2
   mkdir -p "$dir"
   "$replay" "$fixtures" "$layout" >"$dir/exports.sh" 2>"$dir/replay.err" || return 1
   awk -v dir="$dir" '/^# rank /{ f = dir "/rank" $3 ".env" } /^export /{ print > f }' "$dir/exports.sh"
   sed -i -E -e "s/^export (MASTER_ADDR|PET_MASTER_ADDR)=.*/export \\1='127.0.0.1'/" \
+    -e "s/^export PET_LOCAL_ADDR=.*/export PET_LOCAL_ADDR='127.0.0.1'/" \
     -e "s/^export PET_RDZV_ENDPOINT='[^:']*:/export PET_RDZV_ENDPOINT='127.0.0.1:/" "$dir"/rank*.env
 }
 
 if [ -n "$replay" ]; then
-  note "replaying $fixtures with $replay; MASTER_ADDR and PET_RDZV_ENDPOINT's host become 127.0.0.1 (node names do not resolve here)"
+  note "replaying $fixtures with $replay; MASTER_ADDR, PET_LOCAL_ADDR and PET_RDZV_ENDPOINT's host become 127.0.0.1 (node names do not resolve here)"
   for layout in n3-block n4-cyclic n5-uneven het-reversed nested-inner; do
     dir=$work/replay-$layout
     if ! replay_step "$layout" "$dir"; then

@@ -1,8 +1,8 @@
 // A LibTorch data-parallel training run that takes its process group from the environment alone
 // (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK: what `srun --ddp-env` exports).
 // It trains a small regression model with gradient all-reduce, then checks that every rank ends
-// with the same parameters. Backend: NCCL when this build has it (USE_C10D_NCCL) and a CUDA
-// device is visible, else Gloo on the CPU (USE_C10D_GLOO); --backend forces one.
+// with the same parameters. Backend: NCCL when this build has it (DDP_TRAIN_WITH_NCCL) and a CUDA
+// device is visible, else Gloo on the CPU (DDP_TRAIN_WITH_GLOO); --backend forces one.
 //
 //   srun -N2 -n4 --ddp-env ddp_train [--steps N] [--data FILE] [--backend nccl|gloo]
 //
@@ -12,10 +12,10 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
-#ifdef USE_C10D_GLOO
+#ifdef DDP_TRAIN_WITH_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
-#ifdef USE_C10D_NCCL
+#ifdef DDP_TRAIN_WITH_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -31,12 +31,12 @@ namespace {
 
 enum class Backend { nccl, gloo };
 
-#ifdef USE_C10D_NCCL
+#ifdef DDP_TRAIN_WITH_NCCL
 constexpr bool k_have_nccl = true;
 #else
 constexpr bool k_have_nccl = false;
 #endif
-#ifdef USE_C10D_GLOO
+#ifdef DDP_TRAIN_WITH_GLOO
 constexpr bool k_have_gloo = true;
 #else
 constexpr bool k_have_gloo = false;
@@ -136,7 +136,7 @@ torch::Device choose_device(Backend backend)
 
 std::string nccl_version()
 {
-#ifdef USE_C10D_NCCL
+#ifdef DDP_TRAIN_WITH_NCCL
   return "NCCL " + c10d::getNcclVersion();
 #else
   return "NCCL n/a";
@@ -239,7 +239,7 @@ Outcome train(Group& pg, const Args& args, int rank, int world, torch::Device de
 Outcome run(Backend backend, const Args& args, int rank, int world, torch::Device device,
             const c10::intrusive_ptr<c10d::Store>& store)
 {
-#ifdef USE_C10D_NCCL
+#ifdef DDP_TRAIN_WITH_NCCL
   if (backend == Backend::nccl) {
     auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world);
     Outcome out = train(*pg, args, rank, world, device);
@@ -249,7 +249,7 @@ Outcome run(Backend backend, const Args& args, int rank, int world, torch::Devic
     return out;
   }
 #endif
-#ifdef USE_C10D_GLOO
+#ifdef DDP_TRAIN_WITH_GLOO
   if (backend == Backend::gloo) {
     auto opts = c10d::ProcessGroupGloo::Options::create();
     opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
