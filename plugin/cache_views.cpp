@@ -187,6 +187,7 @@ struct ViewsPlace
 {
   const Config& config;
   const Job& job;
+  proto::ClaimedMisses claimed; // read_for_view where this job reads its sources on this node itself
   const std::string& node;
   int job_fd;
   int views_fd;
@@ -214,7 +215,8 @@ std::optional<proto::CacheViewReply> ask_daemon(const ViewsPlace& at, const std:
   ipc::CallOptions options;
   options.connect_deadline = std::chrono::milliseconds(1000);
   options.idle_deadline = std::chrono::milliseconds(15000);
-  auto reply = ipc::call(expand_node(at.config.daemon.socket, at.node), proto::CacheView{at.job.id, sources}, options);
+  const proto::CacheView ask{at.job.id, sources, at.claimed, at.config.stage.progress_interval};
+  auto reply = ipc::call(expand_node(at.config.daemon.socket, at.node), ask, options);
   if (!reply || reply->error) {
     const std::string why = !reply ? reply.error().message : reply->error->message;
     if (!reply && (reply.error().code == ENOENT || reply.error().code == ECONNREFUSED)) {
@@ -258,7 +260,10 @@ Result<std::vector<tmpdir::View>> make_views(const ViewsPlace& at, const std::st
   }
   for (std::size_t i = 0; i < sources.size(); ++i) {
     const proto::ViewEntry& hit = hits->entries[i];
-    tmpdir::View view{sources[i].dest, hit.files, hit.bytes, hit.how};
+    const auto read_ms = static_cast<std::uint64_t>(hit.seconds * 1000.0 + 0.5);
+    tmpdir::View view{sources[i].dest, hit.files, hit.bytes, hit.how,
+                      hit.cache == proto::CacheOutcome::miss ? tmpdir::ViewOrigin::read : tmpdir::ViewOrigin::hit,
+                      read_ms};
     if (valid_key(hit.entry) && view_line(view) &&
         mount_view(cache_dir, at.job, at.job_fd, at.mine_fd, hit.entry, view.dest)) {
       made.push_back(view);
@@ -269,7 +274,7 @@ Result<std::vector<tmpdir::View>> make_views(const ViewsPlace& at, const std::st
 
 // The views of this job on this node for `specs`, made now or by an earlier task.
 Result<std::vector<tmpdir::View>> views_for(const Config& config, const Job& job, const std::string& node,
-                                           const std::string& specs)
+                                           const std::string& specs, proto::ClaimedMisses claimed)
 {
   auto base = tmpdir::open_base(config, node);
   if (!base) {
@@ -296,7 +301,7 @@ Result<std::vector<tmpdir::View>> views_for(const Config& config, const Job& job
   if (auto kept = fs::read_small_file(mine->get(), record, 1U << 20)) {
     return tmpdir::parse_view_record(*kept);
   }
-  return make_views(ViewsPlace{config, job, node, job_dir->get(), views->get(), mine->get(), record}, specs);
+  return make_views(ViewsPlace{config, job, claimed, node, job_dir->get(), views->get(), mine->get(), record}, specs);
 }
 
 // This node's name. slurmstepd sets SLURMD_NODENAME only after task_init_privileged, so until
@@ -382,7 +387,13 @@ int stepd_task_init_privileged(spank_t sp, const Config* config)
         "staging without views");
     return 0;
   }
-  auto views = views_for(*config, job, *node, *specs);
+  // A miss this job claims is read into the cache and shown as a view only where the job reads its
+  // sources on this node itself: a broadcast's receivers wait for its copy instead.
+  stage::StageRequest bcast;
+  broadcast_role(sp, *config, bcast);
+  const auto claimed =
+    bcast.bcast == stage::BcastRole::none ? proto::ClaimedMisses::read_for_view : proto::ClaimedMisses::staged;
+  auto views = views_for(*config, job, *node, *specs, claimed);
   if (!views) {
     say("job " + std::to_string(job.id) + ": " + views.error().message + "; staging without views");
     return 0;

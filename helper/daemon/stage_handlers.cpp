@@ -47,7 +47,7 @@ void Daemon::on_cache_view(const proto::CacheView& r, const Peer& peer, Responde
   }
   proto::Stage as_stage{r.job_id, r.sources, 0};
   service::StageRequest run(m_shared, m_fills, *job, *user, as_stage, out);
-  out.result(proto::CacheViewReply{run.find_hits()});
+  out.result(proto::CacheViewReply{run.find_hits(r.claimed, r.progress_interval)});
 }
 
 } // namespace stagehand::daemon

@@ -69,6 +69,60 @@ assert_empty_dir() {
   echo "$LAST_OUTPUT" | grep -q '(cache miss)$'
 }
 
+# Issue 25, items 2 and 3: jobs starting together on a node (here two, each asking at task start
+# while the other's request is under way: every open on the share takes 4 s) do not each copy a
+# fresh archive and then fill the cache from it again: the daemon reads it once into the cache and
+# the job is shown the entry as a view, its own files, changeable in place; the share is read once.
+@test "jobs starting together: a fresh archive is read into the cache once and shown to its job as a view" {
+  fusermount -u "$WORK/shared"
+  setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" --open-latency-ms 4000 \
+    >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
+  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+  for n in 1 2; do
+    as_user "mkdir -p cache-src/tog$n/t && printf weights >cache-src/tog$n/t/ckpt.pt && chmod 0640 cache-src/tog$n/t/ckpt.pt"
+    as_user "head -c 3M /dev/urandom >cache-src/tog$n/t/data.bin && tar -C cache-src/tog$n -cf cache-src/tog$n.tar t"
+    settle "$WORK/cache-src/tog$n.tar"
+  done
+  script together.sh <<'SCRIPT'
+#!/bin/bash
+cd "$SLURM_TMPDIR/t/t" || exit 1
+stat -c 'mode %U %a %n' ckpt.pt
+python3 -c 'open("ckpt.pt", "w").write("step 2")' && cat ckpt.pt && echo
+sha256sum data.bin
+SCRIPT
+  before=$(bytes_read)
+  pids=()
+  for n in 1 2; do # at once: each submission's own checks open the source (4 s)
+    as_user "sbatch --parsable -N1 -n1 -w node1 -o out.%j --stage-data=shared/tog$n.tar:t together.sh >tog$n.id" &
+    pids+=($!)
+  done
+  wait "${pids[@]}" # (a bare wait would wait for the share's server too)
+  ids=("$(cat "$WORK/tog1.id")" "$(cat "$WORK/tog2.id")")
+  [ -n "${ids[0]}" ]
+  [ -n "${ids[1]}" ]
+  for id in "${ids[@]}"; do wait_job_done "$id"; done
+  read_bytes=$(( $(bytes_read) - before ))
+  all=$(for id in "${ids[@]}"; do cat "$WORK/out.$id"; done); echo "$all"
+  # Each job: its own files, changeable; the read-for-view line at least once (both asked at once).
+  [ "$(echo "$all" | grep -c "^mode $STAGEHAND_TEST_USER 640 ckpt.pt$")" -eq 2 ]
+  [ "$(echo "$all" | grep -cx "step 2")" -eq 2 ]
+  [ "$(echo "$all" | grep -c '(cache miss)$')" -eq 2 ]
+  echo "$all" | grep -q 'tog[12].tar -> .*, read into the node cache and shown as your own files (cache view) (cache miss)$'
+  for n in 1 2; do
+    echo "$all" | grep -q "^$(sha256sum "$WORK/cache-src/tog$n/t/data.bin" | cut -c1-64)  data.bin$"
+  done
+  size=$(( $(stat -c %s "$WORK/cache-src/tog1.tar") + $(stat -c %s "$WORK/cache-src/tog2.tar") ))
+  echo "shared storage read: $read_bytes bytes for $size"
+  [ "$read_bytes" -le $(( size * 105 / 100 )) ]
+  # The cache holds both as they were: the next job hits and sees the archive's bytes.
+  submit -N1 -w node1 --stage-data=shared/tog1.tar:t --wrap "'cat \$SLURM_TMPDIR/t/t/ckpt.pt; echo'"
+  echo "$LAST_OUTPUT" | grep -q '(cache view) (cache hit)$'
+  echo "$LAST_OUTPUT" | grep -qx weights
+  fusermount -u "$WORK/shared"
+  setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
+  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+}
+
 @test "a miss through the daemon gives the job its own files, as without it: the user's, the archive's modes, changeable in place; the cache stays as it was" {
   as_user "mkdir -p own-src/d/sub && printf weights >own-src/d/ckpt.pt && printf '#!/bin/sh\n' >own-src/d/run.sh && printf s >own-src/d/sub/secret"
   as_user "chmod 0640 own-src/d/ckpt.pt && chmod 0755 own-src/d/run.sh && chmod 0600 own-src/d/sub/secret && chmod 0750 own-src/d/sub"

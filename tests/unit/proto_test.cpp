@@ -197,4 +197,22 @@ TEST(Proto, CacheViewRoundTripAndReply)
   ASSERT_TRUE(back) << back.error().message;
   EXPECT_EQ(back->entries[0].entry, "k1");
   EXPECT_EQ(back->entries[1].entry, "");
+  EXPECT_EQ(back->entries[0].cache, CacheOutcome::hit); // a daemon without "cache" answered hits only
+  EXPECT_EQ(v.claimed, ClaimedMisses::staged);            // and a plugin without "read_claimed" stages its misses
+
+  // A claimed miss read into the cache for the job's view: asked for, and said so with its seconds.
+  auto asked =
+    parse_request(serialize(Request{CacheView{9, v.sources, ClaimedMisses::read_for_view, std::chrono::seconds(30)}}));
+  ASSERT_TRUE(asked) << asked.error().message;
+  EXPECT_EQ(std::get<CacheView>(*asked).claimed, ClaimedMisses::read_for_view);
+  EXPECT_EQ(std::get<CacheView>(*asked).progress_interval, std::chrono::seconds(30));
+  ViewEntry read{"k2", 60000, 7, stage::Placement::unpacked, CacheOutcome::miss, 0.634};
+  auto read_frame = parse_reply_frame(serialize_result(CacheViewReply{{read}}));
+  ASSERT_TRUE(read_frame);
+  auto read_back = parse_cache_view_reply(read_frame->result_json);
+  ASSERT_TRUE(read_back) << read_back.error().message;
+  EXPECT_EQ(read_back->entries[0].cache, CacheOutcome::miss);
+  EXPECT_DOUBLE_EQ(read_back->entries[0].seconds, 0.634);
+  EXPECT_FALSE(parse_cache_view_reply(R"({"entries":[{"entry":"a","files":1,"bytes":1,"how":"","cache":"none"}]})"));
+  EXPECT_FALSE(parse_cache_view_reply(R"({"entries":[{"entry":"a","files":1,"bytes":1,"how":"","seconds":-1}]})"));
 }

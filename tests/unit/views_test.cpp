@@ -27,6 +27,20 @@ TEST(ViewRecord, RoundTrips)
   auto line = view_line(views[0]);
   ASSERT_TRUE(line);
   EXPECT_EQ(*parse_view_line(*line), views[0]); // the helper's --view value
+  // A source read into the cache for this job at task start: its milliseconds, for its summary line.
+  View read{"imagenet", 60000, 123456789, stage::Placement::unpacked, ViewOrigin::read, 634};
+  auto read_line = view_line(read);
+  ASSERT_TRUE(read_line);
+  EXPECT_EQ(*read_line, "60000 123456789 unpacked,read=634 imagenet");
+  EXPECT_EQ(*parse_view_line(*read_line), read);
+  EXPECT_EQ(parse_view_line("1 1 unpacked a")->origin, ViewOrigin::hit); // a line before reads were shown
+  EXPECT_FALSE(parse_view_line("1 1 unpacked,read= a"));
+  EXPECT_FALSE(parse_view_line("1 1 unpacked,reap=5 a"));
+  EXPECT_FALSE(parse_view_line("1 1 unpacked,read=5x a"));
+  EXPECT_NE(view_summary(read, "/shared/imagenet.tar", "/tmp/job").find("(cache miss)"), std::string::npos);
+  EXPECT_NE(view_summary(read, "/shared/imagenet.tar", "/tmp/job").find("0.63 s"), std::string::npos)
+    << view_summary(read, "/shared/imagenet.tar", "/tmp/job");
+  EXPECT_NE(view_summary(views[0], "/shared/imagenet.tar", "/tmp/job").find("(cache hit)"), std::string::npos);
   auto empty = parse_view_record(*format_view_record({}));
   ASSERT_TRUE(empty);
   EXPECT_TRUE(empty->empty());

@@ -44,6 +44,33 @@ Result<SourceSpec> parse_source(const json& j)
   return s;
 }
 
+// A stage request, or a cache_view (the same fields, without max_bytes).
+Result<Request> parse_stage_or_view(const json& j, const Fields& f, const std::string& op)
+{
+  SH_TRY(job, f.u32("job_id"));
+  SH_TRY(max, op == "stage" ? f.u64("max_bytes") : Result<std::uint64_t>(std::uint64_t{0}));
+  auto it = j.find("sources");
+  if (it == j.end() || !it->is_array() || it->empty() || it->size() > k_max_sources) {
+    return bad("\"sources\" must be a list of 1 to " + std::to_string(k_max_sources) + " sources");
+  }
+  SH_TRY(misses, j.contains("misses") ? f.str("misses") : Result<std::string>(std::string("read")));
+  if (*misses != "read" && *misses != "report") {
+    return bad("\"misses\" must be \"read\" or \"report\"");
+  }
+  Stage s{*job, {}, *max, *misses == "report" ? Misses::report : Misses::read};
+  for (const auto& item : *it) {
+    SH_TRY(src, parse_source(item));
+    s.sources.push_back(std::move(*src));
+  }
+  if (op == "cache_view") {
+    SH_TRY(read, f.boolean("read_claimed", false));
+    SH_TRY(interval, j.contains("progress_interval") ? f.u32("progress_interval") : Result<std::uint32_t>(0U));
+    const auto claimed = *read ? ClaimedMisses::read_for_view : ClaimedMisses::staged;
+    return Request{CacheView{s.job_id, std::move(s.sources), claimed, std::chrono::seconds(*interval)}};
+  }
+  return Request{std::move(s)};
+}
+
 Result<Request> parse_object(const json& j)
 {
   if (!j.is_object()) {
@@ -78,25 +105,7 @@ Result<Request> parse_object(const json& j)
     return Request{e};
   }
   if (*op == "stage" || *op == "cache_view") {
-    SH_TRY(job, f.u32("job_id"));
-    SH_TRY(max, *op == "stage" ? f.u64("max_bytes") : Result<std::uint64_t>(std::uint64_t{0}));
-    auto it = j.find("sources");
-    if (it == j.end() || !it->is_array() || it->empty() || it->size() > k_max_sources) {
-      return bad("\"sources\" must be a list of 1 to " + std::to_string(k_max_sources) + " sources");
-    }
-    SH_TRY(misses, j.contains("misses") ? f.str("misses") : Result<std::string>(std::string("read")));
-    if (*misses != "read" && *misses != "report") {
-      return bad("\"misses\" must be \"read\" or \"report\"");
-    }
-    Stage s{*job, {}, *max, *misses == "report" ? Misses::report : Misses::read};
-    for (const auto& item : *it) {
-      SH_TRY(src, parse_source(item));
-      s.sources.push_back(std::move(*src));
-    }
-    if (*op == "cache_view") {
-      return Request{CacheView{s.job_id, std::move(s.sources)}};
-    }
-    return Request{std::move(s)};
+    return parse_stage_or_view(j, f, *op);
   }
   if (*op == "status") {
     return Request{StatusQuery{}};
@@ -207,6 +216,10 @@ std::string serialize(const Request& r)
                         [&](const StageOutRetry& x) { j["job_id"] = x.job_id; },
                         [&](const CacheView& x) {
                           j["job_id"] = x.job_id;
+                          if (x.claimed == ClaimedMisses::read_for_view) {
+                            j["read_claimed"] = true;
+                            j["progress_interval"] = x.progress_interval.count();
+                          }
                           j["sources"] = json::array();
                           for (const auto& s : x.sources) {
                             j["sources"].push_back(source_json(s));

@@ -5,6 +5,7 @@
 #include "stagehand/stage/kinds.hpp"
 #include "stagehand/util/result.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -88,13 +89,24 @@ struct StageOutRetry // root, or the job's user: copy a job's kept stage-out res
   std::uint32_t job_id = 0;
 };
 
+// What cache_view does with a miss its job claims (the first of the jobs starting together to ask):
+// leaves it to the job's staging, or reads it into the cache itself and answers with the entry,
+// which the job is then shown as a view like the others (one unpack of the source on the node,
+// not the job's own and then the cache's). Only where the job reads its sources on this node
+// itself: a broadcast's copy is on its way elsewhere.
+enum class ClaimedMisses { staged, read_for_view };
+
 // root, on behalf of the job (the plugin in task_init_privileged): which of these sources are cache
 // hits for the job's user (identified as that user, as `stage` does)? A hit is pinned for the job
-// (until its end) and named; a miss is never staged.
+// (until its end) and named; a miss is never staged in the job's directory (ClaimedMisses).
 struct CacheView
 {
   std::uint32_t job_id = 0;
   std::vector<SourceSpec> sources;
+  ClaimedMisses claimed = ClaimedMisses::staged;
+  // read_for_view: the job's [stage] progress_interval (0: none): a read for its view not done by
+  // then is left to the job's staging, which says how far it is.
+  std::chrono::seconds progress_interval{0};
 };
 
 using Request = std::variant<RegisterJob, EndJob, Stage, StatusQuery, CacheList, CacheEvict, Gc, StageOutRetry, CacheView>;
@@ -206,6 +218,8 @@ struct ViewEntry
   std::uint64_t files = 0;
   std::uint64_t bytes = 0;
   stage::Placement how = stage::Placement::copied;
+  CacheOutcome cache = CacheOutcome::hit; // miss: read into the cache for this job (ClaimedMisses)
+  double seconds = 0;                     // that read's, and its fill's
 };
 
 struct CacheViewReply

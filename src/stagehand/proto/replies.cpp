@@ -110,8 +110,12 @@ std::string serialize_result(const Reply& r)
                         [&](const CacheViewReply& x) {
                           j["entries"] = json::array();
                           for (const auto& e : x.entries) {
-                            j["entries"].push_back(
-                              json{{"entry", e.entry}, {"files", e.files}, {"bytes", e.bytes}, {"how", stage::name_of(e.how)}});
+                            j["entries"].push_back(json{{"entry", e.entry},
+                                                        {"files", e.files},
+                                                        {"bytes", e.bytes},
+                                                        {"how", stage::name_of(e.how)},
+                                                        {"cache", e.cache == CacheOutcome::miss ? "miss" : "hit"},
+                                                        {"seconds", e.seconds}});
                           }
                         },
                         [&](const GcReply& x) {
@@ -341,7 +345,14 @@ Result<CacheViewReply> parse_cache_view_reply(std::string_view payload)
     if (!placed) {
       return Error::internal("protocol: \"how\" must be \"copied\" or \"unpacked\"");
     }
-    r.entries.push_back(ViewEntry{*entry, *files, *bytes, *placed});
+    // "cache" and "seconds" came later: a daemon without them answered hits only.
+    SH_TRY(cache, e.contains("cache") ? f.str("cache") : Result<std::string>(std::string("hit")));
+    SH_TRY(seconds, e.contains("seconds") ? f.number("seconds") : Result<double>(0.0));
+    if ((*cache != "hit" && *cache != "miss") || *seconds < 0) {
+      return Error::internal("protocol: \"cache\" must be \"hit\" or \"miss\", \"seconds\" not negative");
+    }
+    r.entries.push_back(
+      ViewEntry{*entry, *files, *bytes, *placed, *cache == "miss" ? CacheOutcome::miss : CacheOutcome::hit, *seconds});
   }
   return r;
 }

@@ -181,8 +181,11 @@ Result<ipc::Child> FillThread::spawn_follower(FollowFill& f, const ipc::Credenti
   const bool tree = f.tree;
   const std::uint64_t room = f.room;
   const std::string source = f.source;
+  const bool behind = f.priority == FollowFill::Priority::behind_jobs;
   auto child = ipc::spawn_as(service, {f.dir.get(), f.verdict->fd()}, [&](int sock, const std::vector<int>& kept) {
-    behind_the_jobs();
+    if (behind) {
+      behind_the_jobs();
+    }
     struct sigaction ign {};
     ign.sa_handler = SIG_IGN;
     ::sigaction(SIGPIPE, &ign, nullptr); // the unpacking may stop reading: the feeder's write says so

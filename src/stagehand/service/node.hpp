@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <ctime>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -52,6 +53,8 @@ struct Node
   std::optional<ipc::Credentials> service; // the service user, when the cache is usable
   Counters counters;
   ReadsUnderWay reads; // single flight: the reads under way, by key, and cache_view's claims
+  std::uint32_t views_asked = 0; // cache_view requests under way: jobs starting together
+  std::map<std::uint32_t, std::int64_t> viewed_jobs; // jobs that asked cache_view, and when (epoch s)
 };
 
 } // namespace stagehand::service

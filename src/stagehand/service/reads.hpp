@@ -27,6 +27,9 @@ namespace stagehand::service {
 // or abandons it.
 struct FollowFill
 {
+  // Behind the jobs (nice 10), unless a job waits for this fill alone (cache_view's read for a view).
+  enum class Priority { behind_jobs, with_jobs };
+  Priority priority = Priority::behind_jobs;
   UniqueFd dir;       // the fill's directory (its own descriptor)
   bool tree = false;  // a directory's tar stream, else an archive's bytes
   std::uint64_t room = 0;
@@ -43,6 +46,7 @@ struct FillWait
 {
   bool done = false;
   bool published = false;
+  std::uint32_t job_id = 0; // the job whose request reads
   std::shared_ptr<UniqueFd> spool_dir; // set once the spool holds the whole source: the fill's directory
   std::chrono::milliseconds read_time{0}; // how long the read took: how long a waiter waits for the entry
   std::chrono::steady_clock::time_point patience_until{}; // set with spool_dir: the end of that wait, for every waiter

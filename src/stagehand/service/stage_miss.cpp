@@ -127,6 +127,9 @@ Result<StageRequest::Missed> StageRequest::miss(const Delivery& d, int src_fd, c
 Result<StageRequest::Missed> StageRequest::MissRead::run()
 {
   begin_spool();
+  if (d.into == DeliverInto::cache_only && !fill) {
+    return Error::io("not read into the node cache: " + out.why_uncached, ENOSPC);
+  }
   offer_follow();
   if (auto st = start_reader(); !st) {
     return fail(st.error());
@@ -150,10 +153,12 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
       return fail(e);
     }
   }
-  auto tee_msg = r.await(*tee, [&] { return status(); });
+  // A read for the cache alone runs on a thread of its own: the client hears from the request's.
+  const auto frames = d.into == DeliverInto::cache_only ? Frames::none : Frames::sent;
+  auto tee_msg = r.await(*tee, [&] { return status(); }, frames);
   std::optional<Result<ipc::Message>> read_msg;
   if (reader) {
-    read_msg = r.await(*reader, [&] { return status(); });
+    read_msg = r.await(*reader, [&] { return status(); }, frames);
   }
   kill_all(); // each leads its own process group: whatever they forked ends here
   if (!tee_msg) {
@@ -166,6 +171,10 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
   auto changed = source_changed(read_msg);
   if (!changed) {
     return fail(changed.error());
+  }
+  if (d.into == DeliverInto::cache_only) {
+    settle(*changed, *teed);
+    return std::move(out); // nothing delivered: the spool is all
   }
   if (!delivery) {
     delivered = deliver_after(teed->dropped);
@@ -212,6 +221,9 @@ void StageRequest::MissRead::offer_follow()
   follow = std::make_shared<FollowFill>();
   follow->dir = UniqueFd(::fcntl(fill->dir.get(), F_DUPFD_CLOEXEC, 0));
   follow->tree = src.kind == stage::SourceKind::dir;
+  if (d.into == DeliverInto::cache_only) {
+    follow->priority = FollowFill::Priority::with_jobs; // the jobs wait for this fill, not for copies of their own
+  }
   follow->room = d.room;
   follow->source = src.path;
   follow->verdict.emplace(std::move(*v));
@@ -290,10 +302,11 @@ Status StageRequest::MissRead::start_reader()
 }
 
 // A zip names its entries' types at its end: it is read into the spool first and delivered from
-// there (seekable), not as it streams past.
+// there (seekable), not as it streams past. A read for the cache alone has no delivery: the tee
+// finds the pipe closed and sends everything to the spool.
 Status StageRequest::MissRead::start_delivery()
 {
-  if (!d.seek_first) {
+  if (d.into == DeliverInto::job_directory && !d.seek_first) {
     auto spawned = r.spawn_delivery(feed_rd.get(), d);
     if (!spawned) {
       return spawned.error();

@@ -136,24 +136,28 @@ void StageRequest::fill_alive()
   }
 }
 
+void StageRequest::record_progress(const proto::Progress& p)
+{
+  std::lock_guard lock(m_node.mutex);
+  if (m_staging_id) { // a staging; cache_view's keepalives are no staging (status never lists them)
+    m_node.stagings.report(*m_staging_id, p);
+  }
+  if (m_fill_wait) {
+    if (p.done_bytes != m_fill_wait->progress) {
+      m_fill_wait->progressed = std::chrono::steady_clock::now();
+    }
+    m_fill_wait->progress = p.done_bytes;
+  }
+}
+
 void StageRequest::progress(const proto::Progress& p)
 {
-  {
-    std::lock_guard lock(m_node.mutex);
-    if (m_staging_id) { // a staging; cache_view's keepalives are no staging (status never lists them)
-      m_node.stagings.report(*m_staging_id, p);
-    }
-    if (m_fill_wait) {
-      if (p.done_bytes != m_fill_wait->progress) {
-        m_fill_wait->progressed = std::chrono::steady_clock::now();
-      }
-      m_fill_wait->progress = p.done_bytes;
-    }
-  }
+  record_progress(p);
   m_out.progress(p);
 }
 
-Result<ipc::Message> StageRequest::await(ipc::Child& child, const std::function<proto::Progress()>& status)
+Result<ipc::Message> StageRequest::await(ipc::Child& child, const std::function<proto::Progress()>& status,
+                                         Frames frames)
 {
   auto give_up = [&](Error e) -> Result<ipc::Message> {
     child.kill();
@@ -169,6 +173,10 @@ Result<ipc::Message> StageRequest::await(ipc::Child& child, const std::function<
     }
     if (child.stopped()) {
       return give_up(Error::io("the staging process was stopped (SIGSTOP)", EINTR));
+    }
+    if (frames == Frames::none) {
+      record_progress(status());
+      continue;
     }
     progress(status());
     if (m_out.broken()) {
@@ -193,6 +201,9 @@ void StageRequest::rollback()
 
 StageRequest::~StageRequest()
 {
+  if (m_view_read && m_view_read->thread.joinable()) {
+    m_view_read->thread.join(); // a read handed over to the job's staging: its spool reaches the fill thread first
+  }
   for (const auto& key : m_pinned) {
     m_node.keeper.unpin(key);
   }

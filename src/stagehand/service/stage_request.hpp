@@ -24,6 +24,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,8 @@ inline constexpr auto k_stalled_fill = std::chrono::seconds(600); // a leader fi
 inline constexpr auto k_view_read_wait = std::chrono::seconds(30); // cache_view: how long it waits for another job's read
 inline constexpr auto k_view_claim = std::chrono::seconds(10);     // cache_view: a miss's claim to be read, kept this long
 inline constexpr auto k_view_claim_wait = std::chrono::seconds(3); // cache_view: how long for the claimer's read to begin
+inline constexpr std::int64_t k_together = 10;     // cache_view: jobs registered this many seconds ago start together
+inline constexpr std::int64_t k_viewed_kept = 600; // cache_view: how long a job that asked is remembered (s)
 
 // For each source, the job user's side opens and identifies it; a hit is linked into the job's
 // directory; a miss is read once by the service user's side, delivered to the job as the job user
@@ -50,8 +53,10 @@ public:
   StageRequest& operator=(const StageRequest&) = delete;
   void execute();
   // cache_view: for each source, identified as the job user, the entry's name when it is a hit
-  // (pinned for the job), else "". Nothing is staged.
-  std::vector<proto::ViewEntry> find_hits();
+  // (pinned for the job), else "". Nothing is staged in the job's directory; with `claimed`
+  // read_for_view, an archive this job claims is read into the cache first (a miss shown as a view).
+  std::vector<proto::ViewEntry> find_hits(proto::ClaimedMisses claimed = proto::ClaimedMisses::staged,
+                                         std::chrono::seconds progress_interval = std::chrono::seconds(0));
 
 private:
   Result<UniqueFd> open_job_dir();
@@ -65,12 +70,19 @@ private:
   // Our fill is alive though its bytes may not move (empty files, its final walk and sync): jobs
   // waiting for it do not give up on it yet.
   void fill_alive();
-  // Waits for a child's message, sending a progress frame every few seconds meanwhile. On any
-  // failure the child is killed (the job user may have stopped it: it runs with their uid).
-  Result<ipc::Message> await(ipc::Child& child, const std::function<proto::Progress()>& status);
+  // Waits for a child's message, sending a progress frame every few seconds meanwhile (`none`: only
+  // counted for the jobs waiting on this read, for a read no client waits on frame by frame). On
+  // any failure the child is killed (the job user may have stopped it: it runs with their uid).
+  enum class Frames { sent, none };
+  Result<ipc::Message> await(ipc::Child& child, const std::function<proto::Progress()>& status,
+                             Frames frames = Frames::sent);
+  // What progress() records for the jobs waiting on this request's read, without sending it.
+  void record_progress(const proto::Progress& p);
   Result<proto::StagedSource> stage_one(const proto::SourceSpec& src);
-  // cache_view: waits (bounded) for another job's read and fill of `key` on this node, if any.
-  void await_fill_for_view(std::unique_lock<std::mutex>& lock, const std::string& key, const std::string& shown);
+  // cache_view: waits (bounded) for another job's read and fill of `key` on this node, if any;
+  // `claimed` when nobody reads it yet and this job claimed it (its own to read).
+  enum class ViewWait { looked, claimed };
+  ViewWait await_fill_for_view(std::unique_lock<std::mutex>& lock, const std::string& key, const std::string& shown);
   // Step 1 of a source: opened and identified by the job user's side.
   struct Identified
   {
@@ -85,9 +97,13 @@ private:
   enum class KindFrom { spec, descriptor };
   Result<Identified> identify(const proto::SourceSpec& src, const std::function<double()>& seconds,
                               KindFrom from = KindFrom::spec);
+  // Where a miss's read goes: to the job's directory (and the spool), or to the spool alone, for a
+  // cache entry a job will be shown as a view (cache_view's read of a claimed source).
+  enum class DeliverInto { job_directory, cache_only };
   // One source's delivery into the job's directory, as the job user (stage_miss.cpp).
   struct Delivery
   {
+    DeliverInto into = DeliverInto::job_directory;
     const proto::SourceSpec* src = nullptr;
     stage::StreamContent content = stage::StreamContent::plain_file;
     struct stat file_stat {}; // a plain file's mode and times
@@ -134,10 +150,44 @@ private:
     Delivery delivery;
     std::string created; // what staging may create below the job's directory
     std::string hit_key; // the entry looked up (a hit's, once found)
+    bool read_by_job = false; // waited for a read of this job's own (cache_view's, at task start)
     std::optional<stage::Delivered> delivered;
     proto::StagedSource out;
   };
+  // cache_view's read of a claimed source (read_for_view), on its own thread: joined when the
+  // request ends, so that a read handed over to the job's staging finishes first.
+  struct ViewRead
+  {
+    explicit ViewRead(const proto::SourceSpec& spec) : s(spec) {}
+    Sourcing s;
+    std::shared_ptr<FillWait> wait;
+    bool finished = false; // the read is over (its spool handed to the fill thread, or not): the node's lock
+    bool spooled = false;
+    std::chrono::steady_clock::time_point until; // how long its job waits for the entry
+    std::thread thread;
+  };
   Status identify_source(Sourcing& s);
+  // cache_view: a source this job claimed, read for its view when other jobs start with it (the
+  // node's lock held, released meanwhile): the read's seconds, or nullopt (left to its staging).
+  std::optional<double> read_claimed(std::unique_lock<std::mutex>& lock, const proto::SourceSpec& src,
+                                     Identified& found, const struct timespec& started,
+                                     std::chrono::seconds progress_interval);
+  // cache_view, with the node's lock: whether other jobs start on this node with this one (one
+  // asks for its views now, or registered moments ago and has not asked yet).
+  bool others_starting_locked() const;
+  // cache_view: why a source this job claimed is not read into the cache for its view ("": it is).
+  std::string why_not_read_for_view(const Identified& found, const struct timespec& started);
+  // cache_view: reads a claimed source into the cache (no delivery: the spool, the fill following
+  // it from the start; on a thread of its own) and waits for its entry; the seconds taken, or
+  // nullopt when none came of it within the job's progress interval: the read then goes on, and
+  // the job's staging waits for it (with progress lines) as any job waits for another's read.
+  std::optional<double> read_for_view(const proto::SourceSpec& src, Identified& found, const struct timespec& started,
+                                      std::chrono::seconds progress_interval);
+  struct ViewRead;
+  void run_view_read(ViewRead& v, const ipc::Credentials& service);
+  // Waits, on `lock`, for the fill of `wait` until `until`: whether its entry was published.
+  bool await_entry(std::unique_lock<std::mutex>& lock, FillWait& wait, std::chrono::steady_clock::time_point until,
+                   const std::string& shown);
   // A hit, a delivery from another job's read, or this request's own read (cache/stage_plan).
   Status obtain(Sourcing& s);
   // Whether the cache holds the source (the entry pinned for the job); a limit error when it
@@ -179,6 +229,7 @@ private:
   std::uint64_t m_total = 0;
   std::optional<std::uint64_t> m_staging_id; // a staging's entry in status (none for cache_view)
   bool m_claimed = false; // cache_view: this job claimed a source to read
+  std::unique_ptr<ViewRead> m_view_read; // cache_view: the last claimed source read for a view
 };
 
 } // namespace stagehand::service

@@ -107,8 +107,12 @@ Status StageRequest::obtain(Sourcing& s)
                                      m_request.misses == proto::Misses::report, s.src.kind, s.copy_fd.valid()};
     switch (cache::next_source_step(situation)) {
     case cache::SourceStep::hit:
+      if (s.read_by_job) { // the entry of this job's own read (its task start's): a miss for it
+        s.out.cache = proto::CacheOutcome::miss;
+      }
       return ok_status();
     case cache::SourceStep::wait_for_read: {
+      s.read_by_job = s.read_by_job || reading->job_id == m_job.job_id;
       auto waited = wait_for_read(s, lock, reading);
       if (!waited) {
         return waited.error();
@@ -219,6 +223,7 @@ Status StageRequest::read_source(Sourcing& s, std::unique_lock<std::mutex>& lock
 {
   // The claim on the source, if this job made one at task start, is kept.
   auto wait = m_node.reads.begin(s.own_key, s.identity.key, Clock::now());
+  wait->job_id = m_job.job_id;
   m_fill_wait = wait;
   const ipc::Credentials service = *m_node.service;
   lock.unlock();
@@ -306,7 +311,7 @@ void StageRequest::account(const Sourcing& s)
   }
   m_node.counters.staged_bytes += s.out.bytes;
   m_node.counters.staged_seconds += s.out.seconds;
-  if (s.out.cache == proto::CacheOutcome::hit) { // linked: the job's files are the entry's
+  if (!s.delivered) { // linked (a hit, or this job's own read's entry): the job's files are the entry's
     m_node.registry.add_cache_key(m_job.job_id, s.hit_key);
   }
 }

@@ -1,21 +1,28 @@
 // cache_view (task start, root's plugin asks): which of a job's sources are hits, each pinned for
-// the job, after waiting (bounded) for another job's read of it on this node; nothing is staged.
+// the job, after waiting (bounded) for another job's read of it on this node, or after reading it
+// into the cache when this job is the first to ask while other jobs are asking too (an archive,
+// with the cache on the scratch's filesystem, where the job reads its sources itself); nothing is
+// staged in the job's directory.
 #include "stagehand/service/stage_request.hpp"
 
 #include "stagehand/cache/key.hpp"
 #include "stagehand/cache/source.hpp"
+#include "stagehand/cache/stage_plan.hpp"
 #include "stagehand/proto/child_messages.hpp"
 
 #include <spdlog/spdlog.h>
 
+#include <sys/stat.h>
+
 #include <chrono>
+#include <ctime>
 
 namespace stagehand::service {
 
 using Clock = std::chrono::steady_clock;
 
-void StageRequest::await_fill_for_view(std::unique_lock<std::mutex>& lock, const std::string& key,
-                                       const std::string& shown)
+StageRequest::ViewWait StageRequest::await_fill_for_view(std::unique_lock<std::mutex>& lock, const std::string& key,
+                                                        const std::string& shown)
 {
   const std::vector<std::string> keys{key, cache::delivered_key(key, m_job.uid)};
   auto wait = m_node.reads.find_any(keys);
@@ -26,14 +33,14 @@ void StageRequest::await_fill_for_view(std::unique_lock<std::mutex>& lock, const
     const auto now = Clock::now();
     if (m_node.reads.claim(key, now, k_view_claim)) {
       m_claimed = true;
-      return; // ours to read
+      return ViewWait::claimed; // ours to read
     }
     if (m_claimed) {
-      return; // this job reads another source first: it never waits on a read that may wait on it
+      return ViewWait::looked; // this job reads another source first: it never waits on a read that may wait on it
     }
     wait = m_node.reads.await_begin(lock, keys, now + k_view_claim_wait);
     if (!wait) {
-      return;
+      return ViewWait::looked;
     }
   }
   // Another job is reading this source: its entry may be a moment away, and a view of it costs
@@ -54,24 +61,214 @@ void StageRequest::await_fill_for_view(std::unique_lock<std::mutex>& lock, const
       keepalive();
     }
   }
-  while (wait->spool_dir && !wait->done && Clock::now() < wait->patience_until) {
-    if (!wait->cv.wait_until(lock, std::min(wait->patience_until, Clock::now() + k_keepalive), [&] { return wait->done; })) {
-      keepalive();
+  if (wait->spool_dir) {
+    (void)await_entry(lock, *wait, wait->patience_until, shown);
+  }
+  return ViewWait::looked;
+}
+
+bool StageRequest::others_starting_locked() const
+{
+  if (m_node.views_asked > 1) {
+    return true; // another job asks now
+  }
+  // Or will: its prolog ran moments ago (jobs started together are allocated together) and it has
+  // not asked yet.
+  const std::int64_t now = std::time(nullptr);
+  return m_node.registry.read([&](const registry::Registry& reg) {
+    for (const auto& [id, rec] : reg.jobs()) {
+      if (id != m_job.job_id && rec.state == registry::JobState::running && rec.registered_at >= now - k_together &&
+          !m_node.viewed_jobs.contains(id)) {
+        return true;
+      }
     }
+    return false;
+  });
+}
+
+bool StageRequest::await_entry(std::unique_lock<std::mutex>& lock, FillWait& wait, Clock::time_point until,
+                               const std::string& shown)
+{
+  const auto t0 = Clock::now();
+  while (!wait.done && Clock::now() < until) {
+    if (!wait.cv.wait_until(lock, std::min(until, Clock::now() + k_keepalive), [&] { return wait.done; })) {
+      lock.unlock();
+      m_out.progress(proto::Progress{shown, 0, 0, std::chrono::duration<double>(Clock::now() - t0).count()});
+      lock.lock();
+      if (m_out.broken()) {
+        break; // the task is gone (scancel): nobody waits for this answer
+      }
+    }
+  }
+  return wait.done && wait.published;
+}
+
+std::string StageRequest::why_not_read_for_view(const Identified& found, const struct timespec& started)
+{
+  if (!found.archive || found.zip || found.copy.valid()) {
+    return "not an archive read in one pass"; // a plain file's entry is linked; a zip is read whole first
+  }
+  std::uint64_t cache_max = 0;
+  {
+    std::lock_guard lock(m_node.mutex);
+    cache_max = m_node.config.daemon.cache_max_bytes;
+  }
+  if (auto why = cache::uncached_before_read(found.identity, started, cache_max); !why.empty()) {
+    return why;
+  }
+  // The job waits for the cache's fill instead of its own copy: only where both are written to the
+  // same filesystem (a cache on a slower disk than the scratch would make the job wait on it).
+  auto base = m_node.open_base();
+  struct stat scratch {};
+  struct stat cache {};
+  if (!base || ::fstat(base->get(), &scratch) != 0 || ::stat(m_store->path().c_str(), &cache) != 0 ||
+      scratch.st_dev != cache.st_dev) {
+    return "the node cache is not on the scratch's filesystem";
+  }
+  return "";
+}
+
+std::optional<double> StageRequest::read_for_view(const proto::SourceSpec& src, Identified& found,
+                                                  const struct timespec& started,
+                                                  std::chrono::seconds progress_interval)
+{
+  std::unique_lock lock(m_node.mutex);
+  if (m_view_read && !m_view_read->finished) {
+    return std::nullopt; // one at a time: the job's staging reads the others
+  }
+  if (!m_node.service) {
+    return std::nullopt;
+  }
+  if (m_view_read) {
+    lock.unlock();
+    m_view_read->thread.join();
+    lock.lock();
+  }
+  m_view_read = std::make_unique<ViewRead>(src);
+  ViewRead& v = *m_view_read;
+  Sourcing& s = v.s;
+  s.started = started;
+  s.identity = found.identity;
+  s.src_fd = std::move(found.fd);
+  s.own_key = s.identity.key;
+  s.room = m_node.config.stage.max_bytes; // the job's limit, as for its own staging
+  s.delivery.into = DeliverInto::cache_only;
+  s.delivery.src = &src;
+  s.delivery.content = stage::StreamContent::archive;
+  (void)::fstat(s.src_fd.get(), &s.delivery.file_stat);
+  s.delivery.unpack = src.unpack;
+  s.delivery.room = s.room;
+  // As long as the job would stage before its first progress line: past that, its staging waits
+  // for this read and its entry, saying how far they are, as any job waiting on another's read.
+  const auto until = Clock::now() + (progress_interval.count() > 0
+                                       ? std::min<Clock::duration>(progress_interval, k_view_read_wait)
+                                       : Clock::duration(k_view_read_wait));
+  v.until = until;
+  v.wait = m_node.reads.begin(s.own_key, s.identity.key, Clock::now());
+  v.wait->job_id = m_job.job_id;
+  m_fill_wait = v.wait;
+  m_staging_id = m_node.stagings.open(m_job.uid); // `stagehand status` lists the read as the job's staging
+  m_fills.ask_follow_locked(*v.wait); // this job waits for the entry: the fill follows the read from its start
+  const ipc::Credentials service = *m_node.service;
+  v.thread = std::thread([this, &v, service] { run_view_read(v, service); });
+  const auto t0 = Clock::now();
+  while (!v.finished && Clock::now() < until) {
+    if (!v.wait->cv.wait_until(lock, std::min(until, Clock::now() + k_keepalive), [&] { return v.finished; })) {
+      lock.unlock();
+      m_out.progress(proto::Progress{src.shown, 0, 0, std::chrono::duration<double>(Clock::now() - t0).count()});
+      lock.lock();
+      if (m_out.broken()) {
+        break; // the task is gone (scancel): the read goes on for the node's cache
+      }
+    }
+  }
+  if (!v.finished) {
+    spdlog::info("job {}: cache view: {}: still reading; the job's staging waits for it", m_job.job_id, src.path);
+    return std::nullopt;
+  }
+  if (!v.spooled || !await_entry(lock, *v.wait, until, src.shown)) {
+    return std::nullopt;
+  }
+  return s.seconds();
+}
+
+void StageRequest::run_view_read(ViewRead& v, const ipc::Credentials& service)
+{
+  Sourcing& s = v.s;
+  const MissContext context{s.identity, s.started, service, [&] { return s.seconds(); }, s.src_fd.get(), s.own_key};
+  auto missed = miss(s.delivery, s.src_fd.get(), context);
+  std::lock_guard lock(m_node.mutex);
+  m_fill_wait.reset();
+  v.wait->follow.reset();
+  if (!missed || !missed->spool) {
+    v.wait->done = true;
+    m_node.reads.end(s.own_key, v.wait);
+    spdlog::info("job {}: cache view: {}: not read for a view ({})", m_job.job_id, s.src.path,
+                 !missed ? missed.error().message : missed->why_uncached);
+  } else {
+    hand_spool_to_fill_locked(s, *missed, v.wait);
+    // The other jobs wait for this entry as long as this one does: the fill has followed the read
+    // (read_time, a quick read's, says nothing of how long the unpack takes), and a copy each
+    // from the spool would race the fill for the same cores.
+    v.wait->patience_until = std::max(v.wait->patience_until, v.until);
+    v.spooled = true;
+  }
+  v.finished = true;
+  v.wait->cv.notify_all();
+  if (m_staging_id) {
+    m_node.stagings.close(*m_staging_id);
+    m_staging_id.reset();
   }
 }
 
-std::vector<proto::ViewEntry> StageRequest::find_hits()
+std::optional<double> StageRequest::read_claimed(std::unique_lock<std::mutex>& lock, const proto::SourceSpec& src,
+                                                 Identified& found, const struct timespec& started,
+                                                 std::chrono::seconds progress_interval)
+{
+  // A job starting alone stages its miss as it streams (its own copy, then the cache's fill
+  // behind it): cheaper for it alone than waiting for the entry's seal. Jobs starting together
+  // share one unpack into the cache instead.
+  const bool together = others_starting_locked();
+  lock.unlock();
+  const std::string why = together ? why_not_read_for_view(found, started) : "no other job starting";
+  std::optional<double> read;
+  if (why.empty()) {
+    read = read_for_view(src, found, started, progress_interval);
+  } else {
+    spdlog::info("job {}: cache view: {}: left to the job's staging ({})", m_job.job_id, src.path, why);
+  }
+  lock.lock();
+  m_claimed = !read; // read: no claim of this job's is left to wait on
+  return read;
+}
+
+std::vector<proto::ViewEntry> StageRequest::find_hits(proto::ClaimedMisses claimed,
+                                                     std::chrono::seconds progress_interval)
 {
   {
     std::lock_guard lock(m_node.mutex);
     m_store = m_node.keeper.store();
+    ++m_node.views_asked;
+    const std::int64_t now = std::time(nullptr);
+    std::erase_if(m_node.viewed_jobs, [&](const auto& j) { return j.second < now - k_viewed_kept; });
+    m_node.viewed_jobs[m_job.job_id] = now;
   }
+  struct Asked
+  {
+    Node& node;
+    ~Asked()
+    {
+      std::lock_guard lock(node.mutex);
+      --node.views_asked;
+    }
+  } asked{m_node};
   std::vector<proto::ViewEntry> entries;
   const auto t0 = Clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   for (const auto& src : m_request.sources) {
     proto::ViewEntry hit;
+    struct timespec started {}; // before the source is identified (cache::changed_near)
+    ::clock_gettime(CLOCK_REALTIME, &started);
     auto found = identify(src, seconds, KindFrom::descriptor); // a file or a directory, one child
     if (!found) {
       spdlog::info("job {}: cache view: {}: {}", m_job.job_id, src.path, found.error().message);
@@ -89,19 +286,29 @@ std::vector<proto::ViewEntry> StageRequest::find_hits()
         return m;
       };
       auto meta = look();
+      std::optional<double> read;
       if (!meta && m_store && m_node.service) {
-        await_fill_for_view(lock, found->identity.key, src.shown);
+        if (await_fill_for_view(lock, found->identity.key, src.shown) == ViewWait::claimed &&
+            claimed == proto::ClaimedMisses::read_for_view) {
+          read = read_claimed(lock, src, *found, started, progress_interval);
+        }
         meta = look();
       }
       if (meta) {
         hit = proto::ViewEntry{entry, meta->files, meta->bytes, meta->how};
+        if (read) {
+          hit.cache = proto::CacheOutcome::miss;
+          hit.seconds = *read;
+        }
         // Pinned for the job until its end: the view's lower layer is this entry.
         m_node.registry.add_cache_key(m_job.job_id, hit.entry);
-        ++m_node.counters.hits;
+        ++(read ? m_node.counters.misses : m_node.counters.hits);
         (void)m_store->touch(hit.entry, static_cast<std::int64_t>(std::time(nullptr)));
       }
     }
-    spdlog::info("job {}: cache view: {}: {}", m_job.job_id, src.path, hit.entry.empty() ? "not a hit" : "hit");
+    const bool read_now = hit.cache == proto::CacheOutcome::miss;
+    spdlog::info("job {}: cache view: {}: {}", m_job.job_id, src.path,
+                 hit.entry.empty() ? "not a hit" : read_now ? "read for the view" : "hit");
     entries.push_back(hit);
   }
   return entries;

@@ -50,7 +50,8 @@ Result<std::string> view_line(const View& v)
   if (!usable_dest(v.dest)) {
     return Error::refused("view record: unusable destination");
   }
-  return std::to_string(v.files) + " " + std::to_string(v.bytes) + " " + stage::name_of(v.how) + " " + v.dest;
+  const std::string read = v.origin == ViewOrigin::read ? ",read=" + std::to_string(v.read_ms) : "";
+  return std::to_string(v.files) + " " + std::to_string(v.bytes) + " " + stage::name_of(v.how) + read + " " + v.dest;
 }
 
 Result<View> parse_view_line(std::string_view line)
@@ -72,7 +73,18 @@ Result<View> parse_view_line(std::string_view line)
   if (sp == std::string_view::npos) {
     return Error::corrupt("view record: unreadable line");
   }
-  auto how = stage::placement_named(line.substr(0, sp));
+  std::string_view how_token = line.substr(0, sp);
+  if (const auto comma = how_token.find(','); comma != std::string_view::npos) {
+    const std::string_view read = how_token.substr(comma + 1);
+    auto [end, ec] = std::from_chars(read.data() + std::min<std::size_t>(5, read.size()), read.data() + read.size(),
+                                     v.read_ms);
+    if (!read.starts_with("read=") || read.size() == 5 || ec != std::errc() || end != read.data() + read.size()) {
+      return Error::corrupt("view record: unreadable line");
+    }
+    v.origin = ViewOrigin::read;
+    how_token = how_token.substr(0, comma);
+  }
+  auto how = stage::placement_named(how_token);
   if (!how) {
     return Error::corrupt("view record: unreadable line");
   }
@@ -136,6 +148,11 @@ std::optional<std::string> view_dest(const stage::StageSpec& spec)
 
 std::string view_summary(const View& v, const std::string& shown, const std::string& tmpdir_path)
 {
+  if (v.origin == ViewOrigin::read) {
+    return stage::summary_line(v.how, shown, tmpdir_path, v.dest, v.files, v.bytes,
+                               static_cast<double>(v.read_ms) / 1000.0, "cache miss",
+                               "read into the node cache and shown as your own files (cache view)");
+  }
   return stage::summary_line(v.how, shown, tmpdir_path, v.dest, v.files, v.bytes, 0, "cache hit",
                              "shown as your own files (cache view)");
 }

@@ -23,6 +23,10 @@ std::string job_views_name(std::uint32_t job_id);
 // The job of a `.views/` entry's name ("job_<id>"), or 0.
 std::uint32_t job_of_views_name(const std::string& name);
 
+// Whether a view's entry was in the cache already, or read into it for this job at task start
+// (the daemon's cache_view, for the first of the jobs asking for a source nobody read yet).
+enum class ViewOrigin { hit, read };
+
 // One source shown as a view: its destination (relative to SLURM_TMPDIR) and what the cache entry
 // holds, for the summary line.
 struct View
@@ -31,10 +35,13 @@ struct View
   std::uint64_t files = 0;
   std::uint64_t bytes = 0;
   stage::Placement how = stage::Placement::copied;
+  ViewOrigin origin = ViewOrigin::hit;
+  std::uint64_t read_ms = 0; // a read's milliseconds
   bool operator==(const View&) const = default;
 };
 
-// "FILES BYTES HOW DEST": a record's line after "view ", and the staging helper's --view value.
+// "FILES BYTES HOW DEST" ("HOW,read=MS" for a read): a record's line after "view ", and the staging
+// helper's --view value.
 // A destination with a control character is refused, and so is a line with another HOW.
 Result<std::string> view_line(const View& v);
 Result<View> parse_view_line(std::string_view line);
