@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <ctime>
 #include <functional>
 #include <memory>
@@ -185,6 +186,11 @@ private:
                                       std::chrono::seconds progress_interval);
   struct ViewRead;
   void run_view_read(ViewRead& v, const ipc::Credentials& service);
+  // Waits on `cv` with `lock` until `done()` or `until`, a progress line of `shown` to the task every
+  // k_keepalive meanwhile (the seconds waited); stops early when the task is gone. Whether `done()`.
+  bool wait_saying_so(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                      std::chrono::steady_clock::time_point until, const std::string& shown,
+                      const std::function<bool()>& done);
   // Waits, on `lock`, for the fill of `wait` until `until`: whether its entry was published.
   bool await_entry(std::unique_lock<std::mutex>& lock, FillWait& wait, std::chrono::steady_clock::time_point until,
                    const std::string& shown);

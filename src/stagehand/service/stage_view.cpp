@@ -48,20 +48,9 @@ StageRequest::ViewWait StageRequest::await_fill_for_view(std::unique_lock<std::m
   // read (at most k_view_read_wait: a long read's waiters stage the usual way, with progress lines
   // in their output), then the entry, until the read's patience runs out (as stage requests do).
   m_fills.ask_follow_locked(*wait);
-  const auto t0 = Clock::now();
-  const auto read_deadline = t0 + k_view_read_wait;
-  auto keepalive = [&] {
-    lock.unlock();
-    m_out.progress(proto::Progress{shown, 0, 0, std::chrono::duration<double>(Clock::now() - t0).count()});
-    lock.lock();
-  };
-  while (!wait->done && !wait->spool_dir && Clock::now() < read_deadline) {
-    if (!wait->cv.wait_until(lock, std::min(read_deadline, Clock::now() + k_keepalive),
-                             [&] { return wait->done || wait->spool_dir != nullptr; })) {
-      keepalive();
-    }
-  }
-  if (wait->spool_dir) {
+  (void)wait_saying_so(lock, wait->cv, Clock::now() + k_view_read_wait, shown,
+                       [&] { return wait->done || wait->spool_dir != nullptr; });
+  if (wait->spool_dir && !m_out.broken()) {
     (void)await_entry(lock, *wait, wait->patience_until, shown);
   }
   return ViewWait::looked;
@@ -86,12 +75,13 @@ bool StageRequest::others_starting_locked() const
   });
 }
 
-bool StageRequest::await_entry(std::unique_lock<std::mutex>& lock, FillWait& wait, Clock::time_point until,
-                               const std::string& shown)
+bool StageRequest::wait_saying_so(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                                  Clock::time_point until, const std::string& shown, const std::function<bool()>& done)
 {
   const auto t0 = Clock::now();
-  while (!wait.done && Clock::now() < until) {
-    if (!wait.cv.wait_until(lock, std::min(until, Clock::now() + k_keepalive), [&] { return wait.done; })) {
+  while (!done() && Clock::now() < until) {
+    if (!cv.wait_until(lock, std::min(until, Clock::now() + k_keepalive), done)) {
+      // Straight to the task, not recorded: these are no staging's progress (status never lists them).
       lock.unlock();
       m_out.progress(proto::Progress{shown, 0, 0, std::chrono::duration<double>(Clock::now() - t0).count()});
       lock.lock();
@@ -100,7 +90,13 @@ bool StageRequest::await_entry(std::unique_lock<std::mutex>& lock, FillWait& wai
       }
     }
   }
-  return wait.done && wait.published;
+  return done();
+}
+
+bool StageRequest::await_entry(std::unique_lock<std::mutex>& lock, FillWait& wait, Clock::time_point until,
+                               const std::string& shown)
+{
+  return wait_saying_so(lock, wait.cv, until, shown, [&] { return wait.done; }) && wait.published;
 }
 
 std::string StageRequest::why_not_read_for_view(const Identified& found, const struct timespec& started)
@@ -171,18 +167,8 @@ std::optional<double> StageRequest::read_for_view(const proto::SourceSpec& src, 
   m_fills.ask_follow_locked(*v.wait); // this job waits for the entry: the fill follows the read from its start
   const ipc::Credentials service = *m_node.service;
   v.thread = std::thread([this, &v, service] { run_view_read(v, service); });
-  const auto t0 = Clock::now();
-  while (!v.finished && Clock::now() < until) {
-    if (!v.wait->cv.wait_until(lock, std::min(until, Clock::now() + k_keepalive), [&] { return v.finished; })) {
-      lock.unlock();
-      m_out.progress(proto::Progress{src.shown, 0, 0, std::chrono::duration<double>(Clock::now() - t0).count()});
-      lock.lock();
-      if (m_out.broken()) {
-        break; // the task is gone (scancel): the read goes on for the node's cache
-      }
-    }
-  }
-  if (!v.finished) {
+  // (A task gone meanwhile (scancel) stops the wait, not the read: it goes on for the node's cache.)
+  if (!wait_saying_so(lock, v.wait->cv, until, src.shown, [&] { return v.finished; })) {
     spdlog::info("job {}: cache view: {}: still reading; the job's staging waits for it", m_job.job_id, src.path);
     return std::nullopt;
   }
