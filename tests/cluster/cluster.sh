@@ -365,23 +365,6 @@ namespace_set() {
   wait_idle
 }
 
-# The daemon moves a miss's pages into a pipe as large as the source (a lane), which past
-# fs.pipe-max-size needs CAP_SYS_RESOURCE: a node's root has it, root in a container may not (this
-# machine's does not). There the limit is raised to the largest lane, so that the daemon here works
-# as on a node; never lowered, and said.
-allow_lanes() {
-  local want=268435456 now eff
-  now=$(cat /proc/sys/fs/pipe-max-size)
-  eff=$(awk '/^CapEff:/ { print $2 }' /proc/self/status)
-  if [ "$now" -lt "$want" ] && [ $(((16#$eff >> 24) & 1)) -eq 0 ]; then
-    if echo "$want" >/proc/sys/fs/pipe-max-size 2>/dev/null; then
-      log "fs.pipe-max-size $now -> $want: root here has no CAP_SYS_RESOURCE, which the daemon's lanes need"
-    else
-      log "fs.pipe-max-size stays $now (root here has no CAP_SYS_RESOURCE): the daemon spools misses to files"
-    fi
-  fi
-}
-
 cmd_start() {
   local mode=copy
   if [ "${1:-}" = --installed ]; then
@@ -404,7 +387,6 @@ cmd_start() {
     ensure_user
     ensure_hosts
     reserve_step_ports
-    allow_lanes
   ) 8>/run/lock/stagehand-test-cluster.lock
   # A fresh work directory: job ids start again at FirstJobId, and files a test left for job N of
   # an earlier cluster (release-N) must not speak to job N of this one.

@@ -312,7 +312,7 @@ print(sum(x['bytes'] for x in e))" "$output")
 }
 
 # Issue 25, item 3: a job that waits for another's read of the same source has the cache's fill
-# follow that read (unpacking its lane, the read's own pipe, as it fills) instead of starting after it.
+# follow that read (unpacking the spool as it grows) instead of starting after it.
 # Both are submitted held, then released one after the other: the second is on its way while the
 # first reads (about 17 s of reading at 4 MB/s), however slowly sbatch answers on a loaded machine.
 # (Not a hold of the share's reads: a read held there also held the other readers of the file.)
@@ -327,10 +327,8 @@ print(sum(x['bytes'] for x in e))" "$output")
   first=$(as_user "sbatch --parsable -H -N1 -w node1 --stage-data=shared/follow.tar:f -o out.%j --wrap 'sha256sum \$SLURM_TMPDIR/f/follow.bin'")
   second=$(as_user "sbatch --parsable -H -N1 -w node1 --stage-data=shared/follow.tar:f -o out.%j --wrap 'sha256sum \$SLURM_TMPDIR/f/follow.bin'")
   scontrol release "$first"
-  for _ in $(seq 1 1200); do ls -d "$STAGEHAND_CLUSTER_DIR"/cache/node1/tmp/fill.* >/dev/null 2>&1 && break; sleep 0.1; done
-  ls -d "$STAGEHAND_CLUSTER_DIR"/cache/node1/tmp/fill.* # the first job is reading
-  # into a lane, not a spool file (the cache is on the scratch's filesystem; 64 MiB fits a lane)
-  ! ls "$STAGEHAND_CLUSTER_DIR"/cache/node1/tmp/fill.*/spool 2>/dev/null || false
+  for _ in $(seq 1 1200); do ls "$STAGEHAND_CLUSTER_DIR"/cache/node1/tmp/fill.*/spool >/dev/null 2>&1 && break; sleep 0.1; done
+  ls "$STAGEHAND_CLUSTER_DIR"/cache/node1/tmp/fill.*/spool # the first job is reading
   scontrol release "$second"
   wait_job_done "$first"
   wait_job_done "$second"

@@ -1,6 +1,5 @@
 // The one read of a cache miss: the job's pipe and the spool each get every byte of the source,
 // and the spool gives way (never the job) when it cannot take them.
-#include "stagehand/cache/lane.hpp"
 #include "stagehand/cache/spool.hpp"
 #include "stagehand/util/fd.hpp"
 
@@ -10,7 +9,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <future>
 #include <random>
@@ -66,12 +64,11 @@ struct Run
 // Tees `in` (a file, or a pipe fed with `content` when `as_pipe`) with a reader on the delivery
 // that stops after `read_only` bytes (closing its end early, as an extractor that saw the
 // archive's end does).
-// With `lane`: the spool is that lane (not closed here), read once the tee is done.
 Run tee(const std::string& content, bool as_pipe, cache::SpoolPolicy policy, bool spool,
-        std::size_t read_only = std::string::npos, cache::Lane* lane = nullptr)
+        std::size_t read_only = std::string::npos)
 {
   Run run;
-  UniqueFd spool_fd(spool && !lane ? ::memfd_create("spool", MFD_CLOEXEC) : -1);
+  UniqueFd spool_fd(spool ? ::memfd_create("spool", MFD_CLOEXEC) : -1);
   int d[2];
   EXPECT_EQ(::pipe2(d, O_CLOEXEC), 0);
   UniqueFd deliver_rd(d[0]);
@@ -102,8 +99,7 @@ Run tee(const std::string& content, bool as_pipe, cache::SpoolPolicy policy, boo
     source = memory_file(content);
   }
   archive::WorkCounters counters;
-  run.result = cache::tee_source(source.get(), deliver_wr.get(), lane ? lane->write_fd() : spool_fd.get(), policy,
-                                 &counters);
+  run.result = cache::tee_source(source.get(), deliver_wr.get(), spool_fd.get(), policy, &counters);
   deliver_wr.reset();
   run.delivered = reader.get();
   if (feeder.valid()) {
@@ -113,10 +109,7 @@ Run tee(const std::string& content, bool as_pipe, cache::SpoolPolicy policy, boo
   if (run.result) {
     EXPECT_EQ(counters.bytes.load(), run.result->bytes);
   }
-  if (lane) {
-    lane->close_write();
-    run.spooled = read_to_end(lane->read_fd());
-  } else if (spool) {
+  if (spool) {
     ::lseek(spool_fd.get(), 0, SEEK_SET);
     run.spooled = read_to_end(spool_fd.get());
   }
@@ -202,54 +195,6 @@ TEST(Spool, WithoutASpoolOnlyTheJobReads)
   ASSERT_TRUE(run.result) << run.result.error().message;
   EXPECT_TRUE(run.delivered == content);
   EXPECT_EQ(run.result->bytes, content.size());
-}
-
-// A lane: the read's pages moved into a pipe as large as the source instead of a spool file. These
-// stay under fs.pipe-max-size (1 MiB by default); larger ones are the daemon's (CAP_SYS_RESOURCE).
-TEST(Lane, HoldsTheWholeSourceAndTheJobGetsEveryByte)
-{
-  const std::string content = random_bytes(900 * 1024 + 321);
-  std::atomic<std::uint64_t> held{0};
-  {
-    auto lane = cache::Lane::open(content.size(), held, cache::k_lanes_max_bytes);
-    ASSERT_TRUE(lane) << lane.error().message;
-    EXPECT_GE(lane->capacity(), content.size());
-    EXPECT_EQ(held.load(), lane->capacity());
-    auto run = tee(content, false, roomy(), true, std::string::npos, &*lane);
-    ASSERT_TRUE(run.result) << run.result.error().message;
-    EXPECT_EQ(run.result->spool_dropped, "");
-    EXPECT_TRUE(run.delivered == content);
-    EXPECT_TRUE(run.spooled == content) << run.spooled.size();
-  }
-  EXPECT_EQ(held.load(), 0u); // given back with the lane
-}
-
-TEST(Lane, AFullLaneIsDroppedAndTheJobStillGetsEveryByte)
-{
-  const std::string content = random_bytes(8 * 1024 * 1024);
-  std::atomic<std::uint64_t> held{0};
-  auto lane = cache::Lane::open(64 * 1024, held, cache::k_lanes_max_bytes); // sized for far less
-  ASSERT_TRUE(lane) << lane.error().message;
-  ASSERT_LT(lane->capacity(), content.size());
-  auto run = tee(content, false, roomy(), true, std::string::npos, &*lane);
-  ASSERT_TRUE(run.result) << run.result.error().message;
-  EXPECT_TRUE(run.delivered == content);
-  EXPECT_EQ(run.result->spool_dropped, "the node cache's fill could not keep up");
-  EXPECT_LT(run.spooled.size(), content.size()); // what it held is no entry: the miss drops it
-}
-
-TEST(Lane, TheNodesBoundIsKept)
-{
-  std::atomic<std::uint64_t> held{0};
-  auto none = cache::Lane::open(10 << 20, held, 4 << 20);
-  ASSERT_FALSE(none);
-  EXPECT_EQ(none.error().message, "the node's lanes hold as much as they may");
-  EXPECT_EQ(held.load(), 0u);
-  auto first = cache::Lane::open(512 << 10, held, 1 << 20);
-  ASSERT_TRUE(first) << first.error().message;
-  auto second = cache::Lane::open(512 << 10, held, 1 << 20); // with the first's, past the bound
-  ASSERT_FALSE(second);
-  EXPECT_EQ(held.load(), first->capacity());
 }
 
 namespace {

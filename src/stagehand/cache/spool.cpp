@@ -21,15 +21,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t k_chunk = 1 << 20;
 
-// Why a write to the spool failed: a lane (a non-blocking pipe) that is full, or the file's error.
-std::string spool_failure(int err)
-{
-  if (err == EAGAIN) {
-    return "the node cache's fill could not keep up";
-  }
-  return std::string("the spool could not be written: ") + ::strerror(err);
-}
-
 class Tee
 {
 public:
@@ -48,7 +39,7 @@ public:
   void drop(const std::string& why)
   {
     if (m_spool >= 0) {
-      if (::ftruncate(m_spool, 0) != 0) { /* best effort (a lane: dropped with its read end) */ }
+      if (::ftruncate(m_spool, 0) != 0) { /* best effort: removed with the fill anyway */ }
       // the disk gets its room back now, not when the daemon looks
       m_spool = -1;
       m_result.spool_dropped = why;
@@ -78,7 +69,7 @@ public:
           continue;
         }
         if (m_spool >= 0) {
-          drop(moved < 0 ? spool_failure(errno) : "short spool write");
+          drop(moved < 0 ? std::string("the spool could not be written: ") + ::strerror(errno) : "short spool write");
           continue; // discard the rest of these bytes
         }
         return Error::from_errno("cannot discard");
@@ -104,7 +95,7 @@ public:
         continue;
       }
       if (moved < 0) {
-        drop(spool_failure(errno));
+        drop(std::string("the spool could not be written: ") + ::strerror(errno));
         return std::size_t{0};
       }
       count(static_cast<std::uint64_t>(moved));
@@ -131,7 +122,7 @@ public:
         continue;
       }
       if (w <= 0) {
-        drop(w < 0 ? spool_failure(errno) : "short spool write");
+        drop(std::string("the spool could not be written: ") + ::strerror(errno));
         return;
       }
       m_spooled += static_cast<std::uint64_t>(w);

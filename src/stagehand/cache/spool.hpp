@@ -31,8 +31,7 @@ struct TeeResult
 };
 
 // Reads `in_fd` (a file or a pipe) to its end, writing every byte to the pipe `deliver_fd` and to
-// the spool `spool_fd` (-1: none): a file, or a lane (lane.hpp: a non-blocking pipe, moved into
-// without a copy; full, it is dropped). Uses tee(2)/splice(2) where the kernel can (no copy through
+// the file `spool_fd` (-1: no spool). Uses tee(2)/splice(2) where the kernel can (no copy through
 // this process), read/write where it cannot. SIGPIPE is ignored from here on. `counters->bytes`
 // follows the bytes read. An error is a read of the source failing.
 Result<TeeResult> tee_source(int in_fd, int deliver_fd, int spool_fd, const SpoolPolicy& policy,

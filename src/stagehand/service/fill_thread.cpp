@@ -40,17 +40,6 @@ void behind_the_jobs()
 
 Result<cache::FillResult> fill_reply(const ipc::Message& m) { return proto::parse_child_message<stage::Placed>(m.text); }
 
-// A fill child's last word: its fill, or why not (its exit status).
-int fill_child_reply(int sock, const Result<cache::FillResult>& r)
-{
-  if (!r) {
-    (void)ipc::send_message(sock, proto::child_failure(r.error()));
-    return 1;
-  }
-  (void)ipc::send_message(sock, proto::child_message(*r));
-  return 0;
-}
-
 } // namespace
 
 void FillThread::queue_locked(SpoolFill task)
@@ -193,16 +182,9 @@ Result<ipc::Child> FillThread::spawn_follower(FollowFill& f, const ipc::Credenti
   const std::uint64_t room = f.room;
   const std::string source = f.source;
   const bool behind = f.priority == FollowFill::Priority::behind_jobs;
-  std::vector<int> fds{f.dir.get(), f.verdict->fd()};
-  if (f.lane) {
-    fds.push_back(f.lane->read_fd());
-  }
-  auto child = ipc::spawn_as(service, fds, [&](int sock, const std::vector<int>& kept) {
+  auto child = ipc::spawn_as(service, {f.dir.get(), f.verdict->fd()}, [&](int sock, const std::vector<int>& kept) {
     if (behind) {
       behind_the_jobs();
-    }
-    if (kept.size() > 2) { // the lane: the read's own pipe, no spool file to follow
-      return fill_child_reply(sock, cache::fill_from_archive_stream(kept[2], kept[0], room, source));
     }
     struct sigaction ign {};
     ign.sa_handler = SIG_IGN;
@@ -270,7 +252,7 @@ Result<cache::FillResult> FillThread::fill_from_spool(SpoolFill& task, const ipc
   }
   if (follower) {
     auto followed = await_fill_child(*follower);
-    if (followed || m_stopping || task.lane) { // (a lane is read once: by the follower)
+    if (followed || m_stopping) {
       return followed;
     }
     // What it left is removed with a fill made again from the spool (still there: a follower
@@ -280,18 +262,6 @@ Result<cache::FillResult> FillThread::fill_from_spool(SpoolFill& task, const ipc
     if (auto st = fs::remove_tree(task.fill.dir.get(), cache::k_data_name); !st && st.error().code != ENOENT) {
       return st.error();
     }
-  }
-  if (task.lane) { // the read's pages, waiting in the lane
-    auto child = ipc::spawn_as(service, {task.lane->read_fd(), task.fill.dir.get()},
-                               [&](int sock, const std::vector<int>& kept) {
-                                 behind_the_jobs(); // off every job's path
-                                 return fill_child_reply(sock, cache::fill_from_archive_stream(
-                                                                 kept[0], kept[1], task.room, task.source));
-                               });
-    if (!child) {
-      return child.error();
-    }
-    return await_fill_child(*child);
   }
   UniqueFd spool(::openat(task.fill.dir.get(), cache::k_spool_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (!spool.valid()) {
@@ -354,8 +324,8 @@ FillThread::Publish FillThread::publish_spool_fill(SpoolFill& task, const cache:
   }
   task.fill.name.clear();
   task.fill.dir.reset();
-  spdlog::info("job {}: cached {} ({} files, {} bytes on disk; filled from the {}, published in {:.2f} s)",
-               task.job_id, task.source, fr.files, published->disk_bytes, task.lane ? "read's lane" : "spool",
+  spdlog::info("job {}: cached {} ({} files, {} bytes on disk; filled from the spool, published in {:.2f} s)",
+               task.job_id, task.source, fr.files, published->disk_bytes,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return Publish::published;
 }

@@ -38,7 +38,6 @@ struct SpoolFill
   std::shared_ptr<FillWait> wait;
   std::uint32_t job_id = 0;
   std::shared_ptr<FollowFill> follow; // the fill already following the spool, if one started
-  std::shared_ptr<cache::Lane> lane;  // the read's bytes in a lane, not a spool file (cache/lane.hpp)
 };
 
 // Its queues are guarded by the node's mutex (the reads' waiters and the fills meet there).

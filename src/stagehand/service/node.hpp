@@ -14,7 +14,6 @@
 #include "stagehand/util/fd.hpp"
 #include "stagehand/util/result.hpp"
 
-#include <atomic>
 #include <cstdint>
 #include <ctime>
 #include <functional>
@@ -56,8 +55,6 @@ struct Node
   ReadsUnderWay reads; // single flight: the reads under way, by key, and cache_view's claims
   std::uint32_t views_asked = 0; // cache_view requests under way: jobs starting together
   std::map<std::uint32_t, std::int64_t> viewed_jobs; // jobs that asked cache_view, and when (epoch s)
-
-  std::atomic<std::uint64_t> lane_bytes{0}; // what the misses' lanes hold (cache/lane.hpp); no lock
 };
 
 } // namespace stagehand::service

@@ -3,7 +3,6 @@
 // of reading it again. cache/stage_plan decides what a job does; this is the table it looks in.
 #pragma once
 
-#include "stagehand/cache/lane.hpp"
 #include "stagehand/cache/spool.hpp"
 #include "stagehand/ipc/child.hpp"
 #include "stagehand/ipc/shared_memory.hpp"
@@ -36,7 +35,6 @@ struct FollowFill
   std::uint64_t room = 0;
   std::string source; // the canonical path, for messages
   std::optional<ipc::SharedMemory<cache::SpoolVerdict>> verdict;
-  std::shared_ptr<cache::Lane> lane; // the read's lane, when it has one: read instead of the spool
   // Guarded by the lock that guards the table:
   std::optional<ipc::Child> child; // once started
   bool abandoned = false;          // the miss ended without a spool worth filling from

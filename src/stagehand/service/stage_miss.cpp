@@ -1,8 +1,6 @@
 // stagehandd's cache miss: the source is read once, by the service user's side, and every byte
 // goes at once to the job (unpacked or copied into its directory by a child with the job user's
-// credentials, as staging without the daemon would) and to a spool in the cache's fill directory,
-// or, for an archive read in one pass with the cache on the scratch's filesystem, into a lane (a
-// pipe the size of the source: the read's pages moved there, not copied; cache/lane.hpp).
+// credentials, as staging without the daemon would) and to a spool in the cache's fill directory.
 // The job's reply does not wait for the cache: the spool is unpacked into an entry by a fill the
 // fill thread runs after the read, or beside it (following the spool as it grows) once another
 // job waits for this source, at a lower priority (fill_thread.cpp). Jobs asking for the same source meanwhile wait for
@@ -22,9 +20,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
 
 namespace stagehand::service {
 
@@ -94,7 +89,6 @@ struct StageRequest::MissRead
   Missed out;
   std::uint64_t cache_max = 0;
   std::optional<cache::Fill> fill;     // the spool's directory: only for what may be cached
-  std::shared_ptr<cache::Lane> lane;   // the spool as a pipe, where one can be (open_lane)
   std::shared_ptr<FollowFill> follow;  // the cache's fill following the spool, if offered
   UniqueFd feed_rd, feed_wr;           // the read's bytes to the job's delivery
   UniqueFd tree_rd;                    // a directory's tar stream from the job user's reader
@@ -105,7 +99,6 @@ struct StageRequest::MissRead
 
   Result<Missed> run();
   void begin_spool();
-  void open_lane();
   void offer_follow();
   void abandon_follow();
   void drop_fill();
@@ -209,36 +202,10 @@ void StageRequest::MissRead::begin_spool()
   auto begun = r.m_node.keeper.begin_fill(r.m_store, c.key, c.service.uid, c.service.gid); // its name in use
   if (begun) {
     fill = std::move(*begun);
-    open_lane();
   } else {
     out.why_uncached = "the node cache could not store it";
     spdlog::warn("job {}: {}: no cache fill ({})", r.m_job.job_id, src.path, begun.error().message);
   }
-}
-
-// A lane instead of a spool file where the fill can read the source as a stream (an archive read
-// in one pass) and where a job waiting for the entry waits no longer than for a copy of its own
-// (the cache on the scratch's filesystem: the entry is written as fast as the job's copy); within
-// the node's bounds for lanes. Else the spool file.
-// Only the source itself: the lane holds references to its pages, read by the fill later, and a
-// change to the source after the read changes its key (its ctime), so that no job is ever given
-// such an entry. A broadcast's delivered copy is not the key's file: it is copied as it is read.
-void StageRequest::MissRead::open_lane()
-{
-  if (!fill || d.content != stage::StreamContent::archive || d.seek_first || src.kind != stage::SourceKind::file ||
-      c.read_fd != src_fd || c.identity.bytes > cache::k_lane_max_bytes || !r.cache_on_scratch_fs()) {
-    return;
-  }
-  auto made = cache::Lane::open(c.identity.bytes, r.m_node.lane_bytes, cache::k_lanes_max_bytes);
-  if (!made) {
-    static std::atomic<bool> said{false};
-    if (made.error().code == EPERM && !said.exchange(true)) { // once: the unit's or the container's limits
-      spdlog::info("cache misses spool to files, not lanes: a pipe past fs.pipe-max-size needs CAP_SYS_RESOURCE");
-    }
-    spdlog::debug("job {}: {}: spooled to a file ({})", r.m_job.job_id, src.path, made.error().message);
-    return;
-  }
-  lane = std::make_shared<cache::Lane>(std::move(*made));
 }
 
 // The cache's fill follows the spool as it is written, once a second job waits for this source.
@@ -260,7 +227,6 @@ void StageRequest::MissRead::offer_follow()
   follow->room = d.room;
   follow->source = src.path;
   follow->verdict.emplace(std::move(*v));
-  follow->lane = lane;
   std::lock_guard lock(r.m_node.mutex);
   if (r.m_fill_wait) {
     r.m_fills.offer_follow_locked(*r.m_fill_wait, follow); // started when a second job waits for this source
@@ -289,7 +255,6 @@ void StageRequest::MissRead::abandon_follow()
 void StageRequest::MissRead::drop_fill()
 {
   abandon_follow();
-  lane.reset(); // its pages go now
   if (fill) {
     std::lock_guard lock(r.m_node.mutex);
     r.m_node.keeper.remove_later_locked(r.m_store, *fill); // by the GC thread
@@ -367,10 +332,7 @@ Status StageRequest::MissRead::start_tee()
   policy.max_stall = k_spool_stall;
   const int in_fd = reader ? tree_rd.get() : c.read_fd;
   std::vector<int> keep{in_fd, feed_wr.get(), counters->fd()};
-  const bool to_lane = lane != nullptr;
-  if (to_lane) {
-    keep.push_back(lane->write_fd());
-  } else if (fill) {
+  if (fill) {
     keep.push_back(fill->dir.get());
   }
   if (!reader && ::lseek(c.read_fd, 0, SEEK_SET) != 0) {
@@ -383,9 +345,7 @@ Status StageRequest::MissRead::start_tee()
       return 1;
     }
     UniqueFd spool;
-    if (to_lane) {
-      spool = UniqueFd(kept[3]);
-    } else if (kept.size() > 3) {
+    if (kept.size() > 3) {
       spool = UniqueFd(::openat(kept[3], cache::k_spool_name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     }
     auto teed = cache::tee_source(kept[0], kept[1], spool.get(), policy, shared->get());
@@ -399,9 +359,6 @@ Status StageRequest::MissRead::start_tee()
   });
   feed_wr.reset();
   tree_rd.reset();
-  if (lane) {
-    lane->close_write(); // the read's child has it: its end is the lane's end
-  }
   counters->handed_out();
   if (!spawned) {
     kill_all();
@@ -492,7 +449,6 @@ void StageRequest::MissRead::settle(bool changed, const proto::Teed& teed)
   if (out.why_uncached.empty() && fill) {
     out.spool = std::move(fill);
     out.spool_bytes = teed.bytes;
-    out.lane = std::move(lane);
     if (follow) {
       follow->verdict->get()->state.store(static_cast<std::uint64_t>(cache::SpoolState::complete));
       out.follow = std::move(follow);

@@ -130,7 +130,6 @@ private:
     std::uint64_t spool_bytes = 0;
     std::string why_uncached;
     std::shared_ptr<FollowFill> follow; // with `spool`: the fill following it, if one was asked for
-    std::shared_ptr<cache::Lane> lane;  // with `spool`: the read's bytes, when not in a spool file
   };
   // One source on its way (stage_source.cpp): what it is, and what became of it.
   struct Sourcing
@@ -177,8 +176,6 @@ private:
   // cache_view, with the node's lock: whether other jobs start on this node with this one (one
   // asks for its views now, or registered moments ago and has not asked yet).
   bool others_starting_locked() const;
-  // Whether the node cache is on the job directories' filesystem (a fill there is as fast as the job's copy).
-  bool cache_on_scratch_fs();
   // cache_view: why a source this job claimed is not read into the cache for its view ("": it is).
   std::string why_not_read_for_view(const Identified& found, const struct timespec& started);
   // cache_view: reads a claimed source into the cache (no delivery: the spool, the fill following

@@ -204,13 +204,8 @@ Result<bool> StageRequest::deliver_from_spool(Sourcing& s, std::unique_lock<std:
                                           const std::shared_ptr<FillWait>& wait)
 {
   UniqueFd spool(::openat(wait->spool_dir->get(), cache::k_spool_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (!spool.valid()) { // just filled (a hit), or a lane's fill (no spool file): its entry, then
-    if (!wait->cv.wait_for(lock, k_keepalive, [&] { return wait->done; })) {
-      const std::uint64_t total = s.identity.bytes;
-      if (auto st = keep_alive(lock, proto::Progress{s.src.shown, total, total, s.seconds()}); !st) {
-        return st.error();
-      }
-    }
+  if (!spool.valid()) {
+    wait->cv.wait_for(lock, k_keepalive, [&] { return wait->done; }); // just filled: a hit
     return false;
   }
   lock.unlock();
@@ -276,7 +271,6 @@ void StageRequest::hand_spool_to_fill_locked(Sourcing& s, Missed& missed, const 
   task.wait = wait;
   task.job_id = m_job.job_id;
   task.follow = std::move(missed.follow);
-  task.lane = std::move(missed.lane);
   m_fills.queue_locked(std::move(task));
 }
 

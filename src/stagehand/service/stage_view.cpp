@@ -114,19 +114,14 @@ std::string StageRequest::why_not_read_for_view(const Identified& found, const s
   }
   // The job waits for the cache's fill instead of its own copy: only where both are written to the
   // same filesystem (a cache on a slower disk than the scratch would make the job wait on it).
-  if (!cache_on_scratch_fs()) {
-    return "the node cache is not on the scratch's filesystem";
-  }
-  return "";
-}
-
-bool StageRequest::cache_on_scratch_fs()
-{
   auto base = m_node.open_base();
   struct stat scratch {};
   struct stat cache {};
-  return base && ::fstat(base->get(), &scratch) == 0 && ::stat(m_store->path().c_str(), &cache) == 0 &&
-         scratch.st_dev == cache.st_dev;
+  if (!base || ::fstat(base->get(), &scratch) != 0 || ::stat(m_store->path().c_str(), &cache) != 0 ||
+      scratch.st_dev != cache.st_dev) {
+    return "the node cache is not on the scratch's filesystem";
+  }
+  return "";
 }
 
 std::optional<double> StageRequest::read_for_view(const proto::SourceSpec& src, Identified& found,
