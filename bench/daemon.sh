@@ -22,7 +22,9 @@
 #   writes when it starts (its staging done), then waits until every job of the crowd has, then
 #   counts its files. Prints, per crowd, the median over rounds of: submit to the last job's
 #   staging done (wall), and the slowest job's own summary seconds; and last / one for both
-#   (issue 25: <= 1.25 for 4, <= 1.5 for 16). The partition is oversubscribed (FORCE:16) in this
+#   (issue 25: <= 1.25 for 4, <= 1.5 for 16). Before each crowd, the same K jobs with --tmpdir alone
+#   (no staging): Slurm's own floor for K jobs at once on this node, and the crowd's ratio with what K
+#   jobs cost Slurm over one taken out. The partition is oversubscribed (FORCE:16) in this
 #   cluster so that node1's 4 CPUs run 16 jobs at once.
 # Each cache hit, miss or "no cache" a summary line says is checked against what the step
 # expects; a mismatch is printed and counted, never silently timed as the other kind.
@@ -222,19 +224,21 @@ if [ -n "$layouts" ]; then
   job=""
 fi
 
-# crowd K ROUND: K jobs at once on node1, each staging the same fresh copy; records
-# "crowd-K WALL_US SLOWEST_SUMMARY_S WORDS".
+# crowd K ROUND [floor]: K jobs at once on node1, each staging the same fresh copy; records
+# "crowd-K WALL_US SLOWEST_SUMMARY_S WORDS". With "floor": the same K jobs with --tmpdir alone (no
+# staging), recorded as "floor-K WALL_US - -": what starting K jobs at once costs Slurm on this node.
 crowd() {
   local k=$1 i=$2 tar=crowd-$1-$2.tar j t0 n deadline last=0 slowest=0 words="" s t
-  local -a pids=()
+  local -a pids=() what=(--stage-data="$tar:c")
+  [ "${3:-}" != floor ] || what=(--tmpdir)
   rm -f release crowd.*.out
   t0=$(date +%s%N)
   for j in $(seq 1 "$k"); do
-    as_user srun -N1 -n1 -w node1 --quiet --stage-data="$tar:c" bash -c '
+    as_user srun -N1 -n1 -w node1 --quiet "${what[@]}" bash -c '
       echo "T $(date +%s%N)"
       end=$((SECONDS + 900))
       while [ ! -e release ] && [ $SECONDS -lt $end ]; do sleep 0.05; done
-      echo "N $(find "${SLURM_TMPDIR:?}/c" -type f | wc -l)"' >"crowd.$j.out" 2>&1 &
+      [ ! -d "${SLURM_TMPDIR:?}/c" ] || echo "N $(find "${SLURM_TMPDIR:?}/c" -type f | wc -l)"' >"crowd.$j.out" 2>&1 &
     pids+=($!)
   done
   # Every job's staging done (its task started) before any counts: the counts are untimed.
@@ -255,6 +259,7 @@ crowd() {
   for j in $(seq 1 "$k"); do
     t=$(sed -n 's/^T //p' "crowd.$j.out")
     [ "$t" -le "$last" ] || last=$t
+    [ "${3:-}" != floor ] || continue
     n=$(sed -n 's/^N //p' "crowd.$j.out")
     [ "$n" = "$expect_files" ] || { echo "daemon.sh: crowd of $k: job $j staged $n files, not $expect_files" >&2; exit 1; }
     s=$(summary "crowd.$j.out")
@@ -262,8 +267,13 @@ crowd() {
     slowest=$(awk -v a="$slowest" -v b="${s% *}" 'BEGIN { print (b > a ? b : a) }')
     words+="${s#* },"
   done
-  echo "crowd-$k $(((last - t0) / 1000)) $slowest ${words%,}" >>"$results"
-  rm -rf "$tar" release crowd.*.out
+  if [ "${3:-}" = floor ]; then
+    echo "floor-$k $(((last - t0) / 1000)) - -" >>"$results"
+  else
+    echo "crowd-$k $(((last - t0) / 1000)) $slowest ${words%,}" >>"$results"
+    rm -rf "$tar"
+  fi
+  rm -rf release crowd.*.out
 }
 
 case " $phases " in
@@ -273,6 +283,8 @@ case " $phases " in
       for k in 1 $crowds; do fresh "crowd-$k-$i.tar"; done
       sleep 3
       for k in 1 $crowds; do
+        sleep 2
+        crowd "$k" "$i" floor
         sleep 2
         crowd "$k" "$i"
       done
@@ -322,6 +334,7 @@ if "crowd-1" in steps:
     print("  crowd, the daemon in layout (a): K jobs at once on node1 staging the same fresh tar "
           "(submit to the last job's staging done / the slowest job's summary seconds):")
     one_w, one_s = med(steps, "crowd-1"), med(summ, "crowd-1")
+    floor1 = med(steps, "floor-1")
     for key in sorted((k for k in steps if k.startswith("crowd-")), key=lambda k: int(k[6:])):
         K = int(key[6:])
         w, s = med(steps, key), med(summ, key)
@@ -334,6 +347,15 @@ if "crowd-1" in steps:
             line += f"   last / one = {w / one_w:.2f} (wall)  {s / one_s:.2f} (staging)"
             line += f"   ({misses:g} miss, {hits:g} hits)"
         print(line + f"   rounds: {rr}")
+        fk = f"floor-{K}"
+        if fk in steps:
+            f = med(steps, fk)
+            rf = "  ".join(f"{a:.3f}" for a in steps[fk])
+            line = f"          --tmpdir only (Slurm's floor): last started {f:7.3f}"
+            if K > 1:
+                # what K jobs cost Slurm here over one, taken out of the crowd's time
+                line += f" ({f / floor1:.2f}x one)   (last - what K cost Slurm over one) / one = {(w - (f - floor1)) / one_w:.2f}"
+            print(line + f"   rounds: {rf}")
     print("    (target: last / one <= 1.25 for K=4, <= 1.5 for K=16)")
 if int(sys.argv[4]):
     print(f"  WARNING: {sys.argv[4]} steps' summary lines named another cache outcome than expected (see above)")
