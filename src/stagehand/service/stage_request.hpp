@@ -184,7 +184,6 @@ private:
   // the job's staging waits for it (with progress lines) as any job waits for another's read.
   std::optional<double> read_for_view(const proto::SourceSpec& src, Identified& found, const struct timespec& started,
                                       std::chrono::seconds progress_interval);
-  struct ViewRead;
   void run_view_read(ViewRead& v, const ipc::Credentials& service);
   // Waits on `cv` with `lock` until `done()` or `until`, a progress line of `shown` to the task every
   // k_keepalive meanwhile (the seconds waited); stops early when the task is gone. Whether `done()`.
