@@ -43,10 +43,19 @@ script() {
 # PREFIX goes before sbatch in the user's shell (`ulimit -n 256;`, `SBATCH_EXPORT=NONE`); extra
 # args go to sbatch. Sets JOB_ID, JOB_RC (sbatch's own status when it refuses, else the job's exit
 # code as --wait gives it), SUBMIT_OUTPUT and, once the job has left every node, LAST_OUTPUT.
+# A one-node job without a node list runs on node1 (-w node1), which the tests then look at: Slurm
+# would otherwise take node2 whenever node1 is still busy with the job before (CI saw it).
 sbatch_wait() {
-  local prefix=$1 out
+  local prefix=$1 out pin="" a one=no listed=no
   shift
-  out=$(as_user "$prefix sbatch --parsable -o out.%j $*" 2>&1) && JOB_RC=0 || JOB_RC=$?
+  for a in "$@"; do
+    case $a in
+    -N1 | --nodes=1) one=yes ;;
+    -w | -w* | --nodelist* | -N2 | --nodes=2) listed=yes ;;
+    esac
+  done
+  [ "$one" = no ] || [ "$listed" = yes ] || pin="-w node1"
+  out=$(as_user "$prefix sbatch --parsable -o out.%j $pin $*" 2>&1) && JOB_RC=0 || JOB_RC=$?
   JOB_ID=$(echo "$out" | grep -Eo '^[0-9]+' | head -n1)
   SUBMIT_OUTPUT=$out
   if [ -n "$JOB_ID" ]; then

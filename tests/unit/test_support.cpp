@@ -218,7 +218,8 @@ HangingMount::HangingMount(std::string mountpoint) : m_mountpoint(std::move(moun
     ::execl("/usr/bin/python3", "python3", STAGEHAND_TEST_DATA "/hangfs.py", m_mountpoint.c_str(), nullptr);
     ::_exit(127);
   }
-  for (int i = 0; i < 200 && m_mount_id.empty(); ++i) {
+  // Up to 60 s: python3 and fusepy start slowly on a loaded CI machine (10 s was once too few).
+  for (int i = 0; i < 1200 && m_mount_id.empty(); ++i) {
     m_mount_id = mountinfo_find(m_mountpoint, true);
     if (m_mount_id.empty()) {
       ::usleep(50000);
