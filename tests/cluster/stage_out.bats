@@ -101,7 +101,7 @@ EOF2
 }
 
 @test "a job cancelled with scancel mid-run leaves the same out/ in DEST" {
-  id=$(as_user "sbatch --parsable -N1 --stage-out=out:so/runs/%j -o out.%j --wrap '\$PWD/write-out.sh \$SLURM_TMPDIR; touch \$SLURM_TMPDIR/written; sleep 300'")
+  id=$(as_user "sbatch --parsable -N1 -w node1 --stage-out=out:so/runs/%j -o out.%j --wrap '\$PWD/write-out.sh \$SLURM_TMPDIR; touch \$SLURM_TMPDIR/written; sleep 300'")
   wait_running "$id" written
   as_user "scancel $id"
   wait_job_done "$id"
