@@ -513,18 +513,39 @@ PY
 
 @test "a planted orphan is removed by GC; gc --dry-run lists and removes nothing" {
   d="$SCRATCH/node1/job_777777"
-  # The daemon's own pass (every 3 s) would race the dry run for the orphan (CI saw it win): the
-  # daemon is stopped meanwhile, so the CLI plans here, as it does on a node without one.
+  metrics=$STAGEHAND_CLUSTER_DIR/log/metrics-node1.prom
+  # The daemon's own pass (every 3 s here) would race a dry run for an old orphan (CI saw it win).
+  # Without a daemon, the CLI plans here:
   "$CLUSTER" daemon-stop node1
   mkdir -m 0700 "$d"; chown "$STAGEHAND_TEST_USER:" "$d"; echo x >"$d/left"; touch -d '10 minutes ago' "$d" "$d/left"
   run "$STAGEHAND_BUILD_DIR/helper/stagehand" gc --dry-run --config "$STAGEHAND_TEST_CONFIG" --node node1
-  if [ -d "$d" ]; then kept=yes; else kept=no; fi
-  "$CLUSTER" daemon-start node1 # before asserting: the tests after this one need it
-  echo "$output"
+  if [ -d "$d" ]; then kept_here=yes; else kept_here=no; fi
+  local_out=$output local_status=$status
+  # Through a daemon whose next pass is an hour away: its start pass, done, left the orphan young
+  # (within the 30 s grace), then it is aged and the daemon asked.
+  touch "$d"
+  cp -p "$STAGEHAND_TEST_CONFIG" "$STAGEHAND_TEST_CONFIG.saved"
+  sed 's/^gc_interval = .*/gc_interval = "1h"/' "$STAGEHAND_TEST_CONFIG.saved" >"$STAGEHAND_TEST_CONFIG"
+  rm -f "$metrics"
+  "$CLUSTER" daemon-start node1
+  for _ in $(seq 1 100); do grep -q '^stagehand_gc_runs_total.* [1-9]' "$metrics" 2>/dev/null && break; sleep 0.1; done
+  touch -d '10 minutes ago' "$d"
+  run "$STAGEHAND_BUILD_DIR/helper/stagehand" gc --dry-run --config "$STAGEHAND_TEST_CONFIG" --node node1
+  if [ -d "$d" ]; then kept_there=yes; else kept_there=no; fi
+  # Back to the cluster's daemon (3 s passes) before asserting: the tests after this one need it.
+  mv -f "$STAGEHAND_TEST_CONFIG.saved" "$STAGEHAND_TEST_CONFIG"
+  "$CLUSTER" daemon-stop node1
+  "$CLUSTER" daemon-start node1
+  echo "$local_out"; echo "$output"
+  [ "$local_status" -eq 0 ]
+  echo "$local_out" | grep -q "collecting here"
+  echo "$local_out" | grep -q "would remove $d (orphan"
+  [ "$kept_here" = yes ]
   [ "$status" -eq 0 ]
+  ! echo "$output" | grep -q "collecting here" || false
   echo "$output" | grep -q "would remove $d (orphan"
-  [ "$kept" = yes ]
-  for _ in $(seq 1 60); do [ -e "$d" ] || break; sleep 0.5; done # a few gc_intervals (3 s here)
+  [ "$kept_there" = yes ]
+  for _ in $(seq 1 60); do [ -e "$d" ] || break; sleep 0.5; done # its start pass, or one 3 s later
   [ ! -e "$d" ]
   grep -q "gc: removed $d (orphan" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"
 }

@@ -51,7 +51,7 @@ sbatch_wait() {
   for a in "$@"; do
     case $a in
     -N1 | --nodes=1) one=yes ;;
-    -w | -w* | --nodelist* | -N2 | --nodes=2) listed=yes ;;
+    -w* | --nodelist* | -N2 | --nodes=2) listed=yes ;;
     esac
   done
   [ "$one" = no ] || [ "$listed" = yes ] || pin="-w node1"
