@@ -33,6 +33,12 @@ teardown_file() {
   fusermount -u "$STAGEHAND_CLUSTER_DIR/work/shared" 2>/dev/null || umount -l "$STAGEHAND_CLUSTER_DIR/work/shared" || true
 }
 
+teardown() {
+  if [ -f "$BATS_TEST_TMPDIR/hogs" ]; then
+    kill $(cat "$BATS_TEST_TMPDIR/hogs") 2>/dev/null || true
+  fi
+}
+
 bytes_read() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$WORK/shared/.sharedfs-stats"; }
 
 # A fresh copy of a source under the shared mount (new inode: a guaranteed miss).
@@ -315,6 +321,36 @@ print(sum(x['bytes'] for x in e))" "$output")
 # follow that read (unpacking the spool as it grows) instead of starting after it.
 # Both are submitted held, then released one after the other: the second is on its way while the
 # first reads (about 17 s of reading at 4 MB/s), however slowly sbatch answers on a loaded machine.
+# A lone miss's fill waits for two idle CPUs, at most 5 s (cache::lone_fill_start): every CPU kept
+# busy here (as many busy loops as /proc/stat counts CPUs, at nice 19: CPU time a fill does not take
+# either), it must still come, after the 5 s, and
+# say so; a job asking for the source meanwhile gets its bytes.
+@test "a lone miss's fill waits for idle CPUs, 5 s at most: on a node kept busy the entry still comes, and says so" {
+  as_user "tar -C cache-src -cf cache-src/busy.tar tree && tar -C cache-src -cf cache-src/busy2.tar tree"
+  settle "$WORK/cache-src/busy.tar" "$WORK/cache-src/busy2.tar"
+  log=$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log
+  for _ in $(seq 1 "$(grep -c '^cpu[0-9]' /proc/stat)"); do
+    timeout 120 nice -n 19 bash -c 'while :; do :; done' & # (busy, yet behind every other lane's work)
+    echo $! >>"$BATS_TEST_TMPDIR/hogs" # (stopped by teardown, whatever happens)
+  done
+  submit -N1 -w node1 --stage-data=shared/busy.tar:b --wrap "'cat \$SLURM_TMPDIR/b/tree/sub/f7'"
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q 'shared/busy.tar -> .*(cache miss)$'
+  cached node1 busy.tar
+  grep -q "busy.tar: the node's CPUs stayed busy for [0-9.]* s; the cache's fill starts, behind the jobs" "$log"
+  grep -Eq "cached .*/busy.tar \(.*after waiting [5-9][0-9.]* s for idle CPUs" "$log"
+  # The next source's miss, then a job for it at once: it waits for the entry (which the hold
+  # then no longer delays) or comes after it; either way, the source's bytes.
+  submit -N1 -w node1 --stage-data=shared/busy2.tar:b --wrap "'cat \$SLURM_TMPDIR/b/tree/sub/f7'"
+  [ "$JOB_RC" -eq 0 ]
+  submit -N1 -w node1 --stage-data=shared/busy2.tar:b --wrap "'cat \$SLURM_TMPDIR/b/tree/sub/f7'"
+  kill $(cat "$BATS_TEST_TMPDIR/hogs")
+  rm "$BATS_TEST_TMPDIR/hogs"
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q '^line 7$'
+  cached node1 busy2.tar
+}
+
 # (Not a hold of the share's reads: a read held there also held the other readers of the file.)
 @test "a job waiting for another's slow read: the cache's fill follows the read; both jobs and the next get the source's bytes" {
   fusermount -u "$WORK/shared"

@@ -113,3 +113,27 @@ TEST(StagePlan, WhatAMissMayCache)
   EXPECT_FALSE(fill_follows_spool(false, true));  // a zip: read whole first
   EXPECT_FALSE(fill_follows_spool(true, false));  // a plain file: its spool is its entry
 }
+
+TEST(StagePlan, ALoneFillStartsWhenTheCpusHaveRoomOrAJobWaitsOrItHasWaitedLongEnough)
+{
+  using namespace std::chrono_literals;
+  const auto at = [](double idle, unsigned cpus, Clock::duration held = 0s, bool waits = false) {
+    return lone_fill_start({idle, cpus, held, waits});
+  };
+  // Two cores: a step winding down on one holds the fill; both all but idle start it.
+  EXPECT_EQ(at(1.0, 2), FillStart::hold);
+  EXPECT_EQ(at(1.7, 2), FillStart::hold);
+  EXPECT_EQ(at(1.8, 2), FillStart::now);
+  // A big node with a job on most of its cores still has room for it.
+  EXPECT_EQ(at(8.0, 128), FillStart::now);
+  EXPECT_EQ(at(1.5, 128), FillStart::hold);
+  // One core: idle is room enough.
+  EXPECT_EQ(at(0.8, 1), FillStart::now);
+  EXPECT_EQ(at(0.5, 1), FillStart::hold);
+  // A job waiting for the entry, or the longest hold, starts it on a busy node.
+  EXPECT_EQ(at(0.0, 2, 0s, true), FillStart::now);
+  EXPECT_EQ(at(0.0, 2, k_fill_hold_max - 1ms), FillStart::hold);
+  EXPECT_EQ(at(0.0, 2, k_fill_hold_max), FillStart::now);
+  // Nothing known of the CPUs: only the hold's end starts it.
+  EXPECT_EQ(at(4.0, 0), FillStart::hold);
+}

@@ -1,5 +1,7 @@
 #include "stagehand/cache/stage_plan.hpp"
 
+#include <algorithm>
+
 namespace stagehand::cache {
 
 SourceStep next_source_step(const SourceSituation& s)
@@ -56,5 +58,14 @@ std::string uncached_after_read(bool changed, const std::string& dropped)
 }
 
 bool fill_follows_spool(bool plain_file, bool zip) { return !plain_file && !zip; }
+
+FillStart lone_fill_start(const FillRoom& r)
+{
+  if (r.job_waits || r.held >= k_fill_hold_max) {
+    return FillStart::now;
+  }
+  const double room = std::min(r.cpus, 2U) - 0.25;
+  return r.cpus > 0 && r.idle_cpus >= room ? FillStart::now : FillStart::hold;
+}
 
 } // namespace stagehand::cache

@@ -2,7 +2,8 @@
 // wires them to its lock, children and sockets; stage_plan_test holds them to tables):
 // - hit, wait for another job's read of it, report it unread, or read it (single flight);
 // - what a job waiting on another job's read does next;
-// - whether a miss's one read may fill the cache (before the read and after it).
+// - whether a miss's one read may fill the cache (before the read and after it), and when its fill
+//   starts.
 #pragma once
 
 #include "stagehand/cache/key.hpp"
@@ -75,5 +76,22 @@ std::string uncached_after_read(bool changed, const std::string& dropped);
 // Whether a fill follows the spool as it is written (an archive or a directory's tar stream are
 // unpacked as they come; a zip is read whole first; a plain file's spool is its entry as it is).
 bool fill_follows_spool(bool plain_file, bool zip);
+
+// When a lone miss's fill (no job waits for its entry) starts, once its job has the data: that job
+// is still winding its step down or starting its work, and the fill's unpacking would take the
+// cores they need on a small node. It starts once the node's CPUs have room for an unpacking beside
+// the jobs (two idle, or all of a smaller node's less a quarter, over the last look); at once when a
+// job waits for the entry; and after k_fill_hold_max since its spool was whole, whatever the load:
+// on a node that stays busy the cache must still fill.
+inline constexpr std::chrono::seconds k_fill_hold_max{5};
+enum class FillStart { now, hold };
+struct FillRoom
+{
+  double idle_cpus = 0; // on average over the last look (util/cpu_idle)
+  unsigned cpus = 0;    // the node's
+  Clock::duration held{};
+  bool job_waits = false;
+};
+FillStart lone_fill_start(const FillRoom& r);
 
 } // namespace stagehand::cache

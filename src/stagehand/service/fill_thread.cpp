@@ -1,15 +1,18 @@
 // stagehandd's fill thread: a cache miss's spool (service/stage_miss.cpp) becomes a cache entry here,
-// after the read; or, once another job waits for the source, an archive's or a tree's spool is
-// unpacked as it is written, by a child this thread starts then (it follows the spool: the entry
-// is ready about when the leader's own copy is). A lone miss's fill never competes with its job. Entries are published one at a time, as the service
-// user, measured and sealed as any fill. A fill that cannot be made (the daemon stopping, too many
-// waiting, an error) is dropped: the next job's miss reads the source again.
+// after the read, once the node's CPUs have room for it beside the jobs (at most 5 s later); or, once
+// another job waits for the source, an archive's or a tree's spool is unpacked as it is written, by a
+// child this thread starts then (it follows the spool: the entry is ready about when the leader's own
+// copy is). A lone miss's fill never competes with its job. Entries are published one at a time, as
+// the service user, measured and sealed as any fill. A fill that cannot be made (the daemon
+// stopping, too many waiting, an error) is dropped: the next job's miss reads the source again.
 #include "stagehand/service/fill_thread.hpp"
 
 #include "stagehand/proto/child_messages.hpp"
 #include "stagehand/cache/fill.hpp"
 #include "stagehand/cache/spool.hpp"
+#include "stagehand/cache/stage_plan.hpp"
 #include "stagehand/fs/remove_tree.hpp"
+#include "stagehand/util/cpu_idle.hpp"
 #include "stagehand/util/priority.hpp"
 
 #include <spdlog/spdlog.h>
@@ -28,6 +31,7 @@ namespace {
 
 constexpr std::size_t k_max_waiting_fills = 64; // spools on the cache's disk, each at most its size
 constexpr auto k_fill_poll = std::chrono::milliseconds(100); // also how soon a follower starts meanwhile
+constexpr auto k_room_look = std::chrono::milliseconds(100); // how long a look at the CPUs' idle time lasts
 
 // In a fill child: behind the jobs for CPU and disk (nice 10, the lowest best-effort I/O
 // priority), yet never starved on a busy node (best effort).
@@ -58,6 +62,7 @@ void FillThread::queue_locked(SpoolFill task)
     end_locked(task, false);
     return;
   }
+  task.queued = std::chrono::steady_clock::now();
   m_spools.push_back(std::move(task));
   m_cv.notify_all();
 }
@@ -116,6 +121,11 @@ void FillThread::loop()
     }
     SpoolFill task = std::move(m_spools.front());
     m_spools.pop_front();
+    await_room_locked(lock, task);
+    if (m_stopping) {
+      end_locked(task, false);
+      continue;
+    }
     const std::optional<ipc::Credentials> service = m_node.service;
     lock.unlock();
     Result<cache::FillResult> filled = Error::io("the node cache is off", ENOENT);
@@ -141,6 +151,52 @@ void FillThread::ask_follow_locked(FillWait& w)
   if (!w.follow_asked) {
     w.follow_asked = true;
     offer_follow_locked(w, w.follow);
+    m_cv.notify_all(); // a fill waiting for room starts now
+  }
+}
+
+void FillThread::await_room_locked(std::unique_lock<std::mutex>& lock, SpoolFill& task)
+{
+  using Clock = std::chrono::steady_clock;
+  if (task.plain || task.wait->follow_asked) {
+    return; // a plain file's entry is its spool; a job waits for this one
+  }
+  lock.unlock();
+  auto before = read_cpu_times();
+  auto looked = Clock::now();
+  lock.lock();
+  if (!before) {
+    spdlog::warn("job {}: {}: the cache's fill starts without waiting for idle CPUs ({})", task.job_id, task.source,
+                 before.error().message);
+    return;
+  }
+  for (;;) {
+    m_cv.wait_for(lock, k_room_look,
+                  [&] { return m_stopping || task.wait->follow_asked || !m_follow_starts.empty(); });
+    start_follow_fills_locked(lock);
+    if (m_stopping) {
+      return;
+    }
+    lock.unlock();
+    const auto now = read_cpu_times();
+    lock.lock();
+    cache::FillRoom room;
+    room.idle_cpus = now ? idle_cpus(*before, *now) : 0.0;
+    room.cpus = now ? now->cpus : 0;
+    room.held = Clock::now() - task.queued;
+    room.job_waits = task.wait->follow_asked;
+    if (cache::lone_fill_start(room) == cache::FillStart::now) {
+      task.held = std::chrono::duration<double>(room.held).count();
+      if (room.held >= cache::k_fill_hold_max && !room.job_waits) {
+        spdlog::info("job {}: {}: the node's CPUs stayed busy for {:.1f} s; the cache's fill starts, behind the jobs",
+                     task.job_id, task.source, task.held);
+      }
+      return;
+    }
+    if (now && Clock::now() - looked >= k_room_look) {
+      before = now; // the next look is over the last k_room_look only
+      looked = Clock::now();
+    }
   }
 }
 
@@ -324,8 +380,9 @@ FillThread::Publish FillThread::publish_spool_fill(SpoolFill& task, const cache:
   }
   task.fill.name.clear();
   task.fill.dir.reset();
-  spdlog::info("job {}: cached {} ({} files, {} bytes on disk; filled from the spool, published in {:.2f} s)",
-               task.job_id, task.source, fr.files, published->disk_bytes,
+  spdlog::info("job {}: cached {} ({} files, {} bytes on disk; filled from the spool after waiting {:.2f} s for "
+               "idle CPUs, published in {:.2f} s)",
+               task.job_id, task.source, fr.files, published->disk_bytes, task.held,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return Publish::published;
 }

@@ -1,5 +1,5 @@
 // stagehandd's fill thread: a cache miss's spool becomes a cache entry after its job has the data,
-// one at a time; or, once another job waits for the source, a child started here follows the spool
+// one at a time, once the node's CPUs have room for it; or, once another job waits for the source, a child started here follows the spool
 // as the read writes it (the entry is then ready about when the leader's own copy is).
 #pragma once
 
@@ -12,6 +12,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -38,6 +39,8 @@ struct SpoolFill
   std::shared_ptr<FillWait> wait;
   std::uint32_t job_id = 0;
   std::shared_ptr<FollowFill> follow; // the fill already following the spool, if one started
+  std::chrono::steady_clock::time_point queued{}; // when its spool was whole and handed over
+  double held = 0; // seconds its fill waited for room on the CPUs
 };
 
 // Its queues are guarded by the node's mutex (the reads' waiters and the fills meet there).
@@ -64,6 +67,9 @@ public:
 private:
   void end_locked(SpoolFill& task, bool published);
   void loop();
+  // A lone miss's fill waits for room on the node's CPUs (cache::lone_fill_start), the lock released
+  // meanwhile and the followers crowds ask for started.
+  void await_room_locked(std::unique_lock<std::mutex>& lock, SpoolFill& task);
   Result<cache::FillResult> fill_from_spool(SpoolFill& task, const ipc::Credentials& service);
   // Starts the fills misses asked to follow their spools (m_follow_starts).
   void start_follow_fills_locked(std::unique_lock<std::mutex>& lock);
