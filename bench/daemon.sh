@@ -13,7 +13,7 @@
 #     miss       --stage-data=<fresh copy>           (a key the cache has never seen)
 #     hit        --stage-data=many.tar               (staged once through this layout before the rounds)
 #   and prints medians of the step's wall time and of the staging time its summary line gives
-#   ("... in S s"), miss / no-daemon, hit / cold (cold: the no-daemon step; as steps, as summary
+#   ("... in S s"), miss / no-daemon (also each round's own, median and quartiles), hit / cold (cold: the no-daemon step; as steps, as summary
 #   seconds, and as what each adds to a --tmpdir-only step: the staging's own cost, srun's left
 #   out), hit / miss and hit - tmpdir (issue 25: miss <= 1.05x no daemon; hit <= 0.02 of cold,
 #   <= tmpdir + 0.05 s).
@@ -325,6 +325,13 @@ for l in "ab":
     t, n, m, h = (med(steps, f"{l}-{x}") for x in ("tmpdir", "nodaemon", "miss", "hit"))
     sn, sm_, sh = (med(summ, f"{l}-{x}") for x in ("nodaemon", "miss", "hit"))
     print(f"    miss / no-daemon  = {m / n:.2f} (step)  {sm_ / sn:.2f} (staging)   (target <= 1.05)")
+    # Each round's own ratio (its miss against its no-daemon step, minutes apart at most): this VM's
+    # speed drifts between rounds, which a ratio of medians carries and a round's own ratio does not.
+    own = sorted(a / b for a, b in zip(steps[f"{l}-miss"], steps[f"{l}-nodaemon"]))
+    if len(own) >= 4:
+        q = lambda p: own[min(len(own) - 1, int(p * len(own)))]
+        print(f"    miss / no-daemon, each round's own: median {statistics.median(own):.2f}, "
+              f"quartiles {q(0.25):.2f}-{q(0.75):.2f}")
     print(f"    hit / cold        = {h / n:.2f} (step)  {sh / sn:.3f} (staging)  "
           f"{(h - t) / max(n - t, 1e-9):.3f} (what each adds to a --tmpdir-only step)   "
           "(cold: the no-daemon step; target <= 0.02)")
