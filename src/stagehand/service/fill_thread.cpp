@@ -22,6 +22,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <thread>
 
@@ -119,12 +120,27 @@ void FillThread::loop()
     if (m_spools.empty()) {
       continue;
     }
-    SpoolFill task = std::move(m_spools.front());
-    m_spools.pop_front();
-    await_room_locked(lock, task);
-    if (m_stopping) {
-      end_locked(task, false);
-      continue;
+    // A fill a job waits for (or a plain file's, which is only a rename) goes first; a lone one
+    // waits for room on the CPUs, and back to the front of the queue when such a one comes.
+    auto next = std::find_if(m_spools.begin(), m_spools.end(), [](const SpoolFill& t) { return urgent(t); });
+    const bool lone = next == m_spools.end();
+    SpoolFill task = std::move(lone ? m_spools.front() : *next);
+    m_spools.erase(lone ? m_spools.begin() : next);
+    if (lone) {
+      const Hold hold = await_room_locked(lock, task);
+      if (hold == Hold::stop) {
+        end_locked(task, false);
+        continue;
+      }
+      if (hold == Hold::yield) {
+        m_spools.push_front(std::move(task));
+        continue;
+      }
+    }
+    task.wait->fill_started = true;
+    if (task.held > 0) { // its waiters' patience runs from now, as it would have from the hand-off
+      const auto from_now = cache::entry_patience(std::chrono::steady_clock::now(), task.wait->read_time);
+      task.wait->patience_until = std::max(task.wait->patience_until, from_now);
     }
     const std::optional<ipc::Credentials> service = m_node.service;
     lock.unlock();
@@ -148,6 +164,10 @@ void FillThread::loop()
 
 void FillThread::ask_follow_locked(FillWait& w)
 {
+  if (w.spool_dir && !w.fill_started) {
+    // Its fill waits for room on the CPUs, and starts now: the job's patience runs from here.
+    w.patience_until = std::max(w.patience_until, cache::entry_patience(std::chrono::steady_clock::now(), w.read_time));
+  }
   if (!w.follow_asked) {
     w.follow_asked = true;
     offer_follow_locked(w, w.follow);
@@ -155,11 +175,21 @@ void FillThread::ask_follow_locked(FillWait& w)
   }
 }
 
-void FillThread::await_room_locked(std::unique_lock<std::mutex>& lock, SpoolFill& task)
+bool FillThread::urgent(const SpoolFill& t) { return t.plain || t.wait->follow_asked; }
+
+bool FillThread::urgent_queued_locked() const
+{
+  return std::any_of(m_spools.begin(), m_spools.end(), [](const SpoolFill& t) { return urgent(t); });
+}
+
+FillThread::Hold FillThread::await_room_locked(std::unique_lock<std::mutex>& lock, SpoolFill& task)
 {
   using Clock = std::chrono::steady_clock;
-  if (task.plain || task.wait->follow_asked) {
-    return; // a plain file's entry is its spool; a job waits for this one
+  cache::FillRoom room;
+  room.held = Clock::now() - task.queued;
+  if (cache::lone_fill_start(room) == cache::FillStart::now) {
+    task.held = std::chrono::duration<double>(room.held).count();
+    return Hold::start; // it waited its turn behind other fills that long already
   }
   lock.unlock();
   auto before = read_cpu_times();
@@ -168,21 +198,26 @@ void FillThread::await_room_locked(std::unique_lock<std::mutex>& lock, SpoolFill
   if (!before) {
     spdlog::warn("job {}: {}: the cache's fill starts without waiting for idle CPUs ({})", task.job_id, task.source,
                  before.error().message);
-    return;
+    return Hold::start;
   }
   for (;;) {
-    m_cv.wait_for(lock, k_room_look,
-                  [&] { return m_stopping || task.wait->follow_asked || !m_follow_starts.empty(); });
+    m_cv.wait_for(lock, k_room_look, [&] {
+      return m_stopping || task.wait->follow_asked || !m_follow_starts.empty() || urgent_queued_locked();
+    });
     start_follow_fills_locked(lock);
     if (m_stopping) {
-      return;
+      return Hold::stop;
+    }
+    if (!task.wait->follow_asked && urgent_queued_locked()) {
+      return Hold::yield;
     }
     lock.unlock();
     const auto now = read_cpu_times();
     lock.lock();
-    cache::FillRoom room;
-    room.idle_cpus = now ? idle_cpus(*before, *now) : 0.0;
-    room.cpus = now ? now->cpus : 0;
+    // Idle CPUs are judged over a whole look only: a few ticks say nothing.
+    const bool whole_look = now && Clock::now() - looked >= k_room_look;
+    room.idle_cpus = whole_look ? idle_cpus(*before, *now) : 0.0;
+    room.cpus = whole_look ? now->cpus : 0;
     room.held = Clock::now() - task.queued;
     room.job_waits = task.wait->follow_asked;
     if (cache::lone_fill_start(room) == cache::FillStart::now) {
@@ -191,9 +226,9 @@ void FillThread::await_room_locked(std::unique_lock<std::mutex>& lock, SpoolFill
         spdlog::info("job {}: {}: the node's CPUs stayed busy for {:.1f} s; the cache's fill starts, behind the jobs",
                      task.job_id, task.source, task.held);
       }
-      return;
+      return Hold::start;
     }
-    if (now && Clock::now() - looked >= k_room_look) {
+    if (whole_look) {
       before = now; // the next look is over the last k_room_look only
       looked = Clock::now();
     }

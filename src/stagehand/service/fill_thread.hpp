@@ -1,6 +1,7 @@
 // stagehandd's fill thread: a cache miss's spool becomes a cache entry after its job has the data,
-// one at a time, once the node's CPUs have room for it; or, once another job waits for the source, a child started here follows the spool
-// as the read writes it (the entry is then ready about when the leader's own copy is).
+// one at a time, once the node's CPUs have room for it; or, once another job waits for the source,
+// a child started here follows the spool as the read writes it (the entry is then ready about when
+// the leader's own copy is).
 #pragma once
 
 #include "stagehand/cache/fill.hpp"
@@ -67,9 +68,14 @@ public:
 private:
   void end_locked(SpoolFill& task, bool published);
   void loop();
+  // A fill a job waits for, or a plain file's: it never waits for room on the CPUs.
+  static bool urgent(const SpoolFill& t);
+  bool urgent_queued_locked() const;
   // A lone miss's fill waits for room on the node's CPUs (cache::lone_fill_start), the lock released
-  // meanwhile and the followers crowds ask for started.
-  void await_room_locked(std::unique_lock<std::mutex>& lock, SpoolFill& task);
+  // meanwhile and the followers crowds ask for started: start it, or yield to an urgent one queued
+  // meanwhile (it goes back to the front), or stop with the daemon.
+  enum class Hold { start, yield, stop };
+  Hold await_room_locked(std::unique_lock<std::mutex>& lock, SpoolFill& task);
   Result<cache::FillResult> fill_from_spool(SpoolFill& task, const ipc::Credentials& service);
   // Starts the fills misses asked to follow their spools (m_follow_starts).
   void start_follow_fills_locked(std::unique_lock<std::mutex>& lock);

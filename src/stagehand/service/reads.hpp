@@ -57,6 +57,9 @@ struct FillWait
   // fill beside the leader's own copy competes with it for cores; only a crowd gains from it).
   std::shared_ptr<FollowFill> follow;
   bool follow_asked = false;
+  // The fill thread has started this read's fill (a lone miss's fill may wait for idle CPUs first):
+  // until then a job asking for the entry has its patience counted from its asking.
+  bool fill_started = false;
 };
 
 // The table of reads under way, by cache key, and the claims jobs starting together make on a
