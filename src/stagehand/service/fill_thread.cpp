@@ -128,7 +128,7 @@ void FillThread::loop()
     m_spools.erase(lone ? m_spools.begin() : next);
     if (lone) {
       const Hold hold = await_room_locked(lock, task);
-      if (hold == Hold::stop) {
+      if (hold == Hold::stop || m_stopping) { // (told to stop while it read /proc/stat unlocked)
         end_locked(task, false);
         continue;
       }
@@ -137,11 +137,11 @@ void FillThread::loop()
         continue;
       }
     }
+    // Its waiters' patience runs from now (a fill held, or queued behind one, starts later than
+    // its hand-off).
     task.wait->fill_started = true;
-    if (task.held > 0) { // its waiters' patience runs from now, as it would have from the hand-off
-      const auto from_now = cache::entry_patience(std::chrono::steady_clock::now(), task.wait->read_time);
-      task.wait->patience_until = std::max(task.wait->patience_until, from_now);
-    }
+    const auto from_now = cache::entry_patience(std::chrono::steady_clock::now(), task.wait->read_time);
+    task.wait->patience_until = std::max(task.wait->patience_until, from_now);
     const std::optional<ipc::Credentials> service = m_node.service;
     lock.unlock();
     Result<cache::FillResult> filled = Error::io("the node cache is off", ENOENT);
