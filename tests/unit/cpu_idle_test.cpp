@@ -1,6 +1,11 @@
 // The node's idle CPUs, from /proc/stat's counters.
 #include "stagehand/util/cpu_idle.hpp"
 
+#include "stagehand/fs/io.hpp"
+#include "stagehand/util/fd.hpp"
+
+#include <fcntl.h>
+
 #include <gtest/gtest.h>
 
 using namespace stagehand;
@@ -42,9 +47,13 @@ TEST(CpuIdle, IdleCpusIsTheIdleShareOfTheTicksTimesTheCpus)
   EXPECT_DOUBLE_EQ(idle_cpus(a, a), 0.0);                // no tick: nothing known, no room
 }
 
-TEST(CpuIdle, ThisNodeIsRead)
+TEST(CpuIdle, ThisNodesProcStatParses)
 {
-  auto a = read_cpu_times();
+  UniqueFd fd(::open("/proc/stat", O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid());
+  auto text = fs::read_all(fd.get(), "/proc/stat");
+  ASSERT_TRUE(text) << text.error().message;
+  auto a = parse_proc_stat(*text);
   ASSERT_TRUE(a) << a.error().message;
   EXPECT_GE(a->cpus, 1U);
   EXPECT_GT(a->total, a->idle);

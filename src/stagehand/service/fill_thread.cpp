@@ -11,6 +11,7 @@
 #include "stagehand/cache/fill.hpp"
 #include "stagehand/cache/spool.hpp"
 #include "stagehand/cache/stage_plan.hpp"
+#include "stagehand/fs/io.hpp"
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/util/cpu_idle.hpp"
 #include "stagehand/util/priority.hpp"
@@ -41,6 +42,20 @@ void behind_the_jobs()
   errno = 0;
   if (::nice(10) == -1 && errno != 0) { /* stays at the daemon's priority */ }
   (void)::syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0, (2 << 13) | 7 /* IOPRIO_CLASS_BE, level 7 */);
+}
+
+// The node's CPU time now (/proc/stat, whole: a node with a thousand CPUs lists that many lines).
+Result<CpuTimes> read_cpu_times()
+{
+  UniqueFd fd(::open("/proc/stat", O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    return Error::from_errno("/proc/stat");
+  }
+  auto text = fs::read_all(fd.get(), "/proc/stat", 4U << 20);
+  if (!text) {
+    return text.error();
+  }
+  return parse_proc_stat(*text);
 }
 
 Result<cache::FillResult> fill_reply(const ipc::Message& m) { return proto::parse_child_message<stage::Placed>(m.text); }
@@ -122,7 +137,7 @@ void FillThread::loop()
     }
     // A fill a job waits for (or a plain file's, which is only a rename) goes first; a lone one
     // waits for room on the CPUs, and back to the front of the queue when such a one comes.
-    auto next = std::find_if(m_spools.begin(), m_spools.end(), [](const SpoolFill& t) { return urgent(t); });
+    auto next = std::find_if(m_spools.begin(), m_spools.end(), &FillThread::urgent);
     const bool lone = next == m_spools.end();
     SpoolFill task = std::move(lone ? m_spools.front() : *next);
     m_spools.erase(lone ? m_spools.begin() : next);
@@ -179,7 +194,7 @@ bool FillThread::urgent(const SpoolFill& t) { return t.plain || t.wait->follow_a
 
 bool FillThread::urgent_queued_locked() const
 {
-  return std::any_of(m_spools.begin(), m_spools.end(), [](const SpoolFill& t) { return urgent(t); });
+  return std::any_of(m_spools.begin(), m_spools.end(), &FillThread::urgent);
 }
 
 FillThread::Hold FillThread::await_room_locked(std::unique_lock<std::mutex>& lock, SpoolFill& task)

@@ -1,13 +1,8 @@
 // How many of the node's CPUs sat idle: /proc/stat's counters, sampled twice.
 #include "stagehand/util/cpu_idle.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <array>
-#include <cerrno>
 #include <charconv>
-#include <string>
 
 namespace stagehand {
 
@@ -69,33 +64,6 @@ Result<CpuTimes> parse_proc_stat(std::string_view text)
     return Error::corrupt("/proc/stat: no cpu lines");
   }
   return t;
-}
-
-Result<CpuTimes> read_cpu_times()
-{
-  const int fd = ::open("/proc/stat", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return Error::from_errno("/proc/stat");
-  }
-  std::string text;
-  char buf[64 * 1024];
-  for (;;) { // read whole: a node with a thousand CPUs lists that many lines
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return Error::from_errno("/proc/stat", err);
-    }
-    if (n == 0) {
-      break;
-    }
-    text.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return parse_proc_stat(text);
 }
 
 double idle_cpus(const CpuTimes& before, const CpuTimes& after)

@@ -1,5 +1,5 @@
-// How many of the node's CPUs sat idle over a while, as the kernel counts CPU time (/proc/stat).
-// stagehandd's fill thread asks it before a lone miss's fill takes cores a job may need.
+// How many of the node's CPUs sat idle over a while, as the kernel counts CPU time (/proc/stat's
+// text, which stagehandd's fill thread reads before a lone miss's fill takes cores a job may need).
 #pragma once
 
 #include "stagehand/util/result.hpp"
@@ -20,8 +20,6 @@ struct CpuTimes
 
 // /proc/stat's text: the "cpu" line's sums and the number of "cpuN" lines.
 Result<CpuTimes> parse_proc_stat(std::string_view text);
-// The same, read now.
-Result<CpuTimes> read_cpu_times();
 
 // The CPUs idle on average between two samples (0 when no tick passed).
 double idle_cpus(const CpuTimes& before, const CpuTimes& after);
