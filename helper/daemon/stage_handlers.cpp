@@ -3,6 +3,9 @@
 #include "daemon.hpp"
 
 #include "stagehand/service/stage_request.hpp"
+#include "stagehand/util/cpu_list.hpp"
+
+#include <unistd.h>
 
 namespace stagehand::daemon {
 
@@ -23,7 +26,13 @@ void Daemon::on_stage(const proto::Stage& r, const Peer& peer, Responder& out)
     user = *c;
   } else {
     // The task's own credentials, as the kernel reports them for the connection.
-    user = ipc::Credentials{peer.uid, peer.gid, peer.groups, "uid " + std::to_string(peer.uid)};
+    user = ipc::Credentials{peer.uid, peer.gid, peer.groups, "uid " + std::to_string(peer.uid), {}};
+    // The job's work (unpacking a miss into its directory, say) on the task's cores, where staging
+    // without the daemon would run: Slurm's task plugin or the job's cpuset gave the task its CPUs,
+    // and another job may own the rest of the node's.
+    if (auto cpus = affinity_of(peer.pid); !cpus.empty() && cpus != affinity_of(::getpid())) {
+      user.cpus = std::move(cpus);
+    }
   }
   service::StageRequest run(m_shared, m_fills, *job, user, r, out);
   run.execute();

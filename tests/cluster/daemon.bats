@@ -37,6 +37,9 @@ teardown() {
   if [ -f "$BATS_TEST_TMPDIR/hogs" ]; then
     kill $(cat "$BATS_TEST_TMPDIR/hogs") 2>/dev/null || true
   fi
+  if [ -f "$BATS_TEST_TMPDIR/pinned" ]; then # a slurmd put on one CPU: back on all of them
+    taskset -a -p -c "0-$(($(nproc) - 1))" "$(cat "$BATS_TEST_TMPDIR/pinned")" >/dev/null || true
+  fi
 }
 
 bytes_read() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$WORK/shared/.sharedfs-stats"; }
@@ -349,6 +352,35 @@ print(sum(x['bytes'] for x in e))" "$output")
   [ "$JOB_RC" -eq 0 ]
   echo "$LAST_OUTPUT" | grep -q '^line 7$'
   cached node1 busy2.tar
+}
+
+# The job's work that the daemon's children do for it (here a miss unpacked into its directory) runs
+# on the job's CPUs, where its own staging would: node1's slurmd, and so its jobs' tasks, put on one
+# CPU, as Slurm's task plugin or a job's cpuset would; the daemon stays on all of them.
+@test "a miss's unpacking through the daemon runs on the job's CPUs, not on the node's others" {
+  cpu=$(($(nproc) - 1))
+  [ "$cpu" -ge 1 ] # (one CPU alone could not tell the job's from the node's)
+  as_user "tar -C cache-src -cf cache-src/pinned.tar tree"
+  settle "$WORK/cache-src/pinned.tar"
+  log=$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log
+  pid=$(cat "$STAGEHAND_CLUSTER_DIR/slurmd-node1.pid")
+  echo "$pid" >"$BATS_TEST_TMPDIR/pinned" # (put back by teardown, whatever happens)
+  taskset -a -p -c "$cpu" "$pid"
+  submit -N1 -w node1 --stage-data=shared/pinned.tar:p --wrap "'taskset -c -p \$\$; cat \$SLURM_TMPDIR/p/tree/sub/f7'"
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q "current affinity list: $cpu\$" # the premise: the task is on that CPU
+  echo "$LAST_OUTPUT" | grep -q 'shared/pinned.tar -> .*(cache miss)$'
+  echo "$LAST_OUTPUT" | grep -q '^line 7$'
+  grep -q "pinned.tar (cache miss): .*; the job's children on its CPUs $cpu\$" "$log"
+  # A job on all the node's CPUs (as the daemon): its children run where the daemon's do, unnamed.
+  taskset -a -p -c "0-$cpu" "$pid"
+  rm "$BATS_TEST_TMPDIR/pinned"
+  as_user "tar -C cache-src -cf cache-src/unpinned.tar tree"
+  settle "$WORK/cache-src/unpinned.tar"
+  submit -N1 -w node1 --stage-data=shared/unpinned.tar:p --wrap "'cat \$SLURM_TMPDIR/p/tree/sub/f7'"
+  [ "$JOB_RC" -eq 0 ]
+  grep "unpinned.tar (cache miss): " "$log"
+  [ -z "$(grep "unpinned.tar (cache miss): " "$log" | grep "on its CPUs")" ]
 }
 
 # (Not a hold of the share's reads: a read held there also held the other readers of the file.)

@@ -204,7 +204,7 @@ TEST(CacheRace, EndingAFillChildEndsWhatItForked)
   auto said = run_with_watchdog(
     [&]() -> std::string {
       ::prctl(PR_SET_CHILD_SUBREAPER, 1); // orphans come to this process: their end can be seen
-      ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "attacker"};
+      ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "attacker", {}};
       auto child = ipc::spawn_as(user, {}, [](int sock, const std::vector<int>&) {
         pid_t lingering = ::fork();
         if (lingering == 0) {

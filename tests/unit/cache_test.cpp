@@ -393,7 +393,7 @@ TEST(Child, DropsToTheUserAndPassesDescriptors)
   TempDir d;
   write_file(d / "root-only", "r");
   ::chmod((d / "root-only").c_str(), 0600);
-  ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid, 4343}, "attacker"};
+  ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid, 4343}, "attacker", {}};
   const std::string path = d / "root-only";
   auto child = ipc::spawn_as(user, {}, [&](int sock, const std::vector<int>&) {
     std::string ids = std::to_string(::getuid()) + " " + std::to_string(::geteuid()) + " " +
@@ -410,7 +410,8 @@ TEST(Child, DropsToTheUserAndPassesDescriptors)
   EXPECT_EQ(msg->fds.size(), 1U);
   EXPECT_EQ(*child->wait(), 7);
   // Never as root.
-  EXPECT_FALSE(ipc::spawn_as(ipc::Credentials{0, 0, {}, "root"}, {}, [](int, const std::vector<int>&) { return 0; }));
+  const ipc::Credentials root{0, 0, {}, "root", {}};
+  EXPECT_FALSE(ipc::spawn_as(root, {}, [](int, const std::vector<int>&) { return 0; }));
   // A child killed by a signal says so.
   auto killed = ipc::spawn_as(user, {}, [](int, const std::vector<int>&) {
     ::raise(SIGKILL);
@@ -476,7 +477,7 @@ TEST(Client, ASocketNotServedByRootIsToldNothing)
   TempDir d;
   ::chmod(d.path().c_str(), 0777);
   const std::string path = d / "stagehandd.sock";
-  ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "attacker"};
+  ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "attacker", {}};
   auto fake = ipc::spawn_as(user, {}, [&](int sock, const std::vector<int>&) {
     UniqueFd l(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     struct sockaddr_un addr {};
@@ -539,7 +540,7 @@ TEST(Child, NoDaemonDescriptorReachesTheUserWhenCloseRangeFails)
         ::_exit(10); // the filter is not in place: the test would prove nothing
       }
       const int fd = secret.get();
-      ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "attacker"};
+      ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "attacker", {}};
       auto child = ipc::spawn_as(user, {}, [fd](int sock, const std::vector<int>&) {
         (void)ipc::send_message(sock, ::fcntl(fd, F_GETFD) == -1 ? "closed" : "open");
         return 0;
@@ -568,7 +569,7 @@ TEST(Child, AStoppedChildIsSeenWithoutProc)
   STAGEHAND_REQUIRE_ROOT();
   // The job user may SIGSTOP the daemon's child (it runs with their uid); the daemon must see it
   // even where a unit's ProtectProc= hides the child's /proc entry: from the kernel, as its parent.
-  ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "attacker"};
+  ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "attacker", {}};
   auto child = ipc::spawn_as(user, {}, [](int sock, const std::vector<int>&) {
     (void)ipc::send_message(sock, "up");
     ::pause();
@@ -657,7 +658,7 @@ TEST(Child, CountersInSharedMemoryAreSeenByTheParent)
   auto counters = ipc::SharedMemory<archive::WorkCounters>::make();
   ASSERT_TRUE(counters) << counters.error().message;
   archive::WorkCounters* c = counters->get();
-  ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "attacker"};
+  ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "attacker", {}};
   auto child = ipc::spawn_as(user, {counters->fd()}, [](int sock, const std::vector<int>& kept) {
     auto shared = ipc::SharedMemory<archive::WorkCounters>::attach(kept.at(0));
     if (!shared) {
@@ -701,7 +702,7 @@ TEST(Child, StartsUnderALowDescriptorLimit)
       struct rlimit few {256, 256};
       ::setrlimit(RLIMIT_NOFILE, &few);
       UniqueFd given(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-      ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "attacker"};
+      ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "attacker", {}};
       auto child = ipc::spawn_as(user, {given.get()}, [](int sock, const std::vector<int>& kept) {
         return ipc::send_message(sock, std::to_string(kept.size())) ? 0 : 1;
       });

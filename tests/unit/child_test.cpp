@@ -1,6 +1,7 @@
 // Children of root that run user work: every wait on them bounded (a survivor of SIGKILL goes to
 // the reaper), their memory bounded, and no user attaching to them while they change uid.
 #include "stagehand/ipc/child.hpp"
+#include "stagehand/util/cpu_list.hpp"
 #include "stagehand/util/priority.hpp"
 #include "stagehand/util/process_wait.hpp"
 #include "stagehand/util/subprocess.hpp"
@@ -34,7 +35,7 @@ namespace {
 
 const ipc::Credentials& attacker()
 {
-  static const ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "user attacker"};
+  static const ipc::Credentials user{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "user attacker", {}};
   return user;
 }
 
@@ -329,4 +330,28 @@ TEST(ChildPriority, AUsersWorkRunsAtAJobsPriorityNotTheDaemonsRequestThreads)
   request_thread.join();
   EXPECT_EQ(child_nice, k_job_nice);
   EXPECT_EQ(thread_nice(), own); // the test's own thread: untouched
+}
+
+// A job's work that a child does for it runs on the job's cores (the task's affinity, which the
+// daemon passes as Credentials::cpus), not on another job's; with none given, where the daemon runs.
+TEST(ChildPlacement, AJobsWorkRunsOnTheCpusItWasGiven)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  const std::vector<int> mine = affinity_of(::getpid());
+  ASSERT_FALSE(mine.empty());
+  auto where = [](const ipc::Credentials& creds) {
+    auto child = ipc::spawn_as(creds, {}, [](int sock, const std::vector<int>&) {
+      (void)ipc::send_message(sock, cpu_ranges(affinity_of(::getpid())));
+      return 0;
+    });
+    EXPECT_TRUE(child);
+    auto said = child ? ipc::receive_message(child->sock(), 30s) : Result<ipc::Message>(Error::internal("none"));
+    EXPECT_TRUE(said);
+    return said ? said->text : std::string("(nothing said)");
+  };
+  ipc::Credentials job = attacker();
+  job.cpus = {mine.back()};
+  EXPECT_EQ(where(job), std::to_string(mine.back()));
+  EXPECT_EQ(where(attacker()), cpu_ranges(mine));
+  EXPECT_EQ(affinity_of(::getpid()), mine); // the daemon's own: untouched
 }

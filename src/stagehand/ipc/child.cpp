@@ -3,6 +3,7 @@
 #include "stagehand/ipc/child.hpp"
 
 #include "stagehand/proto/frame.hpp"
+#include "stagehand/util/cpu_list.hpp"
 #include "stagehand/util/priority.hpp"
 #include "stagehand/util/process_wait.hpp"
 
@@ -216,6 +217,8 @@ void exit_if_traced(int status_fd, long parent_tracer, SuidDumpable dumpable)
   // A job's work at a job's priority, below the daemon's request threads (util/priority.hpp).
   (void)set_thread_nice(k_job_nice);
   bound_memory();
+  // On the job's cores, where its own staging would run (best effort: CPUs gone offline since).
+  (void)run_on(creds.cpus);
   // A failed allocation ends the child with a code the parent names, whatever body catches.
   std::set_new_handler([] { ::_exit(k_exit_out_of_memory); });
   const SuidDumpable dumpable = suid_dumpable(hooks);

@@ -27,6 +27,7 @@ struct Credentials
   gid_t gid = 0;
   std::vector<gid_t> groups; // supplementary groups
   std::string what;          // "job user 1001", "service user stagehand": for messages
+  std::vector<int> cpus;     // where the child runs: a job's CPUs for its work; empty: where the daemon runs
 };
 
 // The supplementary groups of `uid` from the user database (for work not started by the user).

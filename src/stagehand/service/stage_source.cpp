@@ -7,6 +7,7 @@
 #include "stagehand/cache/materialise.hpp"
 #include "stagehand/cache/spool.hpp"
 #include "stagehand/cache/stage_plan.hpp"
+#include "stagehand/util/cpu_list.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -52,10 +53,11 @@ Result<proto::StagedSource> StageRequest::stage_one(const proto::SourceSpec& src
   }
   m_total += s.out.bytes;
   s.out.seconds = s.seconds();
-  spdlog::info("job {}: {} ({}): {:.2f} s: identified in {:.2f} s, {} in {:.2f} s, linked in {:.2f} s", m_job.job_id,
+  const std::string where = m_user.cpus.empty() ? "" : "; the job's children on its CPUs " + cpu_ranges(m_user.cpus);
+  spdlog::info("job {}: {} ({}): {:.2f} s: identified in {:.2f} s, {} in {:.2f} s, linked in {:.2f} s{}", m_job.job_id,
                src.path, proto::outcome_name(s.out.cache), s.out.seconds, s.identified,
                s.out.cache == proto::CacheOutcome::hit ? "found" : "delivered", got - s.identified,
-               s.out.seconds - got);
+               s.out.seconds - got, where);
   account(s);
   return s.out;
 }
