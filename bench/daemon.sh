@@ -7,6 +7,11 @@
 #   (a) the daemon's cache_dir on the same tmpfs as the scratch base (the test cluster's own);
 #   (b) scratch on tmpfs, cache_dir on the node's disk (STAGEHAND_BENCH_DISK_CACHE, default
 #       /var/tmp/sh-bench-cache: a directory of this run's own below it; links are impossible).
+#   (c) and (d): as (a) and (b), each with a cache_dir of its own, and the job on a CPU of its own:
+#       node1's slurmd (so its jobs' steps and tasks) put on the last CPU for the layout's steps
+#       (with the daemon and without it), as Slurm's task plugin or a job's cpuset gives a job its
+#       cores on a real node; the daemon runs on all of them (its children doing the job's work go
+#       to the job's CPU).
 #   Per layout and round:
 #     no-daemon  the daemon stopped (in-process staging), --stage-data=<fresh copy>
 #     tmpdir     the layout's daemon started again, srun --tmpdir true
@@ -29,7 +34,7 @@
 # Each cache hit, miss or "no cache" a summary line says is checked against what the step
 # expects; a mismatch is printed and counted, never silently timed as the other kind.
 # Usage (root): bench/daemon.sh BUILD_DIR [ROUNDS] [FILES]   (ROUNDS: 3; FILES: 60000)
-#   STAGEHAND_BENCH_PHASES="a b crowd" (the default) picks the parts; STAGEHAND_BENCH_CROWDS="4 16".
+#   STAGEHAND_BENCH_PHASES="a b crowd" (the default; c and d on request) picks the parts; STAGEHAND_BENCH_CROWDS="4 16".
 #   STAGEHAND_BENCH_LOGS=DIR keeps the cluster's logs (the daemons' among them) there.
 #   STAGEHAND_BENCH_PERF=DIR records every CPU's samples over each timed step (perf record -a,
 #   1999 Hz, from 0.5 s before it) into DIR/KEY.NS.data: where each step's CPU went, by process.
@@ -55,9 +60,9 @@ crowds=${STAGEHAND_BENCH_CROWDS:-4 16}
 layouts=""
 for p in $phases; do
   case $p in
-    a | b) layouts+="$p " ;;
+    a | b | c | d) layouts+="$p " ;;
     crowd) ;;
-    *) echo "daemon.sh: unknown phase $p (a, b, crowd)" >&2; exit 2 ;;
+    *) echo "daemon.sh: unknown phase $p (a, b, c, d, crowd)" >&2; exit 2 ;;
   esac
 done
 source "$here/lib.sh"
@@ -69,6 +74,7 @@ B=$W/bench
 job=""
 cleanup() {
   cd /
+  ! declare -F confine >/dev/null || confine off # node1's slurmd back on every CPU
   [ -z "$job" ] || scancel "$job" 2>/dev/null || true
   if [ -n "${STAGEHAND_BENCH_LOGS:-}" ]; then # the daemons' and Slurm's logs, kept for reading
     mkdir -p "$STAGEHAND_BENCH_LOGS" && cp -r "$STAGEHAND_CLUSTER_DIR/log/." "$STAGEHAND_BENCH_LOGS/"
@@ -86,6 +92,7 @@ sed -i 's/^progress_interval = .*/progress_interval = "0"/' "$STAGEHAND_TEST_CON
 sed -i 's/^gc_interval = .*/gc_interval = "5m"/' "$STAGEHAND_TEST_CONFIG" "$STAGEHAND_DAEMON_TOML"
 tmpfs_cache=$(sed -n 's/^cache_dir = "\(.*\)"$/\1/p' "$STAGEHAND_TEST_CONFIG")
 [ -n "$tmpfs_cache" ] || { echo "daemon.sh: no cache_dir in $STAGEHAND_TEST_CONFIG" >&2; exit 1; }
+confined_cache=$(dirname "$tmpfs_cache")/confined-$(basename "$tmpfs_cache") # (c): (a)'s filesystem, a cache of its own
 # The disk cache: a root-owned 0700 directory of this run's own (the daemon takes nothing else).
 rm -rf "$disk_cache"
 mkdir -p -m 0700 "$disk_cache"
@@ -115,15 +122,30 @@ as_user() { runuser -u "$STAGEHAND_TEST_USER" -- env SLURM_CONF="$SLURM_CONF" PA
 # fresh NAME: a fresh copy of the source (a key no cache has seen), the test user's.
 fresh() { cp -r "$src" "$1" && chown -R "$STAGEHAND_TEST_USER:" "$1"; }
 
-# use_daemon off|a|b: node1's daemon stopped, or started again with that layout's cache_dir.
+# use_daemon off|a|b|c: node1's daemon stopped, or started again with that layout's cache_dir.
 use_daemon() {
   "$cluster" daemon-stop node1
   case $1 in
     off) return 0 ;;
     a) sed -i "s|^cache_dir = .*|cache_dir = \"$tmpfs_cache\"|" "$STAGEHAND_TEST_CONFIG" ;;
     b) sed -i "s|^cache_dir = .*|cache_dir = \"$disk_cache/%n\"|" "$STAGEHAND_TEST_CONFIG" ;;
+    c) sed -i "s|^cache_dir = .*|cache_dir = \"$confined_cache\"|" "$STAGEHAND_TEST_CONFIG" ;;
+    d) sed -i "s|^cache_dir = .*|cache_dir = \"$disk_cache/confined-%n\"|" "$STAGEHAND_TEST_CONFIG" ;;
   esac
   "$cluster" daemon-start node1
+}
+
+# confine c|d|...: node1's slurmd (and what it starts from now: steps, tasks) on the last CPU for
+# layouts c and d, on all of them otherwise. The daemon, started by this script, stays on all of them.
+last_cpu=$(($(nproc) - 1))
+confine() {
+  local pid
+  pid=$(cat "$STAGEHAND_CLUSTER_DIR/slurmd-node1.pid" 2>/dev/null) || return 0
+  if [ "$1" = c ] || [ "$1" = d ]; then
+    taskset -a -p -c "$last_cpu" "$pid" >/dev/null
+  else
+    taskset -a -p -c "0-$last_cpu" "$pid" >/dev/null 2>&1 || true
+  fi
 }
 
 # summary FILE: "SECONDS WORD" of the one staging summary line in FILE (WORD: miss, hit, none).
@@ -193,9 +215,16 @@ if [ -n "$layouts" ]; then
   sleep 3 # (a source modified within 2 s of its staging is not cached: the racy-source rule)
   for l in $layouts; do
     use_daemon "$l"
+    confine "$l"
     step "$l-warmup" miss "w$l" --stage-data="$src:w$l"
+    confine off
     # (and the entry is where the layout says: the daemon took the cache_dir it was given)
-    d=$([ "$l" = a ] && echo "${tmpfs_cache//%n/node1}" || echo "$disk_cache/node1")
+    case $l in
+      a) d=${tmpfs_cache//%n/node1} ;;
+      b) d=$disk_cache/node1 ;;
+      c) d=${confined_cache//%n/node1} ;;
+      d) d=$disk_cache/confined-node1 ;;
+    esac
     # A miss's entry is filled after its job has the data (off the job's path): wait for it.
     for _ in $(seq 1 600); do [ -n "$(ls -A "$d/entries" 2>/dev/null)" ] && break; sleep 0.2; done
     [ -n "$(ls -A "$d/entries" 2>/dev/null)" ] || { echo "daemon.sh: layout $l: no cache entry in $d" >&2; exit 1; }
@@ -205,6 +234,7 @@ if [ -n "$layouts" ]; then
     for l in $layouts; do fresh "nd-$l-$i.tar"; fresh "miss-$l-$i.tar"; done
     sleep 3
     for l in $layouts; do
+      confine "$l"
       use_daemon off
       step "$l-nodaemon" none "n$l$i" --stage-data="nd-$l-$i.tar:n$l$i"
       use_daemon "$l"
@@ -217,6 +247,7 @@ if [ -n "$layouts" ]; then
         esac
       done
       rm -rf "nd-$l-$i.tar" "miss-$l-$i.tar"
+      confine off
     done
     echo "daemon.sh: round $i of $rounds done" >&2
   done
@@ -312,8 +343,10 @@ for line in open(sys.argv[1]):
 med = lambda d, k: statistics.median(d[k]) if d.get(k) else float("nan")
 print(f"daemon cache: {sys.argv[3]} on tmpfs, one srun step on node1, "
       f"{sys.argv[2]} rounds interleaved; medians in seconds: the step's wall time / its summary line's staging time")
-names = {"a": "(a) cache_dir on the scratch tmpfs", "b": "(b) scratch on tmpfs, cache_dir on the node's disk"}
-for l in "ab":
+names = {"a": "(a) cache_dir on the scratch tmpfs", "b": "(b) scratch on tmpfs, cache_dir on the node's disk",
+         "c": "(c) as (a), the job's steps on one CPU of their own (as a task plugin or cpuset gives), the daemon on all",
+         "d": "(d) as (b), the job's steps on one CPU of their own, the daemon on all"}
+for l in "abcd":
     if f"{l}-miss" not in steps:
         continue
     print(f"  {names[l]}:")
