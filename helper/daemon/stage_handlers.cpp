@@ -3,9 +3,6 @@
 #include "daemon.hpp"
 
 #include "stagehand/service/stage_request.hpp"
-#include "stagehand/util/cpu_list.hpp"
-
-#include <unistd.h>
 
 namespace stagehand::daemon {
 
@@ -27,13 +24,10 @@ void Daemon::on_stage(const proto::Stage& r, const Peer& peer, Responder& out)
   } else {
     // The task's own credentials, as the kernel reports them for the connection.
     user = ipc::Credentials{peer.uid, peer.gid, peer.groups, "uid " + std::to_string(peer.uid), {}};
-    // The job's work (unpacking a miss into its directory, say) on the task's cores, where staging
-    // without the daemon would run: Slurm's task plugin or the job's cpuset gave the task its CPUs,
-    // and another job may own the rest of the node's.
-    if (auto cpus = affinity_of(peer.pid); !cpus.empty() && cpus != affinity_of(::getpid())) {
-      user.cpus = std::move(cpus);
-    }
   }
+  // The job's work (unpacking a miss into its directory, say) on its own cores, where staging
+  // without the daemon would run, not on another job's.
+  user.cpus = service::job_cpus(peer);
   service::StageRequest run(m_shared, m_fills, *job, user, r, out);
   run.execute();
 }
@@ -54,6 +48,7 @@ void Daemon::on_cache_view(const proto::CacheView& r, const Peer& peer, Responde
     out.error(user.error());
     return;
   }
+  user->cpus = service::job_cpus(peer); // the step's slurmstepd: the job's cores under a cpuset
   proto::Stage as_stage{r.job_id, r.sources, 0};
   service::StageRequest run(m_shared, m_fills, *job, *user, as_stage, out);
   out.result(proto::CacheViewReply{run.find_hits(r.claimed, r.progress_interval)});

@@ -37,8 +37,9 @@ teardown() {
   if [ -f "$BATS_TEST_TMPDIR/hogs" ]; then
     kill $(cat "$BATS_TEST_TMPDIR/hogs") 2>/dev/null || true
   fi
-  if [ -f "$BATS_TEST_TMPDIR/pinned" ]; then # a slurmd put on one CPU: back on all of them
-    taskset -a -p -c "0-$(($(nproc) - 1))" "$(cat "$BATS_TEST_TMPDIR/pinned")" >/dev/null || true
+  if [ -f "$BATS_TEST_TMPDIR/pinned" ]; then # a slurmd put on one CPU: back on those it had
+    taskset -a -p -c "$(sed -n 2p "$BATS_TEST_TMPDIR/pinned")" "$(sed -n 1p "$BATS_TEST_TMPDIR/pinned")" >/dev/null || true
+    rm -f "$STAGEHAND_CLUSTER_DIR/work/pin.gate"
   fi
 }
 
@@ -356,31 +357,55 @@ print(sum(x['bytes'] for x in e))" "$output")
 
 # The job's work that the daemon's children do for it (here a miss unpacked into its directory) runs
 # on the job's CPUs, where its own staging would: node1's slurmd, and so its jobs' tasks, put on one
-# CPU, as Slurm's task plugin or a job's cpuset would; the daemon stays on all of them.
+# CPU, as Slurm's task plugin or a job's cpuset would; the daemon and its own children (the tee, the
+# service user's) stay on all of them. The read is held half way (sharedfs) to look at the children.
 @test "a miss's unpacking through the daemon runs on the job's CPUs, not on the node's others" {
-  cpu=$(($(nproc) - 1))
-  [ "$cpu" -ge 1 ] # (one CPU alone could not tell the job's from the node's)
-  as_user "tar -C cache-src -cf cache-src/pinned.tar tree"
-  settle "$WORK/cache-src/pinned.tar"
-  log=$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log
   pid=$(cat "$STAGEHAND_CLUSTER_DIR/slurmd-node1.pid")
-  echo "$pid" >"$BATS_TEST_TMPDIR/pinned" # (put back by teardown, whatever happens)
+  all=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$pid/status")
+  cpu=${all##*[,-]} # its last CPU
+  [ "$cpu" != "$all" ] # (one CPU alone could not tell the job's from the node's)
+  dpid=$(cat "$STAGEHAND_CLUSTER_DIR/stagehandd-node1.pid")
+  [ "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$dpid/status")" = "$all" ]
+  fusermount -u "$WORK/shared"
+  setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" --hold-reads "$WORK/pin.gate" \
+    >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
+  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+  as_user "mkdir -p cache-src/pin && head -c 4M /dev/urandom >cache-src/pin/blob && tar -C cache-src -cf cache-src/pinned.tar pin tree"
+  settle "$WORK/cache-src/pinned.tar"
+  printf '%s\n%s\n' "$pid" "$all" >"$BATS_TEST_TMPDIR/pinned" # (put back by teardown, whatever happens)
   taskset -a -p -c "$cpu" "$pid"
-  submit -N1 -w node1 --stage-data=shared/pinned.tar:p --wrap "'taskset -c -p \$\$; cat \$SLURM_TMPDIR/p/tree/sub/f7'"
-  [ "$JOB_RC" -eq 0 ]
-  echo "$LAST_OUTPUT" | grep -q "current affinity list: $cpu\$" # the premise: the task is on that CPU
-  echo "$LAST_OUTPUT" | grep -q 'shared/pinned.tar -> .*(cache miss)$'
-  echo "$LAST_OUTPUT" | grep -q '^line 7$'
+  touch "$WORK/pin.gate"
+  id=$(as_user "sbatch --parsable -N1 -w node1 --stage-data=shared/pinned.tar:p -o out.%j --wrap 'taskset -c -p \$\$; cat \$SLURM_TMPDIR/p/tree/sub/f7'")
+  tee="" # the service user's read, to the job and the spool: started after the job user's delivery
+  for _ in $(seq 1 600); do
+    tee=$(ps -o pid=,user= --ppid "$dpid" | awk -v u="$STAGEHAND_TEST_USER" '$2 != u && $2 != "root" { print $1; exit }')
+    [ -z "$tee" ] || break
+    sleep 0.1
+  done
+  [ -n "$tee" ]
+  [ "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$tee/status")" = "$all" ]
+  child=$(pgrep -u "$STAGEHAND_TEST_USER" -P "$dpid" | head -n1)
+  [ -n "$child" ] # the job user's delivery, waiting for the held read's bytes
+  [ "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$child/status")" = "$cpu" ]
+  rm "$WORK/pin.gate"
+  wait_job_done "$id"
+  cat "$WORK/out.$id"
+  grep -q "current affinity list: $cpu\$" "$WORK/out.$id" # the premise: the task is on that CPU
+  grep -q 'shared/pinned.tar -> .*(cache miss)$' "$WORK/out.$id"
+  grep -q '^line 7$' "$WORK/out.$id"
+  log=$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log
   grep -q "pinned.tar (cache miss): .*; the job's children on its CPUs $cpu\$" "$log"
   # A job on all the node's CPUs (as the daemon): its children run where the daemon's do, unnamed.
-  taskset -a -p -c "0-$cpu" "$pid"
+  taskset -a -p -c "$all" "$pid"
   rm "$BATS_TEST_TMPDIR/pinned"
-  as_user "tar -C cache-src -cf cache-src/unpinned.tar tree"
-  settle "$WORK/cache-src/unpinned.tar"
+  fresh pinned.tar unpinned.tar
   submit -N1 -w node1 --stage-data=shared/unpinned.tar:p --wrap "'cat \$SLURM_TMPDIR/p/tree/sub/f7'"
   [ "$JOB_RC" -eq 0 ]
   grep "unpinned.tar (cache miss): " "$log"
   [ -z "$(grep "unpinned.tar (cache miss): " "$log" | grep "on its CPUs")" ]
+  fusermount -u "$WORK/shared"
+  setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
+  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
 }
 
 # (Not a hold of the share's reads: a read held there also held the other readers of the file.)

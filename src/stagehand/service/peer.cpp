@@ -2,11 +2,17 @@
 #include "stagehand/service/peer.hpp"
 
 #include "stagehand/proto/frame.hpp"
+#include "stagehand/util/cpu_list.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <iterator>
+#include <string>
 
 namespace stagehand::service {
 
@@ -37,6 +43,24 @@ Peer peer_of(int fd)
     groups.resize(len / sizeof(gid_t) + 1); // the kernel said how many there are
   }
   return p;
+}
+
+std::vector<int> job_cpus(const Peer& peer)
+{
+  if (peer.pid <= 0) {
+    return {};
+  }
+  const std::vector<int> theirs = affinity_of(peer.pid);
+  // Read after the affinity: a pid reused before that read is found here (another owner).
+  struct stat st {};
+  const std::string proc = "/proc/" + std::to_string(peer.pid);
+  if (theirs.empty() || ::stat(proc.c_str(), &st) != 0 || st.st_uid != peer.uid) {
+    return {};
+  }
+  const std::vector<int> mine = affinity_of(::getpid());
+  std::vector<int> both;
+  std::set_intersection(theirs.begin(), theirs.end(), mine.begin(), mine.end(), std::back_inserter(both));
+  return both == mine ? std::vector<int>{} : both;
 }
 
 void Responder::send(const std::string& payload)

@@ -26,6 +26,13 @@ struct Peer
 // recorded them at connect; unreadable credentials make the peer uid and gid -1 (nobody).
 Peer peer_of(int fd);
 
+// Where a job's work that the daemon's children do for it runs: the CPUs of the process that asked
+// (its task, or its step's slurmstepd: Slurm's task plugin or the job's cpuset confines them) that
+// the daemon may use too. Empty (no confinement: where the daemon runs) when that is all of the
+// daemon's, when they share none, or when the asker is gone or its pid is no longer the peer's
+// user's (reused): a job's work never lands on another job's cores through a reused pid.
+std::vector<int> job_cpus(const Peer& peer);
+
 // Writes reply frames to one client, each within a deadline; a client that stops reading is
 // dropped (later frames are discarded), never waited on forever.
 class Responder

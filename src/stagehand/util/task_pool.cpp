@@ -1,7 +1,7 @@
 // TaskPool: one mutex, three condition variables (work queued, room in the queue, all idle).
 #include "stagehand/util/task_pool.hpp"
 
-#include <sched.h>
+#include "stagehand/util/cpu_list.hpp"
 
 #include <algorithm>
 
@@ -18,10 +18,8 @@ unsigned TaskPool::per_core(unsigned max)
 {
   // hardware_concurrency() counts the node's cores: a job bound to one of them would get writer
   // threads that only take turns with the reader.
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const unsigned cores = ::sched_getaffinity(0, sizeof set, &set) == 0 ? static_cast<unsigned>(CPU_COUNT(&set))
-                                                                         : std::thread::hardware_concurrency();
+  const std::size_t allowed = affinity_of(0).size(); // (any number of CPUs, not cpu_set_t's 1,024)
+  const unsigned cores = allowed > 0 ? static_cast<unsigned>(allowed) : std::thread::hardware_concurrency();
   return cores > 1 ? std::min(cores, max) : 0U;
 }
 
