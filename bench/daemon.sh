@@ -137,14 +137,15 @@ use_daemon() {
 
 # confine c|d|...: node1's slurmd (and what it starts from now: steps, tasks) on the last CPU for
 # layouts c and d, on all of them otherwise. The daemon, started by this script, stays on all of them.
-last_cpu=$(($(nproc) - 1))
+slurmd_cpus=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$(cat "$STAGEHAND_CLUSTER_DIR/slurmd-node1.pid")/status")
 confine() {
   local pid
   pid=$(cat "$STAGEHAND_CLUSTER_DIR/slurmd-node1.pid" 2>/dev/null) || return 0
   if [ "$1" = c ] || [ "$1" = d ]; then
-    taskset -a -p -c "$last_cpu" "$pid" >/dev/null
+    [ "${slurmd_cpus##*[,-]}" != "$slurmd_cpus" ] || { echo "daemon.sh: layout $1: node1's slurmd has one CPU ($slurmd_cpus)" >&2; exit 1; }
+    taskset -a -p -c "${slurmd_cpus##*[,-]}" "$pid" >/dev/null # its last CPU
   else
-    taskset -a -p -c "0-$last_cpu" "$pid" >/dev/null 2>&1 || true
+    taskset -a -p -c "$slurmd_cpus" "$pid" >/dev/null 2>&1 || true # those it had
   fi
 }
 

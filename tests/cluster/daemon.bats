@@ -39,8 +39,20 @@ teardown() {
   fi
   if [ -f "$BATS_TEST_TMPDIR/pinned" ]; then # a slurmd put on one CPU: back on those it had
     taskset -a -p -c "$(sed -n 2p "$BATS_TEST_TMPDIR/pinned")" "$(sed -n 1p "$BATS_TEST_TMPDIR/pinned")" >/dev/null || true
-    rm -f "$STAGEHAND_CLUSTER_DIR/work/pin.gate"
   fi
+  if [ -f "$BATS_TEST_TMPDIR/held-mount" ]; then # a share mounted with a hold: its job ended, mounted plain again
+    rm -f "$STAGEHAND_CLUSTER_DIR/work/pin.gate"
+    [ ! -s "$BATS_TEST_TMPDIR/held-mount" ] || scancel "$(cat "$BATS_TEST_TMPDIR/held-mount")" || true
+    plain_share
+  fi
+}
+
+# The share mounted again with no hold and no bandwidth limit, as setup_file mounts it.
+plain_share() {
+  fusermount -u "$STAGEHAND_CLUSTER_DIR/work/shared" 2>/dev/null || umount -l "$STAGEHAND_CLUSTER_DIR/work/shared" || true
+  setsid /usr/bin/python3 "$SHAREDFS" "$STAGEHAND_CLUSTER_DIR/work/cache-src" "$STAGEHAND_CLUSTER_DIR/work/shared" \
+    >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
+  for _ in $(seq 1 50); do [ -e "$STAGEHAND_CLUSTER_DIR/work/shared/.sharedfs-stats" ] && break; sleep 0.1; done
 }
 
 bytes_read() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$WORK/shared/.sharedfs-stats"; }
@@ -363,10 +375,11 @@ print(sum(x['bytes'] for x in e))" "$output")
   pid=$(cat "$STAGEHAND_CLUSTER_DIR/slurmd-node1.pid")
   all=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$pid/status")
   cpu=${all##*[,-]} # its last CPU
-  [ "$cpu" != "$all" ] # (one CPU alone could not tell the job's from the node's)
+  [ "$cpu" != "$all" ] || skip "slurmd has one CPU ($all): the job's CPUs cannot differ from the daemon's"
   dpid=$(cat "$STAGEHAND_CLUSTER_DIR/stagehandd-node1.pid")
   [ "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$dpid/status")" = "$all" ]
   fusermount -u "$WORK/shared"
+  : >"$BATS_TEST_TMPDIR/held-mount" # (mounted plain again by teardown, whatever happens)
   setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" --hold-reads "$WORK/pin.gate" \
     >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
   for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
@@ -376,16 +389,21 @@ print(sum(x['bytes'] for x in e))" "$output")
   taskset -a -p -c "$cpu" "$pid"
   touch "$WORK/pin.gate"
   id=$(as_user "sbatch --parsable -N1 -w node1 --stage-data=shared/pinned.tar:p -o out.%j --wrap 'taskset -c -p \$\$; cat \$SLURM_TMPDIR/p/tree/sub/f7'")
-  tee="" # the service user's read, to the job and the spool: started after the job user's delivery
+  echo "$id" >"$BATS_TEST_TMPDIR/held-mount"
+  # The service user's read of pinned.tar (to the job and the spool; it holds the source open) and
+  # the job user's delivery beside it, both children of the daemon, waiting for the held bytes.
+  tee="" child=""
   for _ in $(seq 1 600); do
-    tee=$(ps -o pid=,user= --ppid "$dpid" | awk -v u="$STAGEHAND_TEST_USER" '$2 != u && $2 != "root" { print $1; exit }')
-    [ -z "$tee" ] || break
+    for p in $(ps -o pid=,user= --ppid "$dpid" | awk -v u="$STAGEHAND_TEST_USER" '$2 != u && $2 != "root" { print $1 }'); do
+      if ls -l "/proc/$p/fd" 2>/dev/null | grep -q '/pinned\.tar$'; then tee=$p; fi
+    done
+    child=$(pgrep -u "$STAGEHAND_TEST_USER" -P "$dpid" | head -n1 || true)
+    [ -z "$tee" ] || [ -z "$child" ] || break
     sleep 0.1
   done
   [ -n "$tee" ]
+  [ -n "$child" ]
   [ "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$tee/status")" = "$all" ]
-  child=$(pgrep -u "$STAGEHAND_TEST_USER" -P "$dpid" | head -n1)
-  [ -n "$child" ] # the job user's delivery, waiting for the held read's bytes
   [ "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$child/status")" = "$cpu" ]
   rm "$WORK/pin.gate"
   wait_job_done "$id"
@@ -403,9 +421,8 @@ print(sum(x['bytes'] for x in e))" "$output")
   [ "$JOB_RC" -eq 0 ]
   grep "unpinned.tar (cache miss): " "$log"
   [ -z "$(grep "unpinned.tar (cache miss): " "$log" | grep "on its CPUs")" ]
-  fusermount -u "$WORK/shared"
-  setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
-  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+  rm "$BATS_TEST_TMPDIR/held-mount"
+  plain_share
 }
 
 # (Not a hold of the share's reads: a read held there also held the other readers of the file.)

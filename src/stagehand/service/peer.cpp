@@ -1,17 +1,23 @@
 // Who called (SO_PEERCRED / SO_PEERGROUPS), and reply frames with a write deadline.
 #include "stagehand/service/peer.hpp"
 
+#include "stagehand/fs/io.hpp"
 #include "stagehand/proto/frame.hpp"
 #include "stagehand/util/cpu_list.hpp"
+#include "stagehand/util/fd.hpp"
 
+#include <spdlog/spdlog.h>
+
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <iterator>
+#include <optional>
 #include <string>
 
 namespace stagehand::service {
@@ -45,16 +51,39 @@ Peer peer_of(int fd)
   return p;
 }
 
+namespace {
+
+// The effective uid of process `pid` (/proc/PID/status's "Uid:" line, whatever its dumpable state;
+// SO_PEERCRED reports the effective uid too), or nullopt.
+std::optional<uid_t> effective_uid_of(pid_t pid)
+{
+  const std::string path = "/proc/" + std::to_string(pid) + "/status";
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    return std::nullopt;
+  }
+  auto text = fs::read_all(fd.get(), path, 64U << 10);
+  const auto at = text ? text->find("\nUid:") : std::string::npos;
+  if (at == std::string::npos) {
+    return std::nullopt;
+  }
+  char* end = nullptr;
+  (void)std::strtoul(text->c_str() + at + 5, &end, 10); // real
+  const unsigned long effective = std::strtoul(end, &end, 10);
+  return static_cast<uid_t>(effective);
+}
+
+} // namespace
+
 std::vector<int> job_cpus(const Peer& peer)
 {
   if (peer.pid <= 0) {
     return {};
   }
   const std::vector<int> theirs = affinity_of(peer.pid);
-  // Read after the affinity: a pid reused before that read is found here (another owner).
-  struct stat st {};
-  const std::string proc = "/proc/" + std::to_string(peer.pid);
-  if (theirs.empty() || ::stat(proc.c_str(), &st) != 0 || st.st_uid != peer.uid) {
+  // Read after the affinity: a pid reused before that read is found here (another user's).
+  if (theirs.empty() || effective_uid_of(peer.pid) != peer.uid) {
+    spdlog::debug("pid {}: its CPUs not read, or it is no longer uid {}'s: its work not placed", peer.pid, peer.uid);
     return {};
   }
   const std::vector<int> mine = affinity_of(::getpid());
