@@ -309,6 +309,12 @@ EOF
   [ "$rc" -eq 0 ]
   [ "$(jq -r --argjson j "$JOB_ID" '.jobs[] | select(.job_id == $j) | .state' <<<"$seen")" = running ]
   [ -d "/local/stagehand/job_$JOB_ID" ]
+  # slurmctld answers a moment after its unit is started (it reads its state first): asked at once,
+  # ping says DOWN.
+  for _ in $(seq 1 60); do
+    if timeout 5 scontrol ping >/dev/null 2>&1; then break; fi
+    sleep 0.5
+  done
   timeout 30 scontrol ping
   as_user scancel "$JOB_ID"
   wait_job "$JOB_ID"
