@@ -34,6 +34,12 @@ setup() {
   rm -f "$WORK/$LOG"
 }
 
+teardown() {
+  if [ -f "$BATS_TEST_TMPDIR/watcher" ]; then # a test's background watcher, ended with it
+    kill "$(cat "$BATS_TEST_TMPDIR/watcher")" 2>/dev/null || true
+  fi
+}
+
 # DEST holds out/ exactly as the reference (content, symlinks, modes), all owned by the user, no
 # temporary files left.
 assert_same_out() {
@@ -315,9 +321,27 @@ for i in range(1, 4001):
 EOF2
   # Not sbatch --wait: its polling backs off to many seconds, and the copy takes about ten.
   JOB_ID=$(as_user "sbatch --parsable -N1 -w node1 --stage-out=big:so/big/%j -o out.%j $WORK/write-many.sh")
+  dest=$WORK/so/big/$JOB_ID
+  dpid=$(cat "$STAGEHAND_CLUSTER_DIR/stagehandd-node1.pid")
+  # The daemon's copy (its child as the job user) stopped (SIGSTOP) as soon as its first file is
+  # there: however fast this machine copies 4 GB, the kill -9 below comes mid-copy, and the stopped
+  # child dies with the daemon (its parent-death signal is SIGKILL).
+  (
+    shopt -s nullglob
+    for _ in $(seq 1 60000); do
+      got=("$dest"/* "$dest"/*/*)
+      if [ ${#got[@]} -gt 0 ]; then
+        pkill -STOP -u "$STAGEHAND_TEST_USER" -P "$dpid"
+        exit 0
+      fi
+      sleep 0.01
+    done
+    exit 1
+  ) 3>&- &
+  watcher=$!
+  echo "$watcher" >"$BATS_TEST_TMPDIR/watcher" # (ended by teardown, whatever happens)
   wait_job_done "$JOB_ID" || wait_job_done "$JOB_ID" # writing 4000 files may take more than 30 s
   [ "$(scontrol show job "$JOB_ID" -o | grep -o 'JobState=[A-Z]*')" = JobState=COMPLETED ]
-  dest=$WORK/so/big/$JOB_ID
   grep "job $JOB_ID" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log" || true
   # The job has left the node; the daemon copies in the background and lists it as pending.
   run --separate-stderr "$STAGEHAND_BUILD_DIR/helper/stagehand" status --json --config "$STAGEHAND_TEST_CONFIG" --node node1
@@ -327,7 +351,7 @@ import json, sys
 jobs = json.load(sys.stdin)['jobs']
 assert any(j['job_id'] == $JOB_ID and j['state'].startswith('stage-out pending') for j in jobs), jobs
 "
-  for _ in $(seq 1 100); do [ -d "$dest" ] && [ -n "$(ls -A "$dest")" ] && break; sleep 0.1; done
+  wait "$watcher" # the copy began and is stopped
   "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-stop node1 KILL
   copied=$(find "$dest" -name 'f*' | wc -l)
   echo "# copied before kill -9: $copied of 4000 files" >&3
