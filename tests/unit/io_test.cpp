@@ -357,3 +357,23 @@ TEST(Io, ConfigIsReadThroughInterruptions)
   EXPECT_EQ(config->ddp.port_min, 21000);
   EXPECT_GT(flaky.interrupted.load(), 3U);
 }
+
+// A whole small file by its path (the daemon's reads of /proc): its text, a limit, no symlink.
+TEST(Io, ReadFileGivesTheWholeTextWithinItsLimitAndFollowsNoSymlink)
+{
+  TempDir dir;
+  const std::string text = "cpu  1 2 3 4\ncpu0 1 2 3 4\n";
+  {
+    UniqueFd w(::open((dir / "stat").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+    ASSERT_TRUE(fs::write_all(w.get(), text, "stat"));
+  }
+  auto got = fs::read_file(dir / "stat", 1024);
+  ASSERT_TRUE(got) << got.error().message;
+  EXPECT_EQ(*got, text);
+  EXPECT_FALSE(fs::read_file(dir / "stat", 4)); // over its limit
+  ASSERT_EQ(::symlink((dir / "stat").c_str(), (dir / "link").c_str()), 0);
+  auto linked = fs::read_file(dir / "link", 1024);
+  ASSERT_FALSE(linked);
+  EXPECT_NE(linked.error().message.find("link"), std::string::npos);
+  EXPECT_TRUE(fs::read_file("/proc/self/status", 64U << 10)); // the kernel's own files read whole
+}

@@ -1,6 +1,8 @@
 // read_all / write_all / pwrite_all / splice_some over the injectable system calls.
 #include "stagehand/fs/io.hpp"
 
+#include "stagehand/util/fd.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -43,6 +45,15 @@ IoHooks& io_hooks()
 {
   static IoHooks hooks;
   return hooks;
+}
+
+Result<std::string> read_file(const std::string& path, std::size_t max_bytes)
+{
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) {
+    return Error::from_errno("cannot open " + path);
+  }
+  return read_all(fd.get(), path, max_bytes);
 }
 
 Result<std::string> read_all(int fd, const std::string& what, std::size_t max_bytes)

@@ -18,6 +18,9 @@ namespace stagehand::fs {
 // ("cannot read WHAT: reason"; empty: "cannot read: reason", for a caller that names it itself).
 Result<std::string> read_all(int fd, const std::string& what, std::size_t max_bytes = 64U << 20);
 
+// The whole of the file at `path` (a file of the kernel's, /proc/stat say: never through a symlink).
+Result<std::string> read_file(const std::string& path, std::size_t max_bytes);
+
 // One read of at most `len` bytes (EINTR retried): the count read, 0 at the end of the file.
 Result<std::size_t> read_some(int fd, char* buf, std::size_t len, const std::string& what);
 

@@ -47,11 +47,7 @@ void behind_the_jobs()
 // The node's CPU time now (/proc/stat, whole: a node with a thousand CPUs lists that many lines).
 Result<CpuTimes> read_cpu_times()
 {
-  UniqueFd fd(::open("/proc/stat", O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) {
-    return Error::from_errno("/proc/stat");
-  }
-  auto text = fs::read_all(fd.get(), "/proc/stat", 4U << 20);
+  auto text = fs::read_file("/proc/stat", 4U << 20);
   if (!text) {
     return text.error();
   }

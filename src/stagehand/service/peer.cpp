@@ -4,11 +4,9 @@
 #include "stagehand/fs/io.hpp"
 #include "stagehand/proto/frame.hpp"
 #include "stagehand/util/cpu_list.hpp"
-#include "stagehand/util/fd.hpp"
 
 #include <spdlog/spdlog.h>
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -57,12 +55,7 @@ namespace {
 // SO_PEERCRED reports the effective uid too), or nullopt.
 std::optional<uid_t> effective_uid_of(pid_t pid)
 {
-  const std::string path = "/proc/" + std::to_string(pid) + "/status";
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) {
-    return std::nullopt;
-  }
-  auto text = fs::read_all(fd.get(), path, 64U << 10);
+  auto text = fs::read_file("/proc/" + std::to_string(pid) + "/status", 64U << 10);
   const auto at = text ? text->find("\nUid:") : std::string::npos;
   if (at == std::string::npos) {
     return std::nullopt;
