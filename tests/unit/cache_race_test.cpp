@@ -5,6 +5,7 @@
 #include "stagehand/cache/fill.hpp"
 #include "stagehand/cache/key.hpp"
 #include "stagehand/cache/source.hpp"
+#include "stagehand/cache/tree_read.hpp"
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/ipc/child.hpp"
 

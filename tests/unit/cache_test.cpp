@@ -5,6 +5,7 @@
 #include "stagehand/cache/key.hpp"
 #include "stagehand/cache/materialise.hpp"
 #include "stagehand/cache/source.hpp"
+#include "stagehand/cache/tree_read.hpp"
 #include "stagehand/cache/store.hpp"
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/ipc/child.hpp"

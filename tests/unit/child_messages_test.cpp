@@ -14,8 +14,10 @@ TEST(ChildMessages, EachRoundTrips)
   EXPECT_EQ(parse_child_message<SourceIdentified>(child_message(id)).value(), id);
   const SourceIdentified dir{"ef56", 16, 1ULL << 30, 5, false, false, true};
   EXPECT_EQ(parse_child_message<SourceIdentified>(child_message(dir)).value(), dir);
-  const TreeStreamed tree{"cd34", true, -5};
+  const TreeStreamed tree{"cd34", true, -5, "", 0, 0};
   EXPECT_EQ(parse_child_message<TreeStreamed>(child_message(tree)).value(), tree);
+  const TreeStreamed copied_tree{"cd35", false, 7, "the stream to the cache stopped: Broken pipe", 16, 1ULL << 30};
+  EXPECT_EQ(parse_child_message<TreeStreamed>(child_message(copied_tree)).value(), copied_tree);
   const Teed teed{1ULL << 40, "the cache could not keep up"};
   EXPECT_EQ(parse_child_message<Teed>(child_message(teed)).value(), teed);
   const stage::Placed placed{stage::Placement::unpacked, 60000, 123456789};
@@ -60,7 +62,7 @@ TEST(ChildMessages, WhatIsNotAMessageIsRefusedByName)
   ASSERT_FALSE(no_key);
   EXPECT_EQ(no_key.error().message, "a staging child sent garbage: protocol: \"key\" must be a string");
   // A tree stream that does not say whether it changed counts as changed (never cached).
-  auto unsaid = parse_child_message<TreeStreamed>(R"({"ok":true,"key":"k","newest_ns":0})");
+  auto unsaid = parse_child_message<TreeStreamed>(R"({"ok":true,"key":"k","newest_ns":0,"dropped":"","files":0,"bytes":0})");
   ASSERT_TRUE(unsaid);
   EXPECT_TRUE(unsaid->changed);
 }

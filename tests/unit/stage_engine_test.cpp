@@ -5,6 +5,7 @@
 #include "stagehand/cache/key.hpp"
 #include "stagehand/cache/materialise.hpp"
 #include "stagehand/cache/source.hpp"
+#include "stagehand/cache/tree_read.hpp"
 #include "stagehand/stage/request.hpp"
 #include "stagehand/stage/run.hpp"
 #include "stagehand/stage/spec.hpp"

@@ -21,14 +21,5 @@ Result<stage::OpenedSource> open_source_as(const std::string& path, const std::s
                                            std::optional<stage::SourceKind> expected,
                                            const std::vector<std::string>& allowed_roots = {});
 
-struct StreamResult
-{
-  SourceIdentity identity; // of what was streamed
-  bool changed = false;    // a file changed while it was read
-};
-
-// Writes the directory open at `dir_fd` as a pax tar stream to `out_fd` (files, directories,
-// symlinks; devices, FIFOs and sockets are skipped), computing its identity on the way.
-Result<StreamResult> stream_tree(int dir_fd, int out_fd, const std::string& canonical_path, const std::string& shown);
 
 } // namespace stagehand::cache

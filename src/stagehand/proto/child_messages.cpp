@@ -63,7 +63,12 @@ std::string child_message(const SourceIdentified& m)
 
 std::string child_message(const TreeStreamed& m)
 {
-  return ok(json{{"key", m.key}, {"changed", m.changed}, {"newest_ns", m.newest_ns}});
+  return ok(json{{"key", m.key},
+                 {"changed", m.changed},
+                 {"newest_ns", m.newest_ns},
+                 {"dropped", m.dropped},
+                 {"files", m.files},
+                 {"bytes", m.bytes}});
 }
 
 std::string child_message(const Teed& m) { return ok(json{{"bytes", m.bytes}, {"dropped", m.dropped}}); }
@@ -103,10 +108,13 @@ template<> Result<TreeStreamed> parse_child_message<TreeStreamed>(const std::str
   auto key = f.str("key");
   auto changed = f.boolean("changed", true);
   auto newest = f.i64("newest_ns");
-  if (auto e = first_error(key, changed, newest)) {
+  auto dropped = f.str("dropped", true);
+  auto files = f.u64("files");
+  auto bytes = f.u64("bytes");
+  if (auto e = first_error(key, changed, newest, dropped, files, bytes)) {
     return garbage(*e);
   }
-  return TreeStreamed{*key, *changed, *newest};
+  return TreeStreamed{*key, *changed, *newest, *dropped, *files, *bytes};
 }
 
 template<> Result<Teed> parse_child_message<Teed>(const std::string& text)

@@ -26,13 +26,17 @@ struct SourceIdentified
   bool operator==(const SourceIdentified&) const = default;
 };
 
-// The user side streamed a directory as a tar: its identity as walked, and whether anything
-// changed while it was read.
+// The user side streamed a directory as a tar: its identity as walked, whether anything changed
+// while it was read, and, when it also copied the tree into the job's directory, what the copy
+// holds and why the stream stopped before its end ("" when it did not).
 struct TreeStreamed
 {
   std::string key;
   bool changed = false;
   std::int64_t newest_ns = 0;
+  std::string dropped;
+  std::uint64_t files = 0;
+  std::uint64_t bytes = 0;
   bool operator==(const TreeStreamed&) const = default;
 };
 

@@ -11,6 +11,7 @@
 #include "stagehand/cache/source.hpp"
 #include "stagehand/cache/spool.hpp"
 #include "stagehand/cache/stage_plan.hpp"
+#include "stagehand/cache/tree_read.hpp"
 #include "stagehand/fs/offset.hpp"
 #include "stagehand/ipc/shared_memory.hpp"
 
@@ -92,8 +93,9 @@ struct StageRequest::MissRead
   std::shared_ptr<FollowFill> follow;  // the cache's fill following the spool, if offered
   UniqueFd feed_rd, feed_wr;           // the read's bytes to the job's delivery
   UniqueFd tree_rd;                    // a directory's tar stream from the job user's reader
-  std::optional<ipc::Child> reader;    // that reader (a directory)
-  std::optional<ipc::Child> delivery;  // the job user's delivery (not for a zip: from the spool after)
+  std::optional<ipc::Child> reader;    // that reader (a directory): it copies the tree into the job's too
+  std::optional<ipc::Child> delivery;  // the job user's delivery (not for a zip: from the spool after;
+                                       // not for a directory: its reader makes the job's copy)
   std::optional<ipc::SharedMemory<archive::WorkCounters>> counters; // the tee's bytes, for progress
   std::optional<ipc::Child> tee;       // the service user's one read, to the job and the spool
 
@@ -108,12 +110,14 @@ struct StageRequest::MissRead
     return e;
   }
   Status start_reader();
+  Result<proto::TreeStreamed> read_tree_as_user(const std::vector<int>& kept);
   Status start_delivery();
   Status start_tee();
   void kill_all();
   proto::Progress status();
   Error reader_failure(Error seen);
-  Result<bool> source_changed(const std::optional<Result<ipc::Message>>& read_msg);
+  Result<proto::TreeStreamed> read_said(const Result<ipc::Message>& msg);
+  Result<bool> source_changed(const std::optional<Result<proto::TreeStreamed>>& read);
   Result<stage::Delivered> deliver_after(const std::string& dropped);
   void settle(bool changed, const proto::Teed& teed);
 };
@@ -142,7 +146,15 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
   }
   // The job's side first: its answer is the job's answer (a corrupt archive, out of room).
   Result<stage::Delivered> delivered = Error::internal("not delivered");
-  if (delivery) {
+  std::optional<Result<proto::TreeStreamed>> read;
+  if (reader && d.into == DeliverInto::job_directory) { // a directory: the reader made the job's copy
+    read = read_said(r.await(*reader, [&] { return status(); }));
+    if (!*read) {
+      kill_all();
+      return fail(read->error());
+    }
+    delivered = stage::Delivered{stage::Placement::copied, (*read)->files, (*read)->bytes};
+  } else if (delivery) {
     auto delivered_msg = r.await(*delivery, [&] { return status(); });
     if (delivered_msg) {
       delivered = r.delivered_by(*delivered_msg);
@@ -156,9 +168,8 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
   // A read for the cache alone runs on a thread of its own: the client hears from the request's.
   const auto frames = d.into == DeliverInto::cache_only ? Frames::none : Frames::sent;
   auto tee_msg = r.await(*tee, [&] { return status(); }, frames);
-  std::optional<Result<ipc::Message>> read_msg;
-  if (reader) {
-    read_msg = r.await(*reader, [&] { return status(); }, frames);
+  if (reader && !read) {
+    read = read_said(r.await(*reader, [&] { return status(); }, frames));
   }
   kill_all(); // each leads its own process group: whatever they forked ends here
   if (!tee_msg) {
@@ -168,15 +179,18 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
   if (!teed) {
     return fail(teed.error());
   }
-  auto changed = source_changed(read_msg);
+  auto changed = source_changed(read);
   if (!changed) {
     return fail(changed.error());
+  }
+  if (read && teed->dropped.empty()) {
+    teed->dropped = (*read)->dropped; // the reader's stream stopped: the spool is not the tree
   }
   if (d.into == DeliverInto::cache_only) {
     settle(*changed, *teed);
     return std::move(out); // nothing delivered: the spool is all
   }
-  if (!delivery) {
+  if (!delivered) {
     delivered = deliver_after(teed->dropped);
     if (!delivered) {
       return fail(delivered.error());
@@ -281,17 +295,18 @@ Status StageRequest::MissRead::start_reader()
   tree_rd = UniqueFd(p[0]);
   UniqueFd tree_wr(p[1]);
   (void)::fcntl(tree_wr.get(), F_SETPIPE_SZ, 1 << 20); // the stream's MiB writes at once; best effort
-  const std::string path = src.path;
-  const std::string shown = src.shown;
-  auto spawned = ipc::spawn_as(r.m_user, {src_fd, tree_wr.get()}, [&](int sock, const std::vector<int>& kept) {
-    auto s = cache::stream_tree(kept[0], kept[1], path, shown);
+  std::vector<int> keep{src_fd, tree_wr.get()};
+  if (d.into == DeliverInto::job_directory) {
+    keep.push_back(r.m_job_fd.get()); // the reader copies the tree there as it streams it
+  }
+  auto spawned = ipc::spawn_as(r.m_user, keep, [&](int sock, const std::vector<int>& kept) {
+    auto s = read_tree_as_user(kept);
     ::close(kept[1]);
     if (!s) {
       (void)ipc::send_message(sock, proto::child_failure(s.error()));
       return 1;
     }
-    (void)ipc::send_message(sock,
-                            proto::child_message(proto::TreeStreamed{s->identity.key, s->changed, s->identity.newest_ns}));
+    (void)ipc::send_message(sock, proto::child_message(*s));
     return 0;
   });
   if (!spawned) {
@@ -301,12 +316,41 @@ Status StageRequest::MissRead::start_reader()
   return ok_status();
 }
 
+// In the reader (the job user): the directory `kept[0]` as a tar stream to `kept[1]`, and, with
+// the job's directory `kept[2]`, copied to DEST there from the same reads (stage::deliver_dir: on
+// an error nothing of it stays).
+Result<proto::TreeStreamed> StageRequest::MissRead::read_tree_as_user(const std::vector<int>& kept)
+{
+  Result<cache::TreeRead> read = Error::internal("not read");
+  if (kept.size() > 2) {
+    const stage::DeliverTo to{kept[2], src.dest, d.room, nullptr};
+    auto placed = stage::deliver_dir(to, [&](int dest) -> Result<stage::Delivered> {
+      read = cache::read_tree(kept[0], dest, kept[1], d.room, src.path, src.shown);
+      if (!read) {
+        return read.error();
+      }
+      return stage::Delivered{stage::Placement::copied, read->copied.files, read->copied.bytes};
+    });
+    if (!placed) {
+      return placed.error();
+    }
+  } else {
+    read = cache::read_tree(kept[0], -1, kept[1], 0, src.path, src.shown);
+  }
+  if (!read) {
+    return read.error();
+  }
+  const cache::SourceIdentity& id = read->streamed.identity;
+  return proto::TreeStreamed{id.key,           read->streamed.changed, id.newest_ns,
+                             read->stream_dropped, read->copied.files,  read->copied.bytes};
+}
+
 // A zip names its entries' types at its end: it is read into the spool first and delivered from
 // there (seekable), not as it streams past. A read for the cache alone has no delivery: the tee
 // finds the pipe closed and sends everything to the spool.
 Status StageRequest::MissRead::start_delivery()
 {
-  if (d.into == DeliverInto::job_directory && !d.seek_first) {
+  if (d.into == DeliverInto::job_directory && !d.seek_first && !reader) {
     auto spawned = r.spawn_delivery(feed_rd.get(), d);
     if (!spawned) {
       return spawned.error();
@@ -400,22 +444,27 @@ Error StageRequest::MissRead::reader_failure(Error seen)
   return seen;
 }
 
-// Whether the source changed while it was read (its entry would not be what was read).
-Result<bool> StageRequest::MissRead::source_changed(const std::optional<Result<ipc::Message>>& read_msg)
+Result<proto::TreeStreamed> StageRequest::MissRead::read_said(const Result<ipc::Message>& msg)
 {
-  if (!reader) {
+  if (!msg) {
+    return msg.error();
+  }
+  return proto::parse_child_message<proto::TreeStreamed>(msg->text);
+}
+
+// Whether the source changed while it was read (its entry would not be what was read).
+Result<bool> StageRequest::MissRead::source_changed(const std::optional<Result<proto::TreeStreamed>>& read)
+{
+  if (!read) {
     auto again = cache::identify_file(src_fd, src.path, d.unpack);
     return !again || again->key != c.identity.key;
   }
-  if (!*read_msg) {
-    return read_msg->error();
+  if (!*read) {
+    return read->error();
   }
-  auto read = proto::parse_child_message<proto::TreeStreamed>((*read_msg)->text);
-  if (!read) {
-    return read.error();
-  }
-  return read->key != c.identity.key || read->changed ||
-         cache::changed_near(cache::SourceIdentity{"", 0, 0, read->newest_ns}, c.started);
+  const proto::TreeStreamed& said = **read;
+  return said.key != c.identity.key || said.changed ||
+         cache::changed_near(cache::SourceIdentity{"", 0, 0, said.newest_ns}, c.started);
 }
 
 // A zip, delivered once read: from the spool when it holds the source, else from the source

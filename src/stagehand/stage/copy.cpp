@@ -79,12 +79,6 @@ Result<bool> copy_with(Method m, int in, int out, std::uint64_t& copied, std::ui
   }
 }
 
-void set_times(int fd, const struct stat& st)
-{
-  struct timespec times[2] = {{0, UTIME_OMIT}, st.st_mtim};
-  ::futimens(fd, times);
-}
-
 // Copies the data of `src_fd` into the new, empty file `out_fd`, then its mode and mtime.
 Status copy_contents(int src_fd, int out_fd, std::uint64_t max_bytes, CopyStats& stats)
 {
@@ -113,7 +107,7 @@ Status copy_contents(int src_fd, int out_fd, std::uint64_t max_bytes, CopyStats&
   if (::fchmod(out_fd, st.st_mode & 0777) != 0) {
     return Error::from_errno("cannot set the mode of the copy");
   }
-  set_times(out_fd, st);
+  keep_mtime(out_fd, st);
   return ok_status();
 }
 
@@ -175,10 +169,6 @@ Status copy_tree_below(int src_dir_fd, int dest_dir_fd, std::uint64_t max_bytes,
   if (::fstat(src_dir_fd, &root_st) != 0) {
     return Error::from_errno("cannot read the directory");
   }
-  auto finish = [](int fd, const struct stat& st) {
-    ::fchmod(fd, (st.st_mode & 0777) | S_IRWXU);
-    set_times(fd, st);
-  };
   auto walked = fs::copy_walk(src_dir_fd, dest_dir_fd, "", [&](const fs::WalkEntry& e, int dest_parent) -> Result<fs::Placed> {
     Status st = ok_status();
     if (S_ISDIR(e.st.st_mode)) {
@@ -199,15 +189,27 @@ Status copy_tree_below(int src_dir_fd, int dest_dir_fd, std::uint64_t max_bytes,
       return st.error();
     }
     return fs::Placed::other;
-  }, finish);
+  }, finish_dir);
   if (!walked) {
     return walked;
   }
-  finish(dest_dir_fd, root_st); // the root after everything below it
+  finish_dir(dest_dir_fd, root_st); // the root after everything below it
   return ok_status();
 }
 
 } // namespace
+
+void keep_mtime(int fd, const struct stat& st)
+{
+  struct timespec times[2] = {{0, UTIME_OMIT}, st.st_mtim};
+  ::futimens(fd, times);
+}
+
+void finish_dir(int fd, const struct stat& st)
+{
+  ::fchmod(fd, (st.st_mode & 0777) | S_IRWXU);
+  keep_mtime(fd, st);
+}
 
 Status copy_file(int src_fd, int dest_dir_fd, const std::string& name, std::uint64_t max_bytes, CopyStats& stats,
                  const std::string& shown)

@@ -4,6 +4,8 @@
 #include "stagehand/archive/counters.hpp"
 #include "stagehand/util/result.hpp"
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <string>
 
@@ -36,5 +38,10 @@ Status copy_into(int src_fd, int out_fd, std::uint64_t max_bytes, CopyStats& sta
 // under `ulimit -n 256`; a directory with another filesystem mounted on it is an error, never
 // entered). Errors read "SHOWN: PATH BELOW IT: reason".
 Status copy_tree(int src_dir_fd, int dest_dir_fd, std::uint64_t max_bytes, CopyStats& stats, const std::string& shown);
+
+// What a copy's file or directory open at `fd` takes from its source's `st` at the end: the mtime;
+// and a directory its mode, with the owner's rwx (so that the job may change what it holds).
+void keep_mtime(int fd, const struct stat& st);
+void finish_dir(int fd, const struct stat& st);
 
 } // namespace stagehand::stage

@@ -260,8 +260,10 @@ Result<std::vector<std::string>> stage_sources(const std::vector<CheckedSource>&
 
 } // namespace
 
-Result<Delivered> deliver(int in_fd, StreamContent content, const struct stat& file_stat, const DeliverTo& to,
-                          const std::string& shown)
+namespace {
+
+// `make(made)`, and on an error (out of memory included) what it recorded in `made` removed.
+Result<Delivered> undone_on_error(const std::function<Result<Delivered>(Made&)>& make)
 {
   Made made;
   auto undo_on_error = [&](const Error& e) {
@@ -272,7 +274,7 @@ Result<Delivered> deliver(int in_fd, StreamContent content, const struct stat& f
     return e;
   };
   try {
-    auto r = deliver_into(in_fd, content, file_stat, to, shown, made);
+    auto r = make(made);
     if (!r) {
       return undo_on_error(r.error());
     }
@@ -282,6 +284,34 @@ Result<Delivered> deliver(int in_fd, StreamContent content, const struct stat& f
   } catch (const std::exception& e) {
     return undo_on_error(Error::internal(std::string("internal error: ") + e.what()));
   }
+}
+
+} // namespace
+
+Result<Delivered> deliver(int in_fd, StreamContent content, const struct stat& file_stat, const DeliverTo& to,
+                          const std::string& shown)
+{
+  return undone_on_error([&](Made& made) { return deliver_into(in_fd, content, file_stat, to, shown, made); });
+}
+
+Result<Delivered> deliver_dir(const DeliverTo& to, const std::function<Result<Delivered>(int dest_dir_fd)>& fill)
+{
+  return undone_on_error([&](Made& made) -> Result<Delivered> {
+    std::string name;
+    auto parent = open_parent(to.tmpdir_fd, to.dest, name, made);
+    if (!parent) {
+      return parent.error();
+    }
+    auto dir = make_dest_dir(parent->get(), name, to.dest, made);
+    if (!dir) {
+      return dir.error();
+    }
+    auto out = fill(dir->get());
+    if (out) {
+      ::fchmod(dir->get(), 0755);
+    }
+    return out;
+  });
 }
 
 std::string outermost_missing(int root_fd, const std::string& dest)

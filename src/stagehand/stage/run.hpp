@@ -10,6 +10,7 @@
 
 #include <sys/stat.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,11 @@ struct DeliverTo
 };
 Result<Delivered> deliver(int in_fd, StreamContent content, const struct stat& file_stat, const DeliverTo& to,
                           const std::string& shown);
+
+// The same for a directory that `fill(dest_dir_fd)` makes (the daemon's reader of a directory
+// source, copying it as it streams it to the cache): DEST made as for an archive, 0755 once
+// filled, and on an error what was created is gone.
+Result<Delivered> deliver_dir(const DeliverTo& to, const std::function<Result<Delivered>(int dest_dir_fd)>& fill);
 
 // The outermost component of `dest` below `root_fd` that does not exist yet ("data/x.bin" when the
 // job made "data"; "" when DEST exists): what staging may create, and so all that a failed attempt
