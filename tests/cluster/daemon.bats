@@ -176,6 +176,42 @@ SCRIPT
   echo "$LAST_OUTPUT" | grep -qx secret
 }
 
+# Issue 25, item 2: a directory's miss is copied into the job's directory by the job user's reader
+# as staging without the daemon copies it (large files through a pipe, teed to the cache's stream
+# in the kernel), and the cache gets the same bytes from that one read.
+@test "a directory's miss through the daemon: the job's copy from the one read, as without it; the cache gets the same bytes" {
+  as_user "mkdir -p cache-src/dmiss/sub && head -c 3000000 /dev/urandom >cache-src/dmiss/big.bin && printf weights >cache-src/dmiss/ckpt.pt && printf s >cache-src/dmiss/sub/secret && ln -s ckpt.pt cache-src/dmiss/latest"
+  as_user "chmod 0640 cache-src/dmiss/ckpt.pt && chmod 0600 cache-src/dmiss/sub/secret && chmod 0750 cache-src/dmiss/sub"
+  settle "$WORK/cache-src/dmiss"
+  want=$(sha256sum <"$WORK/cache-src/dmiss/big.bin")
+  cat >"$WORK/dmiss-job.sh" <<'SCRIPT'
+cd "$SLURM_TMPDIR/dd" || exit 1
+stat -c 'mode %U %a %n' ckpt.pt big.bin sub sub/secret
+echo "big $(sha256sum <big.bin)"
+echo "link $(readlink latest)"
+python3 -c 'open("ckpt.pt", "w").write("step 2")' && echo rewrote
+rm sub/secret && touch added && echo changed
+SCRIPT
+  chmod 0644 "$WORK/dmiss-job.sh"
+  before=$(bytes_read)
+  submit -N1 -w node1 --stage-data=shared/dmiss:dd --wrap "'bash $WORK/dmiss-job.sh'"
+  [ "$JOB_RC" -eq 0 ]
+  cold=$(( $(bytes_read) - before ))
+  echo "$LAST_OUTPUT" | grep -q '^stagehand: node1: copied .*shared/dmiss -> .*/dd: 3 files, .*(cache miss)$'
+  for line in "mode $STAGEHAND_TEST_USER 640 ckpt.pt" "mode $STAGEHAND_TEST_USER 644 big.bin" \
+    "mode $STAGEHAND_TEST_USER 750 sub" "mode $STAGEHAND_TEST_USER 600 sub/secret" "big $want" "link ckpt.pt" rewrote changed; do
+    echo "$LAST_OUTPUT" | grep -qx "$line"
+  done
+  echo "shared storage read for the directory's miss: $cold bytes"
+  [ "$cold" -le $(( 3000008 * 105 / 100 )) ] # read once: the job's copy and the cache's
+  cached node1 dmiss
+  submit -N1 -w node1 --stage-data=shared/dmiss:dd --wrap "'cd \$SLURM_TMPDIR/dd && cat ckpt.pt && echo && ls sub && echo \"big \$(sha256sum <big.bin)\"'"
+  echo "$LAST_OUTPUT" | grep -q '(cache hit)$'
+  echo "$LAST_OUTPUT" | grep -qx weights
+  echo "$LAST_OUTPUT" | grep -qx secret
+  echo "$LAST_OUTPUT" | grep -qx "big $want"
+}
+
 @test "status --json and cache ls: only JSON on stdout, counters, and every byte the cache holds" {
   run --separate-stderr status_json node1
   [ "$status" -eq 0 ]

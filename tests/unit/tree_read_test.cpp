@@ -37,7 +37,8 @@ struct stat stat_of(const std::string& path)
 }
 
 // A tree with what a dataset holds: a small file, a large one (the pipe path), an empty one, a
-// name past ustar's 100 bytes, a symlink with a long target, modes of every kind, and a FIFO.
+// name past ustar's 100 bytes, one not UTF-8, a symlink with a long target, modes of every kind,
+// and a FIFO.
 void make_tree(const std::string& src, const std::string& long_dir)
 {
   run("mkdir -p '" + src + "/sub' '" + src + "/" + long_dir + "' && printf 'small\\n' >'" + src +
@@ -46,6 +47,7 @@ void make_tree(const std::string& src, const std::string& long_dir)
       "/file-with-a-long-name' '" + src + "/link' && mkfifo '" + src + "/fifo' && chmod 0750 '" + src +
       "/sub' && chmod 0555 '" + src + "/" + long_dir + "' && touch -d '2021-03-04 05:06:07.123456789' '" + src +
       "/sub/a'");
+  stagehand::test::write_file(src + "/caf\xc3\xa9-\xff", "x"); // a name that is not UTF-8
 }
 
 const std::string k_long_dir = std::string(60, 'd') + "/" + std::string(70, 'e');
@@ -81,7 +83,8 @@ TEST(TarStream, HeadersReadBackByLibarchive)
   struct stat st {};
   st.st_mode = S_IFREG | 04751;
   st.st_mtim = {1700000000, 123456789};
-  const std::string long_name = std::string(150, 'n');
+  // Past ustar's 100 bytes, and not UTF-8: names are bytes on Linux.
+  const std::string long_name = std::string(150, 'n') + "-\xff\xc3\xa9";
   std::string tar = archive::tar_header(archive::TarType::file, "a/b.txt", st, 5) + "hello";
   tar.append(archive::tar_padding(5), '\0');
   tar += archive::tar_header(archive::TarType::directory, "a", st, 0);
@@ -127,8 +130,8 @@ TEST(TreeRead, TheJobsCopyIsStagingsAndTheStreamUnpacksToTheSameTree)
   ASSERT_TRUE(s.fill) << s.fill.error().message;
   EXPECT_EQ(s.read->stream_dropped, "");
   EXPECT_FALSE(s.read->streamed.changed);
-  EXPECT_EQ(s.read->copied.files, 4U);
-  EXPECT_EQ(s.read->copied.bytes, 6U + 3145739U + 4U);
+  EXPECT_EQ(s.read->copied.files, 5U);
+  EXPECT_EQ(s.read->copied.bytes, 6U + 3145739U + 4U + 1U);
   EXPECT_EQ(s.read->copied.symlinks, 1U);
   EXPECT_EQ(s.read->copied.skipped_special, 1U);
   UniqueFd src = open_dir(d / "src");
@@ -162,7 +165,7 @@ TEST(TreeRead, AStreamWhoseReaderIsGoneStopsTheStreamNeverTheCopy)
   auto r = read_tree(src.get(), dest.get(), p[1], 1ULL << 30, d / "src", "src");
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_NE(r->stream_dropped.find("the stream to the cache stopped"), std::string::npos) << r->stream_dropped;
-  EXPECT_EQ(r->copied.files, 4U);
+  EXPECT_EQ(r->copied.files, 5U);
   run("rm '" + (d / "src/fifo") + "'");
   run("diff -r --no-dereference '" + (d / "src") + "' '" + (d / "dest") + "'");
   // For the cache alone the stream is everything: its failure is the read's.

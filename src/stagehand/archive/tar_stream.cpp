@@ -84,6 +84,9 @@ std::string tar_header(TarType type, const std::string& rel, const struct stat& 
   const bool negative_time = st.st_mtim.tv_sec < 0;
   const auto mtime = negative_time ? 0 : static_cast<std::uint64_t>(st.st_mtim.tv_sec);
   std::string records;
+  if (name.size() > k_name || link.size() > k_name) {
+    records += pax_record("hdrcharset", "BINARY"); // names are bytes: none converted from UTF-8
+  }
   if (name.size() > k_name) {
     records += pax_record("path", name);
   }

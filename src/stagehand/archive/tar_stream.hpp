@@ -2,7 +2,8 @@
 // through this process (tee(2)): the daemon's miss of a directory copies each file into the job's
 // directory and sends the same bytes to the cache's spool in one read. The format is what
 // libarchive's "restricted pax" writes: ustar headers, and a pax header before one only where
-// ustar cannot hold the name, the link target or the size (then with the mtime's nanoseconds).
+// ustar cannot hold the name, the link target or the size (then with the mtime's nanoseconds, and
+// the names marked as bytes, not UTF-8: a Linux name is any bytes).
 #pragma once
 
 #include "stagehand/util/result.hpp"
