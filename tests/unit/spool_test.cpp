@@ -188,6 +188,39 @@ TEST(Spool, ASpoolThatStallsIsDroppedAndTheJobGetsEveryByte)
   EXPECT_EQ(run.result->spool_dropped, "the node cache's disk could not keep up");
 }
 
+TEST(Spool, AWriterThatPausesIsNoStallOfTheSpool)
+{
+  // A directory's reader copies the job's files between its writes to the stream (the tee then
+  // delivers nothing): waiting for its next bytes is not the cache's disk failing to keep up.
+  const std::string content = random_bytes(3 * 100000);
+  auto policy = roomy();
+  policy.max_stall = std::chrono::milliseconds(100);
+  int p[2];
+  int d[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(d, O_CLOEXEC), 0);
+  ::close(d[0]);
+  UniqueFd source(p[0]);
+  UniqueFd no_delivery(d[1]);
+  auto feeder = std::async(std::launch::async, [wr = p[1], &content] {
+    for (std::size_t at = 0; at < content.size(); at += 100000) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      if (::write(wr, content.data() + at, 100000) != 100000) {
+        break;
+      }
+    }
+    ::close(wr);
+  });
+  UniqueFd spool(::memfd_create("spool", MFD_CLOEXEC));
+  auto r = cache::tee_source(source.get(), no_delivery.get(), spool.get(), policy);
+  source.reset(); // a tee that gave up early must not leave the feeder blocked
+  feeder.get();
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->spool_dropped, "");
+  ::lseek(spool.get(), 0, SEEK_SET);
+  EXPECT_TRUE(read_to_end(spool.get()) == content);
+}
+
 TEST(Spool, WithoutASpoolOnlyTheJobReads)
 {
   const std::string content = random_bytes(1024 * 1024 + 5);

@@ -59,14 +59,16 @@ struct Streamed
 };
 
 // read_tree into `dest` (or none) with the cache's side unpacking the stream into `fill_dir`.
-Streamed read_and_fill(const std::string& src, int dest_fd, const std::string& fill_dir, std::uint64_t max)
+Streamed read_and_fill(const std::string& src, int dest_fd, const std::string& fill_dir, std::uint64_t max,
+                       archive::WorkCounters* progress = nullptr)
 {
   Streamed out;
   int p[2];
   EXPECT_EQ(::pipe(p), 0);
   UniqueFd src_fd = open_dir(src);
   std::thread reader([&] {
-    out.read = read_tree(src_fd.get(), dest_fd, p[1], max, src, "src");
+    // A loaded test machine must not make the cache's side look too slow.
+    out.read = read_tree(src_fd.get(), dest_fd, p[1], max, src, "src", {{1.0, std::chrono::seconds(60)}, progress});
     ::close(p[1]);
   });
   UniqueFd fill_fd = open_dir(fill_dir);
@@ -125,8 +127,11 @@ TEST(TreeRead, TheJobsCopyIsStagingsAndTheStreamUnpacksToTheSameTree)
   make_tree(d / "src", k_long_dir);
   run("mkdir '" + (d / "dest") + "' '" + (d / "fill") + "'");
   UniqueFd dest = open_dir(d / "dest");
-  auto s = read_and_fill(d / "src", dest.get(), d / "fill", 1ULL << 30);
+  archive::WorkCounters progress;
+  auto s = read_and_fill(d / "src", dest.get(), d / "fill", 1ULL << 30, &progress);
   ASSERT_TRUE(s.read) << s.read.error().message;
+  EXPECT_EQ(progress.bytes.load(), s.read->copied.bytes);
+  EXPECT_EQ(progress.entries.load(), 5U);
   ASSERT_TRUE(s.fill) << s.fill.error().message;
   EXPECT_EQ(s.read->stream_dropped, "");
   EXPECT_FALSE(s.read->streamed.changed);
@@ -162,10 +167,15 @@ TEST(TreeRead, AStreamWhoseReaderIsGoneStopsTheStreamNeverTheCopy)
   ::close(p[0]); // the cache's side gave up before the read began
   UniqueFd src = open_dir(d / "src");
   UniqueFd dest = open_dir(d / "dest");
-  auto r = read_tree(src.get(), dest.get(), p[1], 1ULL << 30, d / "src", "src");
+  const std::uint64_t total = 6U + 3145739U + 4U + 1U;
+  archive::WorkCounters progress;
+  auto r = read_tree(src.get(), dest.get(), p[1], total, d / "src", "src", {{}, &progress}); // room for exactly the tree
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_NE(r->stream_dropped.find("the stream to the cache stopped"), std::string::npos) << r->stream_dropped;
   EXPECT_EQ(r->copied.files, 5U);
+  EXPECT_EQ(r->copied.bytes, total);
+  EXPECT_EQ(progress.bytes.load(), total); // the daemon's progress for the job (and for jobs waiting on it)
+  EXPECT_EQ(progress.entries.load(), 5U);
   run("rm '" + (d / "src/fifo") + "'");
   run("diff -r --no-dereference '" + (d / "src") + "' '" + (d / "dest") + "'");
   // For the cache alone the stream is everything: its failure is the read's.
@@ -185,5 +195,32 @@ TEST(TreeRead, TheCopyKeepsToItsLimit)
   ASSERT_FALSE(s.read);
   EXPECT_EQ(s.read.error().kind, ErrorKind::limit);
   EXPECT_NE(s.read.error().message.find("big.bin"), std::string::npos) << s.read.error().message;
+  run("chmod -R u+w '" + (d / "src") + "' '" + (d / "dest") + "'");
+}
+
+TEST(TreeRead, ACacheSideSlowerThanTheCopyStopsTheStreamNotTheCopy)
+{
+  TempDir d;
+  make_tree(d / "src", k_long_dir);
+  run("mkdir '" + (d / "dest") + "'");
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  // The spool's disk as a slow reader of the stream: 64 KiB every 50 ms.
+  std::thread slow([fd = p[0]] {
+    char buf[65536];
+    while (::read(fd, buf, sizeof buf) > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ::close(fd);
+  });
+  UniqueFd src = open_dir(d / "src");
+  UniqueFd dest = open_dir(d / "dest");
+  auto r = read_tree(src.get(), dest.get(), p[1], 1ULL << 30, d / "src", "src", {{0.05, std::chrono::milliseconds(0)}});
+  ::close(p[1]);
+  slow.join();
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->stream_dropped, "the node cache's disk could not keep up with the job's copy");
+  run("rm '" + (d / "src/fifo") + "'");
+  run("diff -r --no-dereference '" + (d / "src") + "' '" + (d / "dest") + "'");
   run("chmod -R u+w '" + (d / "src") + "' '" + (d / "dest") + "'");
 }

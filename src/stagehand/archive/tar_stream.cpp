@@ -166,7 +166,9 @@ Status TarStreamWriter::flush()
   if (m_used == 0) {
     return ok_status();
   }
+  const auto t0 = std::chrono::steady_clock::now();
   auto st = fs::write_all(m_fd, std::string_view(m_buf.data(), m_used), "the stream to the cache");
+  m_waited += std::chrono::steady_clock::now() - t0;
   m_used = 0;
   return st;
 }

@@ -10,6 +10,7 @@
 
 #include <sys/stat.h>
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -47,6 +48,8 @@ public:
   Status flush();
   Status finish(); // the two zero blocks, and a flush
   static constexpr std::size_t capacity() { return k_buffer; }
+  // How long the writes to `out_fd` took: the time its reader kept this writer waiting.
+  std::chrono::steady_clock::duration waited() const { return m_waited; }
 
 private:
   static constexpr std::size_t k_buffer = 1U << 20;
@@ -55,6 +58,7 @@ private:
   int m_fd;
   std::string m_buf;
   std::size_t m_used = 0;
+  std::chrono::steady_clock::duration m_waited{};
 };
 
 } // namespace stagehand::archive

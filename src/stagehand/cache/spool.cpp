@@ -5,6 +5,7 @@
 #include "stagehand/util/fd.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -85,10 +86,16 @@ public:
     return ok_status();
   }
 
-  // Once, from the pipe `from` straight into the spool: how many bytes (0 at its end).
+  // Once, from the pipe `from` straight into the spool: how many bytes (0 at its end). Only the
+  // write is timed, not the wait for the writer's next bytes (a directory's reader copies the job's
+  // files between them).
   Result<std::size_t> spool_from(int from, std::size_t n)
   {
     for (;;) {
+      struct pollfd ready {from, POLLIN, 0};
+      if (::poll(&ready, 1, -1) < 0 && errno == EINTR) {
+        continue;
+      }
       const auto t0 = Clock::now();
       const ssize_t moved = ::splice(from, nullptr, m_spool, nullptr, n, SPLICE_F_MOVE);
       if (moved < 0 && errno == EINTR) {

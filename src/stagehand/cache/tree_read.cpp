@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 
 namespace stagehand::cache {
@@ -27,6 +28,7 @@ using archive::TarType;
 // stream's buffer and a write of the copy cost less than the pipe's round trips.
 constexpr std::uint64_t k_splice_from = 256U << 10;
 constexpr std::size_t k_chunk = 1U << 20;
+using Clock = std::chrono::steady_clock;
 
 bool same_file(const struct stat& a, const struct stat& b)
 {
@@ -38,10 +40,12 @@ bool same_file(const struct stat& a, const struct stat& b)
 class TreeReader
 {
 public:
-  TreeReader(int out_fd, bool copying, std::uint64_t max_bytes, const std::string& canonical, const std::string& shown)
+  TreeReader(int out_fd, bool copying, std::uint64_t max_bytes, const std::string& canonical, const std::string& shown,
+             const TreeReadOptions& options)
     : m_stream(out_fd), m_copying(copying), m_max(max_bytes), m_shown(shown),
-      m_key(canonical, stage::SourceKind::dir, stage::Unpack::never)
+      m_key(canonical, stage::SourceKind::dir, stage::Unpack::never), m_patience(options.patience)
   {
+    m_out.copied.counters = options.progress;
   }
 
   Result<fs::Placed> entry(const fs::WalkEntry& e, int dest_parent);
@@ -55,8 +59,20 @@ private:
   Result<std::uint64_t> small_data(int in, int out, std::uint64_t size);
   Result<std::uint64_t> piped_data(int in, int out, std::uint64_t size);
   Status move_to_copy(int out, std::size_t n);
-  Result<std::uint64_t> grown_rest(int in, int out);
+  Result<std::uint64_t> copy_rest(int in, int out, std::uint64_t room);
+  void copied(std::uint64_t n)
+  {
+    if (m_out.copied.counters) {
+      m_out.copied.counters->bytes.fetch_add(n, std::memory_order_relaxed);
+    }
+  }
+  Error over_limit(const std::string& rel) const
+  {
+    const std::uint64_t room = m_max > m_out.copied.bytes ? m_max - m_out.copied.bytes : 0;
+    return Error::limit(rel + ": more than " + std::to_string(room) + " bytes (limit)");
+  }
   Status streamed(Status st);
+  void keep_up();
   Error below(const std::string& rel, int err) const
   {
     return Error::refused(m_shown + "/" + rel + ": " + std::strerror(err), err);
@@ -71,7 +87,23 @@ private:
   TreeRead m_out;
   UniqueFd m_pipe_rd, m_pipe_wr; // a large file's data on its way: teed to the stream, moved to the copy
   std::vector<char> m_buf;       // the copy's own buffer once the stream is gone
+  Clock::time_point m_started = Clock::now();
+  Clock::duration m_tee_waited{}; // in tee(2): the stream's pipe full
+  StreamPatience m_patience;
 };
+
+void TreeReader::keep_up()
+{
+  if (!m_streaming || !m_copying) {
+    return;
+  }
+  const auto waited = std::chrono::duration<double>(m_stream.waited() + m_tee_waited);
+  const auto elapsed = std::chrono::duration<double>(Clock::now() - m_started);
+  if (waited > m_patience.grace + elapsed * m_patience.share) {
+    m_streaming = false;
+    m_out.stream_dropped = "the node cache's disk could not keep up with the job's copy";
+  }
+}
 
 // A failure of the stream: with a copy to make, the stream stops and the copy goes on.
 Status TreeReader::streamed(Status st)
@@ -135,7 +167,8 @@ Status TreeReader::symlink(const fs::WalkEntry& e, int dest_parent)
     return Error::refused(m_shown + "/" + e.rel + ": changed while staging", ESTALE);
   }
   m_out.streamed.changed = m_out.streamed.changed || !same_file(now, e.st);
-  std::string target(static_cast<std::size_t>(now.st_size) + 1, '\0');
+  // st_size is the target's length where the filesystem says it (0 on some): room for any.
+  std::string target(std::max<std::size_t>(static_cast<std::size_t>(now.st_size), PATH_MAX) + 1, '\0');
   ssize_t n = ::readlinkat(link.get(), "", target.data(), target.size());
   if (n < 0) {
     return below(e.rel, errno);
@@ -165,7 +198,7 @@ Status TreeReader::file(const fs::WalkEntry& e, int in, const struct stat& now, 
   UniqueFd out;
   if (m_copying) {
     if (stats.bytes + size > m_max) {
-      return Error::limit(e.rel + ": more than " + std::to_string(m_max) + " bytes (limit)");
+      return over_limit(e.rel);
     }
     out = UniqueFd(::openat(dest_parent, e.name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                             (now.st_mode & 0777) | S_IWUSR));
@@ -179,14 +212,14 @@ Status TreeReader::file(const fs::WalkEntry& e, int in, const struct stat& now, 
     }
   }
   if (!m_streaming) { // the stream is gone: a copy as without the daemon
-    if (auto st = stage::copy_into(in, out.get(), m_max - stats.bytes, stats, e.rel); !st) {
+    if (auto st = stage::copy_into(in, out.get(), m_max, stats, e.rel); !st) {
       return st;
     }
   } else {
     auto piped = size >= k_splice_from ? piped_data(in, out.get(), size) : Result<std::uint64_t>(0);
     auto done = piped ? small_data(in, out.get(), size - *piped) : piped;
     if (!done) {
-      return done.error().with_context(m_shown + "/" + e.rel);
+      return done.error().with_context(e.rel);
     }
     const std::uint64_t got = *piped + *done;
     m_out.streamed.changed = m_out.streamed.changed || got < size; // shrank: the stream is padded
@@ -195,15 +228,18 @@ Status TreeReader::file(const fs::WalkEntry& e, int in, const struct stat& now, 
         return st;
       }
     }
-    auto rest = m_copying ? grown_rest(in, out.get()) : Result<std::uint64_t>(0);
+    // What the file grew by while it was read goes to the copy alone (as staging without the
+    // daemon copies to the end); the stream keeps the size its header gave.
+    const std::uint64_t used = stats.bytes + got;
+    auto rest = m_copying ? copy_rest(in, out.get(), m_max > used ? m_max - used : 0) : Result<std::uint64_t>(0);
     if (!rest) {
-      return rest.error().with_context(m_shown + "/" + e.rel);
+      return rest.error().with_context(e.rel);
     }
     m_out.streamed.changed = m_out.streamed.changed || *rest > 0;
     stats.bytes += got + *rest;
     ++stats.files;
-    if (m_copying && stats.bytes > m_max) {
-      return Error::limit(e.rel + ": more than " + std::to_string(m_max) + " bytes (limit)");
+    if (stats.counters) {
+      stats.counters->entries.fetch_add(1, std::memory_order_relaxed);
     }
     if (m_copying && ::fchmod(out.get(), now.st_mode & 0777) != 0) {
       return Error::from_errno(e.rel + ": cannot set the mode of the copy");
@@ -212,6 +248,7 @@ Status TreeReader::file(const fs::WalkEntry& e, int in, const struct stat& now, 
       stage::keep_mtime(out.get(), now);
     }
   }
+  keep_up();
   // The bytes sent are those of the stat keyed only if nothing about the file moved meanwhile.
   struct stat after {};
   m_out.streamed.changed = m_out.streamed.changed || ::fstat(in, &after) != 0 || !same_file(after, now);
@@ -245,14 +282,16 @@ Result<std::uint64_t> TreeReader::small_data(int in, int out, std::uint64_t size
       }
     }
     m_stream.commit(*got);
+    copied(out >= 0 ? *got : 0);
     done += *got;
+    keep_up();
   }
   if (done < size && !m_streaming) { // the stream went on the way: the rest to the copy alone
-    stage::CopyStats rest;
-    if (auto st = stage::copy_into(in, out, m_max, rest, ""); !st) {
-      return st.error();
+    auto rest = copy_rest(in, out, m_max - m_out.copied.bytes - done);
+    if (!rest) {
+      return rest.error();
     }
-    done += rest.bytes;
+    done += *rest;
   }
   return done;
 }
@@ -293,7 +332,10 @@ Result<std::uint64_t> TreeReader::piped_data(int in, int out, std::uint64_t size
     for (auto left = static_cast<std::size_t>(n); left > 0;) {
       std::size_t k = left;
       if (m_streaming && out >= 0) {
+        const auto t0 = Clock::now();
         const ssize_t t = ::tee(m_pipe_rd.get(), m_stream.fd(), left, 0);
+        m_tee_waited += Clock::now() - t0;
+        keep_up();
         if (t < 0 && errno == EINTR) {
           continue;
         }
@@ -306,6 +348,7 @@ Result<std::uint64_t> TreeReader::piped_data(int in, int out, std::uint64_t size
       if (auto st = move_to_copy(out >= 0 ? out : m_stream.fd(), k); !st) {
         return out >= 0 ? st.error() : st.error().with_context("the stream to the cache");
       }
+      copied(out >= 0 ? k : 0);
       left -= k;
     }
     done += static_cast<std::uint64_t>(n);
@@ -342,13 +385,16 @@ Status TreeReader::move_to_copy(int out, std::size_t n)
   return ok_status();
 }
 
-// What a file grew by while it was read goes to the copy alone (as staging without the daemon
-// copies to the end); the stream keeps the size its header gave.
-Result<std::uint64_t> TreeReader::grown_rest(int in, int out)
+// The rest of the file open at `in`, to its end, into the copy alone: at most `room` bytes.
+Result<std::uint64_t> TreeReader::copy_rest(int in, int out, std::uint64_t room)
 {
   stage::CopyStats rest;
-  if (auto st = stage::copy_into(in, out, m_max, rest, ""); !st) {
+  rest.counters = m_out.copied.counters;
+  if (auto st = stage::copy_into(in, out, room, rest, ""); !st) {
     return st.error();
+  }
+  if (rest.counters) {
+    rest.counters->entries.fetch_sub(1, std::memory_order_relaxed); // the file is counted once, by its caller
   }
   return rest.bytes;
 }
@@ -370,7 +416,7 @@ TreeRead TreeReader::result()
 } // namespace
 
 Result<TreeRead> read_tree(int dir_fd, int dest_dir_fd, int out_fd, std::uint64_t max_bytes,
-                           const std::string& canonical_path, const std::string& shown)
+                           const std::string& canonical_path, const std::string& shown, const TreeReadOptions& options)
 {
   struct sigaction ign {};
   ign.sa_handler = SIG_IGN;
@@ -380,7 +426,7 @@ Result<TreeRead> read_tree(int dir_fd, int dest_dir_fd, int out_fd, std::uint64_
     return Error::from_errno(shown);
   }
   const bool copying = dest_dir_fd >= 0;
-  TreeReader r(out_fd, copying, max_bytes, canonical_path, shown);
+  TreeReader r(out_fd, copying, max_bytes, canonical_path, shown, options);
   r.add_root(root);
   Status walked = ok_status();
   if (copying) {

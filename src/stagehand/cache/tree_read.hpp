@@ -4,10 +4,12 @@
 // second read of the source); or, for the cache alone, the stream by itself.
 #pragma once
 
+#include "stagehand/archive/counters.hpp"
 #include "stagehand/cache/key.hpp"
 #include "stagehand/stage/copy.hpp"
 #include "stagehand/util/result.hpp"
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -17,6 +19,22 @@ struct StreamResult
 {
   SourceIdentity identity; // of what was streamed
   bool changed = false;    // a file changed while it was read
+};
+
+// How long the job's copy waits for the cache's stream (its pipe full: the spool's disk slower
+// than the copy): at most `share` of the copy's time, after a first `grace`. Past that the stream
+// stops ("the node cache's disk could not keep up with the job's copy") and the copy goes on
+// alone, as staging without the daemon does; the cache is not filled from it.
+struct StreamPatience
+{
+  double share = 0.05;
+  std::chrono::milliseconds grace{200};
+};
+
+struct TreeReadOptions
+{
+  StreamPatience patience;
+  archive::WorkCounters* progress = nullptr; // when set: follows the copy's bytes and files
 };
 
 struct TreeRead
@@ -33,9 +51,10 @@ struct TreeRead
 // symlinks as links, devices, FIFOs and sockets skipped, at most `max_bytes` of data), and the
 // stream to the pipe `out_fd` is best effort: its reader gone or failing stops the stream
 // (`stream_dropped`), never the copy. With no destination the stream is all, and its failure is an
-// error. SIGPIPE is ignored from here on. Errors name paths below the source ("SHOWN/REL: ...").
+// error. SIGPIPE is ignored from here on.
 Result<TreeRead> read_tree(int dir_fd, int dest_dir_fd, int out_fd, std::uint64_t max_bytes,
-                           const std::string& canonical_path, const std::string& shown);
+                           const std::string& canonical_path, const std::string& shown,
+                           const TreeReadOptions& options = {});
 
 // The stream alone: read_tree with no copy.
 Result<StreamResult> stream_tree(int dir_fd, int out_fd, const std::string& canonical_path, const std::string& shown);

@@ -97,6 +97,7 @@ struct StageRequest::MissRead
   std::optional<ipc::Child> delivery;  // the job user's delivery (not for a zip: from the spool after;
                                        // not for a directory: its reader makes the job's copy)
   std::optional<ipc::SharedMemory<archive::WorkCounters>> counters; // the tee's bytes, for progress
+  std::optional<ipc::SharedMemory<archive::WorkCounters>> copied;   // a directory's copy's, instead
   std::optional<ipc::Child> tee;       // the service user's one read, to the job and the spool
 
   Result<Missed> run();
@@ -172,10 +173,12 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
     read = read_said(r.await(*reader, [&] { return status(); }, frames));
   }
   kill_all(); // each leads its own process group: whatever they forked ends here
-  if (!tee_msg) {
-    return fail(tee_msg.error());
+  auto teed = tee_msg ? proto::parse_child_message<proto::Teed>(tee_msg->text) : Result<proto::Teed>(tee_msg.error());
+  if (!teed && read && delivered) { // the job has its copy from the reader: the tee was the cache's alone
+    spdlog::warn("job {}: {}: not cached (the read for the cache failed: {})", r.m_job.job_id, src.path,
+                 teed.error().message);
+    teed = proto::Teed{0, "the read for the cache failed"};
   }
-  auto teed = proto::parse_child_message<proto::Teed>(tee_msg->text);
   if (!teed) {
     return fail(teed.error());
   }
@@ -297,7 +300,13 @@ Status StageRequest::MissRead::start_reader()
   (void)::fcntl(tree_wr.get(), F_SETPIPE_SZ, 1 << 20); // the stream's MiB writes at once; best effort
   std::vector<int> keep{src_fd, tree_wr.get()};
   if (d.into == DeliverInto::job_directory) {
+    auto made = ipc::SharedMemory<archive::WorkCounters>::make();
+    if (!made) {
+      return made.error();
+    }
+    copied.emplace(std::move(*made));
     keep.push_back(r.m_job_fd.get()); // the reader copies the tree there as it streams it
+    keep.push_back(copied->fd());
   }
   auto spawned = ipc::spawn_as(r.m_user, keep, [&](int sock, const std::vector<int>& kept) {
     auto s = read_tree_as_user(kept);
@@ -309,6 +318,9 @@ Status StageRequest::MissRead::start_reader()
     (void)ipc::send_message(sock, proto::child_message(*s));
     return 0;
   });
+  if (copied) {
+    copied->handed_out();
+  }
   if (!spawned) {
     return spawned.error();
   }
@@ -318,14 +330,18 @@ Status StageRequest::MissRead::start_reader()
 
 // In the reader (the job user): the directory `kept[0]` as a tar stream to `kept[1]`, and, with
 // the job's directory `kept[2]`, copied to DEST there from the same reads (stage::deliver_dir: on
-// an error nothing of it stays).
+// an error nothing of it stays), its bytes counted in `kept[3]` for progress.
 Result<proto::TreeStreamed> StageRequest::MissRead::read_tree_as_user(const std::vector<int>& kept)
 {
   Result<cache::TreeRead> read = Error::internal("not read");
-  if (kept.size() > 2) {
+  if (kept.size() > 3) {
+    auto progress = ipc::SharedMemory<archive::WorkCounters>::attach(kept[3]);
+    if (!progress) {
+      return progress.error();
+    }
     const stage::DeliverTo to{kept[2], src.dest, d.room, nullptr};
     auto placed = stage::deliver_dir(to, [&](int dest) -> Result<stage::Delivered> {
-      read = cache::read_tree(kept[0], dest, kept[1], d.room, src.path, src.shown);
+      read = cache::read_tree(kept[0], dest, kept[1], d.room, src.path, src.shown, {{}, progress->get()});
       if (!read) {
         return read.error();
       }
@@ -428,8 +444,10 @@ void StageRequest::MissRead::kill_all()
 proto::Progress StageRequest::MissRead::status()
 {
   r.fill_alive();
-  return proto::Progress{src.shown, counters->get()->bytes.load(std::memory_order_relaxed), c.identity.bytes,
-                         c.seconds()};
+  // A directory's copy is the job's progress (and the sign of life jobs waiting on this read
+  // watch); the tee's bytes are the stream's, which may stop before the copy does.
+  const auto& done = copied ? *copied->get() : *counters->get();
+  return proto::Progress{src.shown, done.bytes.load(std::memory_order_relaxed), c.identity.bytes, c.seconds()};
 }
 
 // A delivery that ends early because the read failed (a truncated stream to it) says what the
