@@ -178,7 +178,10 @@ TEST(TreeRead, AStreamWhoseReaderIsGoneStopsTheStreamNeverTheCopy)
   EXPECT_EQ(progress.entries.load(), 5U);
   run("rm '" + (d / "src/fifo") + "'");
   run("diff -r --no-dereference '" + (d / "src") + "' '" + (d / "dest") + "'");
+  ::close(p[1]);
   // For the cache alone the stream is everything: its failure is the read's.
+  ASSERT_EQ(::pipe(p), 0);
+  ::close(p[0]);
   auto alone = stream_tree(src.get(), p[1], d / "src", "src");
   EXPECT_FALSE(alone);
   ::close(p[1]);
@@ -220,6 +223,40 @@ TEST(TreeRead, ACacheSideSlowerThanTheCopyStopsTheStreamNotTheCopy)
   slow.join();
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->stream_dropped, "the node cache's disk could not keep up with the job's copy");
+  EXPECT_EQ(r->copied.bytes, 6U + 3145739U + 4U + 1U);
+  run("rm '" + (d / "src/fifo") + "'");
+  run("diff -r --no-dereference '" + (d / "src") + "' '" + (d / "dest") + "'");
+  run("chmod -R u+w '" + (d / "src") + "' '" + (d / "dest") + "'");
+}
+
+TEST(TreeRead, ACacheSideThatHangsNeverHoldsTheCopy)
+{
+  TempDir d;
+  make_tree(d / "src", k_long_dir);
+  run("mkdir '" + (d / "dest") + "'");
+  // The spool's disk hung: the stream's reader is there and never reads. The copy waits at most
+  // its patience, then goes on alone; the reader then finds the stream's end at once.
+  auto said = stagehand::test::run_with_watchdog(
+    [&]() -> std::string {
+      int p[2];
+      if (::pipe(p) != 0) {
+        return "no pipe";
+      }
+      UniqueFd src = open_dir(d / "src");
+      UniqueFd dest = open_dir(d / "dest");
+      auto r = read_tree(src.get(), dest.get(), p[1], 1ULL << 30, d / "src", "src",
+                         {{0.05, std::chrono::milliseconds(300)}});
+      if (!r) {
+        return r.error().message;
+      }
+      char buf[65536];
+      while (::read(p[0], buf, sizeof buf) > 0) {
+      }
+      return r->stream_dropped + " / " + std::to_string(r->copied.files);
+    },
+    std::chrono::seconds(30));
+  ASSERT_TRUE(said) << "the copy hung on the stream";
+  EXPECT_EQ(*said, "the node cache's disk could not keep up with the job's copy / 5");
   run("rm '" + (d / "src/fifo") + "'");
   run("diff -r --no-dereference '" + (d / "src") + "' '" + (d / "dest") + "'");
   run("chmod -R u+w '" + (d / "src") + "' '" + (d / "dest") + "'");

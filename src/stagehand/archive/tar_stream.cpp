@@ -1,10 +1,12 @@
 // ustar headers, pax where ustar falls short, and a buffered writer for the stream.
 #include "stagehand/archive/tar_stream.hpp"
 
-#include "stagehand/fs/io.hpp"
+#include <poll.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cerrno>
 #include <cstring>
 
 namespace stagehand::archive {
@@ -161,16 +163,43 @@ Status TarStreamWriter::zeros(std::size_t n)
   return ok_status();
 }
 
+Status TarStreamWriter::wait_writable()
+{
+  const int timeout = m_patience ? m_patience() : -1;
+  const auto t0 = std::chrono::steady_clock::now();
+  struct pollfd room {m_fd, POLLOUT, 0};
+  const int ready = ::poll(&room, 1, timeout);
+  m_waited += std::chrono::steady_clock::now() - t0;
+  if (ready == 0) {
+    return Error::io(m_why_timed_out, ETIMEDOUT);
+  }
+  if (ready < 0 && errno != EINTR) {
+    return Error::from_errno("the stream to the cache");
+  }
+  return ok_status();
+}
+
 Status TarStreamWriter::flush()
 {
-  if (m_used == 0) {
-    return ok_status();
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  auto st = fs::write_all(m_fd, std::string_view(m_buf.data(), m_used), "the stream to the cache");
-  m_waited += std::chrono::steady_clock::now() - t0;
+  const char* p = m_buf.data();
+  std::size_t n = m_used;
   m_used = 0;
-  return st;
+  while (n > 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const ssize_t w = ::write(m_fd, p, n);
+    m_waited += std::chrono::steady_clock::now() - t0; // a blocking pipe waits in write(2)
+    if (w > 0) {
+      p += w;
+      n -= static_cast<std::size_t>(w);
+    } else if (w < 0 && errno == EAGAIN) {
+      if (auto st = wait_writable(); !st) {
+        return st;
+      }
+    } else if (w == 0 || errno != EINTR) {
+      return Error::from_errno("the stream to the cache");
+    }
+  }
+  return ok_status();
 }
 
 Status TarStreamWriter::finish()

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -48,7 +49,16 @@ public:
   Status flush();
   Status finish(); // the two zero blocks, and a flush
   static constexpr std::size_t capacity() { return k_buffer; }
-  // How long the writes to `out_fd` took: the time its reader kept this writer waiting.
+  // With `out_fd` non-blocking: how long (ms; -1 for ever) a wait for room in the pipe may last,
+  // asked before each wait. A wait that runs out is an error (ETIMEDOUT, `why_timed_out`).
+  void set_patience(std::function<int()> wait_ms, std::string why_timed_out)
+  {
+    m_patience = std::move(wait_ms);
+    m_why_timed_out = std::move(why_timed_out);
+  }
+  // Waits until the pipe has room (the caller's write found it full: EAGAIN).
+  Status wait_writable();
+  // How long this writer waited for the pipe's reader.
   std::chrono::steady_clock::duration waited() const { return m_waited; }
 
 private:
@@ -59,6 +69,8 @@ private:
   std::string m_buf;
   std::size_t m_used = 0;
   std::chrono::steady_clock::duration m_waited{};
+  std::function<int()> m_patience;
+  std::string m_why_timed_out;
 };
 
 } // namespace stagehand::archive

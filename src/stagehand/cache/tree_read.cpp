@@ -29,6 +29,7 @@ using archive::TarType;
 constexpr std::uint64_t k_splice_from = 256U << 10;
 constexpr std::size_t k_chunk = 1U << 20;
 using Clock = std::chrono::steady_clock;
+constexpr const char* k_not_kept_up = "the node cache's disk could not keep up with the job's copy";
 
 bool same_file(const struct stat& a, const struct stat& b)
 {
@@ -46,6 +47,10 @@ public:
       m_key(canonical, stage::SourceKind::dir, stage::Unpack::never), m_patience(options.patience)
   {
     m_out.copied.counters = options.progress;
+    if (copying) { // the copy never waits on the stream for longer than its patience
+      (void)::fcntl(out_fd, F_SETFL, ::fcntl(out_fd, F_GETFL) | O_NONBLOCK);
+      m_stream.set_patience([this] { return patience_ms(); }, k_not_kept_up);
+    }
   }
 
   Result<fs::Placed> entry(const fs::WalkEntry& e, int dest_parent);
@@ -56,7 +61,7 @@ public:
 private:
   Status symlink(const fs::WalkEntry& e, int dest_parent);
   Status file(const fs::WalkEntry& e, int in, const struct stat& now, int dest_parent);
-  Result<std::uint64_t> small_data(int in, int out, std::uint64_t size);
+  Result<std::uint64_t> small_data(int in, int out, std::uint64_t size, std::uint64_t already);
   Result<std::uint64_t> piped_data(int in, int out, std::uint64_t size);
   Status move_to_copy(int out, std::size_t n);
   Result<std::uint64_t> copy_rest(int in, int out, std::uint64_t room);
@@ -73,10 +78,9 @@ private:
   }
   Status streamed(Status st);
   void keep_up();
-  Error below(const std::string& rel, int err) const
-  {
-    return Error::refused(m_shown + "/" + rel + ": " + std::strerror(err), err);
-  }
+  int patience_ms() const;
+  void stop_stream(std::string why);
+  static Error below(const std::string& rel, int err) { return Error::refused(rel + ": " + std::strerror(err), err); }
 
   archive::TarStreamWriter m_stream;
   bool m_copying;
@@ -88,20 +92,37 @@ private:
   UniqueFd m_pipe_rd, m_pipe_wr; // a large file's data on its way: teed to the stream, moved to the copy
   std::vector<char> m_buf;       // the copy's own buffer once the stream is gone
   Clock::time_point m_started = Clock::now();
-  Clock::duration m_tee_waited{}; // in tee(2): the stream's pipe full
   StreamPatience m_patience;
 };
 
+// How much longer the copy may wait for the stream now: what is left of its allowance, which grows
+// by `share` of every second it waits.
+int TreeReader::patience_ms() const
+{
+  const double waited = std::chrono::duration<double>(m_stream.waited()).count();
+  const double elapsed = std::chrono::duration<double>(Clock::now() - m_started).count();
+  const double allowed = std::chrono::duration<double>(m_patience.grace).count() + elapsed * m_patience.share;
+  const double left = (allowed - waited) / (1.0 - std::min(m_patience.share, 0.5));
+  return left <= 0 ? 0 : static_cast<int>(left * 1000) + 1;
+}
+
+// Past its patience the stream stops, and the copy goes on alone.
 void TreeReader::keep_up()
 {
-  if (!m_streaming || !m_copying) {
-    return;
+  if (m_streaming && m_copying && patience_ms() == 0) {
+    stop_stream(k_not_kept_up);
   }
-  const auto waited = std::chrono::duration<double>(m_stream.waited() + m_tee_waited);
-  const auto elapsed = std::chrono::duration<double>(Clock::now() - m_started);
-  if (waited > m_patience.grace + elapsed * m_patience.share) {
-    m_streaming = false;
-    m_out.stream_dropped = "the node cache's disk could not keep up with the job's copy";
+}
+
+// The stream ends here for good: its write end becomes /dev/null, so that the cache's side sees
+// the end at once instead of waiting for the rest of the copy.
+void TreeReader::stop_stream(std::string why)
+{
+  m_streaming = false;
+  m_out.stream_dropped = std::move(why);
+  UniqueFd null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
+  if (null.valid()) {
+    (void)::dup3(null.get(), m_stream.fd(), O_CLOEXEC);
   }
 }
 
@@ -111,8 +132,8 @@ Status TreeReader::streamed(Status st)
   if (st || !m_copying) {
     return st;
   }
-  m_streaming = false;
-  m_out.stream_dropped = "the stream to the cache stopped: " + st.error().message;
+  stop_stream(st.error().code == ETIMEDOUT ? st.error().message
+                                          : "the stream to the cache stopped: " + st.error().message);
   return ok_status();
 }
 
@@ -164,7 +185,7 @@ Status TreeReader::symlink(const fs::WalkEntry& e, int dest_parent)
   UniqueFd link(::openat(e.parent_fd, e.name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
   struct stat now {};
   if (!link.valid() || ::fstat(link.get(), &now) != 0 || !S_ISLNK(now.st_mode)) {
-    return Error::refused(m_shown + "/" + e.rel + ": changed while staging", ESTALE);
+    return Error::refused(e.rel + ": changed while staging", ESTALE);
   }
   m_out.streamed.changed = m_out.streamed.changed || !same_file(now, e.st);
   // st_size is the target's length where the filesystem says it (0 on some): room for any.
@@ -217,7 +238,7 @@ Status TreeReader::file(const fs::WalkEntry& e, int in, const struct stat& now, 
     }
   } else {
     auto piped = size >= k_splice_from ? piped_data(in, out.get(), size) : Result<std::uint64_t>(0);
-    auto done = piped ? small_data(in, out.get(), size - *piped) : piped;
+    auto done = piped ? small_data(in, out.get(), size - *piped, *piped) : piped;
     if (!done) {
       return done.error().with_context(e.rel);
     }
@@ -256,8 +277,8 @@ Status TreeReader::file(const fs::WalkEntry& e, int in, const struct stat& now, 
 }
 
 // Up to `size` bytes read into the stream's buffer and written from it to the copy (`out` < 0:
-// none): how many there were.
-Result<std::uint64_t> TreeReader::small_data(int in, int out, std::uint64_t size)
+// none), after `already` bytes of the file: how many there were.
+Result<std::uint64_t> TreeReader::small_data(int in, int out, std::uint64_t size, std::uint64_t already)
 {
   std::uint64_t done = 0;
   while (done < size && m_streaming) {
@@ -287,7 +308,7 @@ Result<std::uint64_t> TreeReader::small_data(int in, int out, std::uint64_t size
     keep_up();
   }
   if (done < size && !m_streaming) { // the stream went on the way: the rest to the copy alone
-    auto rest = copy_rest(in, out, m_max - m_out.copied.bytes - done);
+    auto rest = copy_rest(in, out, m_max - m_out.copied.bytes - already - done);
     if (!rest) {
       return rest.error();
     }
@@ -332,17 +353,18 @@ Result<std::uint64_t> TreeReader::piped_data(int in, int out, std::uint64_t size
     for (auto left = static_cast<std::size_t>(n); left > 0;) {
       std::size_t k = left;
       if (m_streaming && out >= 0) {
-        const auto t0 = Clock::now();
-        const ssize_t t = ::tee(m_pipe_rd.get(), m_stream.fd(), left, 0);
-        m_tee_waited += Clock::now() - t0;
-        keep_up();
-        if (t < 0 && errno == EINTR) {
+        const ssize_t t = ::tee(m_pipe_rd.get(), m_stream.fd(), left, SPLICE_F_NONBLOCK);
+        if (t < 0 && (errno == EINTR || errno == EAGAIN)) {
+          if (errno == EAGAIN) { // the stream's pipe is full: wait, within the copy's patience
+            (void)streamed(m_stream.wait_writable());
+          }
           continue;
         }
         if (t <= 0) {
           (void)streamed(Error::from_errno("tee"));
         } else {
           k = static_cast<std::size_t>(t);
+          keep_up();
         }
       }
       if (auto st = move_to_copy(out >= 0 ? out : m_stream.fd(), k); !st) {

@@ -49,9 +49,10 @@ struct TreeRead
 // as identify_tree keys it). With `dest_dir_fd` >= 0 it makes the tree again below that directory
 // by stage::copy_tree's rules (modes and mtimes kept, owned by the caller, directories' modes last,
 // symlinks as links, devices, FIFOs and sockets skipped, at most `max_bytes` of data), and the
-// stream to the pipe `out_fd` is best effort: its reader gone or failing stops the stream
-// (`stream_dropped`), never the copy. With no destination the stream is all, and its failure is an
-// error. SIGPIPE is ignored from here on.
+// stream to the pipe `out_fd` is best effort: its reader gone, failing or too slow (`patience`)
+// stops the stream (`stream_dropped`), never the copy; `out_fd` is made non-blocking, and once the
+// stream stops it is /dev/null (the reader sees the end at once). With no destination the stream
+// is all, and its failure is an error. SIGPIPE is ignored from here on.
 Result<TreeRead> read_tree(int dir_fd, int dest_dir_fd, int out_fd, std::uint64_t max_bytes,
                            const std::string& canonical_path, const std::string& shown,
                            const TreeReadOptions& options = {});

@@ -155,6 +155,9 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
       return fail(read->error());
     }
     delivered = stage::Delivered{stage::Placement::copied, (*read)->files, (*read)->bytes};
+    if (!(*read)->dropped.empty()) {
+      tee->kill(); // the spool is not the tree: nothing to wait for
+    }
   } else if (delivery) {
     auto delivered_msg = r.await(*delivery, [&] { return status(); });
     if (delivered_msg) {
@@ -174,10 +177,13 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
   }
   kill_all(); // each leads its own process group: whatever they forked ends here
   auto teed = tee_msg ? proto::parse_child_message<proto::Teed>(tee_msg->text) : Result<proto::Teed>(tee_msg.error());
-  if (!teed && read && delivered) { // the job has its copy from the reader: the tee was the cache's alone
-    spdlog::warn("job {}: {}: not cached (the read for the cache failed: {})", r.m_job.job_id, src.path,
-                 teed.error().message);
-    teed = proto::Teed{0, "the read for the cache failed"};
+  if (!teed && read && *read && delivered) { // the job has its copy from the reader: the tee was the cache's alone
+    const std::string& why = (*read)->dropped;
+    if (why.empty()) {
+      spdlog::warn("job {}: {}: not cached (the read for the cache failed: {})", r.m_job.job_id, src.path,
+                   teed.error().message);
+    }
+    teed = proto::Teed{0, why.empty() ? "the read for the cache failed" : why};
   }
   if (!teed) {
     return fail(teed.error());
