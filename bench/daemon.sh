@@ -40,7 +40,7 @@
 #   1999 Hz, from 0.5 s before it) into DIR/KEY.NS.data: where each step's CPU went, by process.
 #   STAGEHAND_BENCH_SHAPE picks the source (the scaling table's shapes): "files" (the default, a tar
 #   of FILES x 2 KiB), "tar1g" (a tar of 8 x 128 MiB files), "shards" (a directory of 16 x 64 MiB
-#   files: staged as a directory). The 8 GiB tar of scale.sh does not fit here: source, spool,
+#   files: staged as a directory), "tree" (a directory of FILES x 2 KiB). The 8 GiB tar of scale.sh does not fit here: source, spool,
 #   entry and the job's copy would take 32 GiB of this 24 GiB machine's tmpfs.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -53,7 +53,8 @@ case $shape in
   files) src=many.tar; shape_desc="$(printf "%'d" "$files") x 2 KiB files in a tar" ;;
   tar1g) src=many.tar; expect_files=8; shape_desc="a tar of 8 x 128 MiB files" ;;
   shards) src=shards; expect_files=16; shape_desc="a directory of 16 x 64 MiB shards" ;;
-  *) echo "daemon.sh: unknown STAGEHAND_BENCH_SHAPE $shape (files, tar1g, shards)" >&2; exit 2 ;;
+  tree) src=tree; shape_desc="$(printf "%'d" "$files") x 2 KiB files in a directory" ;;
+  *) echo "daemon.sh: unknown STAGEHAND_BENCH_SHAPE $shape (files, tar1g, shards, tree)" >&2; exit 2 ;;
 esac
 phases=${STAGEHAND_BENCH_PHASES:-a b crowd}
 crowds=${STAGEHAND_BENCH_CROWDS:-4 16}
@@ -103,11 +104,11 @@ scontrol update PartitionName=debug OverSubscribe=FORCE:16
 
 mkdir -p "$B"
 case $shape in
-  files) bench_small_tree "$B/tree" "$files" ;;
+  files | tree) bench_small_tree "$B/tree" "$files" ;;
   tar1g) mkdir -p "$B/tree" && for i in $(seq 1 8); do head -c 128M /dev/urandom >"$B/tree/part$i"; done ;;
   shards) mkdir -p "$B/shards" && for i in $(seq 1 16); do head -c 64M /dev/urandom >"$B/shards/shard$i"; done ;;
 esac
-if [ "$shape" != shards ]; then
+if [ "$shape" = files ] || [ "$shape" = tar1g ]; then
   tar -C "$B/tree" -cf "$B/many.tar" .
   rm -rf "$B/tree"
 fi
