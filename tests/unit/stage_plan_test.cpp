@@ -137,3 +137,13 @@ TEST(StagePlan, ALoneFillStartsWhenTheCpusHaveRoomOrAJobWaitsOrItHasWaitedLongEn
   // Nothing known of the CPUs: only the hold's end starts it.
   EXPECT_EQ(at(4.0, 0), FillStart::hold);
 }
+
+TEST(StagePlan, ADirectoryOfLargeFilesIsCopiedByItsReaderOneOfSmallFilesUnpackedBesideIt)
+{
+  auto how = [](std::uint64_t files, std::uint64_t bytes) { return tree_delivery(SourceIdentity{"k", files, bytes, 0}); };
+  EXPECT_EQ(how(16, 16ULL << 26), TreeDelivery::reader_copies);           // 16 x 64 MiB shards
+  EXPECT_EQ(how(60000, 60000ULL * 2048), TreeDelivery::unpacked_from_stream); // 60,000 x 2 KiB
+  EXPECT_EQ(how(4, 4 * k_reader_copies_from), TreeDelivery::reader_copies);
+  EXPECT_EQ(how(4, 4 * k_reader_copies_from - 1), TreeDelivery::unpacked_from_stream);
+  EXPECT_EQ(how(0, 0), TreeDelivery::unpacked_from_stream); // an empty tree
+}

@@ -59,6 +59,12 @@ std::string uncached_after_read(bool changed, const std::string& dropped)
 
 bool fill_follows_spool(bool plain_file, bool zip) { return !plain_file && !zip; }
 
+TreeDelivery tree_delivery(const SourceIdentity& id)
+{
+  const std::uint64_t mean = id.files == 0 ? 0 : id.bytes / id.files;
+  return mean >= k_reader_copies_from ? TreeDelivery::reader_copies : TreeDelivery::unpacked_from_stream;
+}
+
 FillStart lone_fill_start(const FillRoom& r)
 {
   if (r.job_waits || r.held >= k_fill_hold_max) {

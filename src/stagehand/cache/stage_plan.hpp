@@ -77,6 +77,15 @@ std::string uncached_after_read(bool changed, const std::string& dropped);
 // unpacked as they come; a zip is read whole first; a plain file's spool is its entry as it is).
 bool fill_follows_spool(bool plain_file, bool zip);
 
+// How a directory's miss reaches the job. Large files (a mean of k_reader_copies_from and up):
+// the job user's reader copies each into the job's directory itself and tees the same pages to
+// the cache's stream (one process, no copy through it). Small files: the reader streams the tar
+// and a delivery unpacks it with its writer threads beside the reader, which beats a copy done
+// file by file in one process.
+enum class TreeDelivery { reader_copies, unpacked_from_stream };
+inline constexpr std::uint64_t k_reader_copies_from = 256U << 10;
+TreeDelivery tree_delivery(const SourceIdentity& id);
+
 // When a lone miss's fill (no job waits for its entry) starts, once its job has the data: that job
 // is still winding its step down or starting its work, and the fill's unpacking would take the
 // cores they need on a small node. It starts once the node's CPUs have room for an unpacking beside

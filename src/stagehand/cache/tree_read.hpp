@@ -1,7 +1,8 @@
 // A directory source's one read on a cache miss, as the job user: every file copied into the job's
 // directory as staging without the daemon copies it, and the same bytes sent on as a tar stream
 // to the cache's spool (a file's data teed in the kernel from the pipe it was read into, never a
-// second read of the source); or, for the cache alone, the stream by itself.
+// second read of the source); or the stream by itself (a directory of small files, which a
+// delivery unpacks beside the read; a read for the cache alone).
 #pragma once
 
 #include "stagehand/archive/counters.hpp"

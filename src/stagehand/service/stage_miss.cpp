@@ -78,7 +78,9 @@ Result<stage::Delivered> StageRequest::deliver_from(int in_fd, const Delivery& d
 struct StageRequest::MissRead
 {
   MissRead(StageRequest& run, const Delivery& delivery, int source_fd, const MissContext& context)
-    : r(run), d(delivery), src(*delivery.src), src_fd(source_fd), c(context)
+    : r(run), d(delivery), src(*delivery.src), src_fd(source_fd), c(context),
+      reader_copies(src.kind == stage::SourceKind::dir && d.into == DeliverInto::job_directory &&
+                    cache::tree_delivery(c.identity) == cache::TreeDelivery::reader_copies)
   {
   }
 
@@ -87,6 +89,7 @@ struct StageRequest::MissRead
   const proto::SourceSpec& src;
   int src_fd;
   const MissContext& c;
+  const bool reader_copies; // a directory whose reader makes the job's copy itself (else a delivery does)
   Missed out;
   std::uint64_t cache_max = 0;
   std::optional<cache::Fill> fill;     // the spool's directory: only for what may be cached
@@ -148,7 +151,7 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
   // The job's side first: its answer is the job's answer (a corrupt archive, out of room).
   Result<stage::Delivered> delivered = Error::internal("not delivered");
   std::optional<Result<proto::TreeStreamed>> read;
-  if (reader && d.into == DeliverInto::job_directory) { // a directory: the reader made the job's copy
+  if (reader_copies) { // a directory of large files: the reader made the job's copy
     read = read_said(r.await(*reader, [&] { return status(); }));
     if (!*read) {
       kill_all();
@@ -177,7 +180,7 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
   }
   kill_all(); // each leads its own process group: whatever they forked ends here
   auto teed = tee_msg ? proto::parse_child_message<proto::Teed>(tee_msg->text) : Result<proto::Teed>(tee_msg.error());
-  if (!teed && read && *read && delivered) { // the job has its copy from the reader: the tee was the cache's alone
+  if (!teed && reader_copies && read && *read) { // the job has its copy from the reader: the tee was the cache's alone
     const std::string& why = (*read)->dropped;
     if (why.empty()) {
       spdlog::warn("job {}: {}: not cached (the read for the cache failed: {})", r.m_job.job_id, src.path,
@@ -305,7 +308,7 @@ Status StageRequest::MissRead::start_reader()
   UniqueFd tree_wr(p[1]);
   (void)::fcntl(tree_wr.get(), F_SETPIPE_SZ, 1 << 20); // the stream's MiB writes at once; best effort
   std::vector<int> keep{src_fd, tree_wr.get()};
-  if (d.into == DeliverInto::job_directory) {
+  if (reader_copies) {
     auto made = ipc::SharedMemory<archive::WorkCounters>::make();
     if (!made) {
       return made.error();
@@ -372,7 +375,7 @@ Result<proto::TreeStreamed> StageRequest::MissRead::read_tree_as_user(const std:
 // finds the pipe closed and sends everything to the spool.
 Status StageRequest::MissRead::start_delivery()
 {
-  if (d.into == DeliverInto::job_directory && !d.seek_first && !reader) {
+  if (d.into == DeliverInto::job_directory && !d.seek_first && !reader_copies) {
     auto spawned = r.spawn_delivery(feed_rd.get(), d);
     if (!spawned) {
       return spawned.error();
