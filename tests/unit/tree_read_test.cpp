@@ -51,6 +51,14 @@ void make_tree(const std::string& src, const std::string& long_dir)
 }
 
 const std::string k_long_dir = std::string(60, 'd') + "/" + std::string(70, 'e');
+constexpr std::uint64_t k_tree_bytes = 6U + 3145739U + 4U + 1U; // what make_tree's files hold
+
+// The copy in DEST is the source, but for its FIFO (not staged).
+void expect_copied(const TempDir& d)
+{
+  run("rm -f '" + (d / "src/fifo") + "'");
+  run("diff -r --no-dereference '" + (d / "src") + "' '" + (d / "dest") + "'");
+}
 
 struct Streamed
 {
@@ -136,7 +144,7 @@ TEST(TreeRead, TheJobsCopyIsStagingsAndTheStreamUnpacksToTheSameTree)
   EXPECT_EQ(s.read->stream_dropped, "");
   EXPECT_FALSE(s.read->streamed.changed);
   EXPECT_EQ(s.read->copied.files, 5U);
-  EXPECT_EQ(s.read->copied.bytes, 6U + 3145739U + 4U + 1U);
+  EXPECT_EQ(s.read->copied.bytes, k_tree_bytes);
   EXPECT_EQ(s.read->copied.symlinks, 1U);
   EXPECT_EQ(s.read->copied.skipped_special, 1U);
   UniqueFd src = open_dir(d / "src");
@@ -144,8 +152,7 @@ TEST(TreeRead, TheJobsCopyIsStagingsAndTheStreamUnpacksToTheSameTree)
   ASSERT_TRUE(id);
   EXPECT_EQ(s.read->streamed.identity.key, id->key); // keyed as a hit's identification keys it
 
-  run("rm '" + (d / "src/fifo") + "'");
-  run("diff -r --no-dereference '" + (d / "src") + "' '" + (d / "dest") + "'");
+  expect_copied(d);
   run("diff -r --no-dereference '" + (d / "src") + "' '" + (d / "fill/data") + "'");
   // What staging without the daemon gives: modes (directories with the owner's rwx), exact mtimes.
   EXPECT_EQ(stat_of(d / "dest/sub/a").st_mode & 07777, 0640U);
@@ -167,7 +174,7 @@ TEST(TreeRead, AStreamWhoseReaderIsGoneStopsTheStreamNeverTheCopy)
   ::close(p[0]); // the cache's side gave up before the read began
   UniqueFd src = open_dir(d / "src");
   UniqueFd dest = open_dir(d / "dest");
-  const std::uint64_t total = 6U + 3145739U + 4U + 1U;
+  const std::uint64_t total = k_tree_bytes;
   archive::WorkCounters progress;
   auto r = read_tree(src.get(), dest.get(), p[1], total, d / "src", "src", {{}, &progress}); // room for exactly the tree
   ASSERT_TRUE(r) << r.error().message;
@@ -176,8 +183,7 @@ TEST(TreeRead, AStreamWhoseReaderIsGoneStopsTheStreamNeverTheCopy)
   EXPECT_EQ(r->copied.bytes, total);
   EXPECT_EQ(progress.bytes.load(), total); // the daemon's progress for the job (and for jobs waiting on it)
   EXPECT_EQ(progress.entries.load(), 5U);
-  run("rm '" + (d / "src/fifo") + "'");
-  run("diff -r --no-dereference '" + (d / "src") + "' '" + (d / "dest") + "'");
+  expect_copied(d);
   ::close(p[1]);
   // For the cache alone the stream is everything: its failure is the read's.
   ASSERT_EQ(::pipe(p), 0);
@@ -223,9 +229,8 @@ TEST(TreeRead, ACacheSideSlowerThanTheCopyStopsTheStreamNotTheCopy)
   slow.join();
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->stream_dropped, "the node cache's disk could not keep up with the job's copy");
-  EXPECT_EQ(r->copied.bytes, 6U + 3145739U + 4U + 1U);
-  run("rm '" + (d / "src/fifo") + "'");
-  run("diff -r --no-dereference '" + (d / "src") + "' '" + (d / "dest") + "'");
+  EXPECT_EQ(r->copied.bytes, k_tree_bytes);
+  expect_copied(d);
   run("chmod -R u+w '" + (d / "src") + "' '" + (d / "dest") + "'");
 }
 
@@ -257,7 +262,6 @@ TEST(TreeRead, ACacheSideThatHangsNeverHoldsTheCopy)
     std::chrono::seconds(30));
   ASSERT_TRUE(said) << "the copy hung on the stream";
   EXPECT_EQ(*said, "the node cache's disk could not keep up with the job's copy / 5");
-  run("rm '" + (d / "src/fifo") + "'");
-  run("diff -r --no-dereference '" + (d / "src") + "' '" + (d / "dest") + "'");
+  expect_copied(d);
   run("chmod -R u+w '" + (d / "src") + "' '" + (d / "dest") + "'");
 }
