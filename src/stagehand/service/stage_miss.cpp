@@ -1,6 +1,8 @@
-// stagehandd's cache miss: the source is read once, by the service user's side, and every byte
-// goes at once to the job (unpacked or copied into its directory by a child with the job user's
-// credentials, as staging without the daemon would) and to a spool in the cache's fill directory.
+// stagehandd's cache miss: the source is read once, by the service user's side (a directory: by
+// the job user's reader, whose tar stream the service side reads), and every byte goes at once to
+// the job (unpacked or copied into its directory by a child with the job user's credentials, as
+// staging without the daemon would; a directory of large files copied by its reader itself) and to
+// a spool in the cache's fill directory.
 // The job's reply does not wait for the cache: the spool is unpacked into an entry by a fill the
 // fill thread runs after the read, or beside it (following the spool as it grows) once another
 // job waits for this source, at a lower priority (fill_thread.cpp). Jobs asking for the same source meanwhile wait for
@@ -96,9 +98,9 @@ struct StageRequest::MissRead
   std::shared_ptr<FollowFill> follow;  // the cache's fill following the spool, if offered
   UniqueFd feed_rd, feed_wr;           // the read's bytes to the job's delivery
   UniqueFd tree_rd;                    // a directory's tar stream from the job user's reader
-  std::optional<ipc::Child> reader;    // that reader (a directory): it copies the tree into the job's too
+  std::optional<ipc::Child> reader;    // that reader (a directory): with reader_copies, the job's copy too
   std::optional<ipc::Child> delivery;  // the job user's delivery (not for a zip: from the spool after;
-                                       // not for a directory: its reader makes the job's copy)
+                                       // not with reader_copies)
   std::optional<ipc::SharedMemory<archive::WorkCounters>> counters; // the tee's bytes, for progress
   std::optional<ipc::SharedMemory<archive::WorkCounters>> copied;   // a directory's copy's, instead
   std::optional<ipc::Child> tee;       // the service user's one read, to the job and the spool
