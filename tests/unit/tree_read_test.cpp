@@ -22,6 +22,7 @@
 using namespace stagehand;
 using namespace stagehand::cache;
 using stagehand::test::TempDir;
+namespace ar = stagehand::archive; // not libarchive's `struct archive`
 
 namespace {
 
@@ -68,7 +69,7 @@ struct Streamed
 
 // read_tree into `dest` (or none) with the cache's side unpacking the stream into `fill_dir`.
 Streamed read_and_fill(const std::string& src, int dest_fd, const std::string& fill_dir, std::uint64_t max,
-                       archive::WorkCounters* progress = nullptr)
+                       ar::WorkCounters* progress = nullptr)
 {
   Streamed out;
   int p[2];
@@ -95,13 +96,13 @@ TEST(TarStream, HeadersReadBackByLibarchive)
   st.st_mtim = {1700000000, 123456789};
   // Past ustar's 100 bytes, and not UTF-8: names are bytes on Linux.
   const std::string long_name = std::string(150, 'n') + "-\xff\xc3\xa9";
-  std::string tar = archive::tar_header(archive::TarType::file, "a/b.txt", st, 5) + "hello";
-  tar.append(archive::tar_padding(5), '\0');
-  tar += archive::tar_header(archive::TarType::directory, "a", st, 0);
-  tar += archive::tar_header(archive::TarType::file, long_name, st, 0);
-  tar += archive::tar_header(archive::TarType::symlink, "l", st, 0, std::string(200, 't'));
-  tar.append(2 * archive::k_tar_block, '\0');
-  EXPECT_EQ(tar.size() % archive::k_tar_block, 0U);
+  std::string tar = ar::tar_header(ar::TarType::file, "a/b.txt", st, 5) + "hello";
+  tar.append(ar::tar_padding(5), '\0');
+  tar += ar::tar_header(ar::TarType::directory, "a", st, 0);
+  tar += ar::tar_header(ar::TarType::file, long_name, st, 0);
+  tar += ar::tar_header(ar::TarType::symlink, "l", st, 0, std::string(200, 't'));
+  tar.append(2 * ar::k_tar_block, '\0');
+  EXPECT_EQ(tar.size() % ar::k_tar_block, 0U);
 
   struct archive* a = archive_read_new();
   archive_read_support_format_tar(a);
@@ -135,7 +136,7 @@ TEST(TreeRead, TheJobsCopyIsStagingsAndTheStreamUnpacksToTheSameTree)
   make_tree(d / "src", k_long_dir);
   run("mkdir '" + (d / "dest") + "' '" + (d / "fill") + "'");
   UniqueFd dest = open_dir(d / "dest");
-  archive::WorkCounters progress;
+  ar::WorkCounters progress;
   auto s = read_and_fill(d / "src", dest.get(), d / "fill", 1ULL << 30, &progress);
   ASSERT_TRUE(s.read) << s.read.error().message;
   EXPECT_EQ(progress.bytes.load(), s.read->copied.bytes);
@@ -175,8 +176,9 @@ TEST(TreeRead, AStreamWhoseReaderIsGoneStopsTheStreamNeverTheCopy)
   UniqueFd src = open_dir(d / "src");
   UniqueFd dest = open_dir(d / "dest");
   const std::uint64_t total = k_tree_bytes;
-  archive::WorkCounters progress;
-  auto r = read_tree(src.get(), dest.get(), p[1], total, d / "src", "src", {{}, &progress}); // room for exactly the tree
+  ar::WorkCounters progress;
+  // Room for exactly the tree.
+  auto r = read_tree(src.get(), dest.get(), p[1], total, d / "src", "src", {{}, &progress});
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_NE(r->stream_dropped.find("the stream to the cache stopped"), std::string::npos) << r->stream_dropped;
   EXPECT_EQ(r->copied.files, 5U);
