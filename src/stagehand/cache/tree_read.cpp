@@ -410,14 +410,11 @@ Status TreeReader::move_to_copy(int out, std::size_t n)
 // The rest of the file open at `in`, to its end, into the copy alone: at most `room` bytes.
 Result<std::uint64_t> TreeReader::copy_rest(int in, int out, std::uint64_t room)
 {
-  stage::CopyStats rest;
-  rest.counters = m_out.copied.counters;
+  stage::CopyStats rest; // its own count: the file is counted once, by its caller
   if (auto st = stage::copy_into(in, out, room, rest, ""); !st) {
     return st.error();
   }
-  if (rest.counters) {
-    rest.counters->entries.fetch_sub(1, std::memory_order_relaxed); // the file is counted once, by its caller
-  }
+  copied(rest.bytes);
   return rest.bytes;
 }
 
