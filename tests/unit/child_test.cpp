@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/ptrace.h>
 #include <sys/wait.h>
@@ -19,6 +20,7 @@
 #include <atomic>
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -242,6 +244,59 @@ TEST(ChildHardening, FsSuidDumpableOneRefusesUserWork)
     EXPECT_EQ(ran->text, "ran");
     EXPECT_EQ(*ok->wait(), 0);
   }
+}
+
+// A child compromised through what it reads (a libarchive flaw turned into code) forks a process
+// that leaves the child's group (setsid) and holds on to the descriptors it had: a write into a
+// cache fill after root sealed it, say. It can leave neither group nor session, and whatever it
+// forked ends when it does.
+TEST(ChildHardening, WhatAChildForksCannotLeaveItsGroupAndEndsWithIt)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  UniqueFd rd(p[0]);
+  UniqueFd wr(p[1]);
+  auto child = ipc::spawn_as(attacker(), {wr.get()}, [](int sock, const std::vector<int>& kept) {
+    const pid_t forked = ::fork();
+    if (forked == 0) { // holds the pipe's write end for as long as it lives
+      const int sid = ::setsid() >= 0 ? 0 : errno; // the new session's id when it succeeds
+      const int pgid = ::setpgid(0, 0) == 0 ? 0 : errno;
+      const std::string said =
+        std::to_string(::getpid()) + " " + std::to_string(sid) + " " + std::to_string(pgid) + "\n";
+      (void)!::write(kept[0], said.data(), said.size());
+      for (;;) {
+        ::pause();
+      }
+    }
+    (void)ipc::send_message(sock, forked > 0 ? "forked" : "no fork");
+    return 0;
+  });
+  wr.reset();
+  ASSERT_TRUE(child) << child.error().message;
+  auto msg = ipc::receive_message(child->sock(), 10s);
+  ASSERT_TRUE(msg) << msg.error().message;
+  ASSERT_EQ(msg->text, "forked");
+  std::string said;
+  char c = 0;
+  while (::read(rd.get(), &c, 1) == 1 && c != '\n') {
+    said += c;
+  }
+  pid_t grandchild = 0;
+  int sid = -1;
+  int pgid = -1;
+  ASSERT_EQ(std::sscanf(said.c_str(), "%d %d %d", &grandchild, &sid, &pgid), 3) << said;
+  EXPECT_EQ(sid, EPERM) << "setsid() left the child's group: " << said;
+  EXPECT_EQ(pgid, EPERM) << "setpgid() left the child's group: " << said;
+  EXPECT_EQ(*child->wait(), 0);
+  // The child has ended: so has what it forked (the pipe's last write end closed with it).
+  struct pollfd hup {rd.get(), POLLIN, 0};
+  const int ready = ::poll(&hup, 1, 10000);
+  EXPECT_EQ(ready, 1) << "the child's grandchild outlived it";
+  if (ready != 1 && grandchild > 0) {
+    ::kill(grandchild, SIGKILL);
+  }
+  EXPECT_EQ(::read(rd.get(), &c, 1), 0);
 }
 
 TEST(ChildHardening, ATracerAttachedWhileTheUidChangesIsRefused)

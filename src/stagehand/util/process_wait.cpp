@@ -226,18 +226,50 @@ std::string describe_status(int status)
   return "exit status " + std::to_string(WEXITSTATUS(status));
 }
 
-Result<int> wait_until(pid_t pid, Clock::time_point until)
+namespace {
+
+// Our child `pid`, which has ended: what it left in its group killed (`left`), then reaped.
+Result<int> reap_ended(pid_t pid, LeftInGroup left)
+{
+  if (left == LeftInGroup::killed) {
+    (void)send_signal(-pid, SIGKILL);
+  }
+  int status = 0;
+  pid_t reaped = 0;
+  while ((reaped = ::waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
+  }
+  if (reaped != pid) {
+    return Error::from_errno("waitpid");
+  }
+  return status;
+}
+
+} // namespace
+
+Result<int> wait_ended(pid_t pid, LeftInGroup left)
+{
+  siginfo_t info {};
+  // Seen ended, left unreaped (WNOWAIT): its group's id is still its own for the kill.
+  while (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) != 0) {
+    if (errno != EINTR) {
+      return Error::from_errno("waitid");
+    }
+  }
+  return reap_ended(pid, left);
+}
+
+Result<int> wait_until(pid_t pid, Clock::time_point until, LeftInGroup left)
 {
   UniqueFd pidfd = open_pidfd(pid);
   int backoff_ms = 1;
   for (;;) {
-    int status = 0;
-    const pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid) {
-      return status;
+    siginfo_t info {};
+    const int r = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT);
+    if (r == 0 && info.si_pid == pid) {
+      return reap_ended(pid, left);
     }
     if (r < 0 && errno != EINTR) {
-      return Error::from_errno("waitpid");
+      return Error::from_errno("waitid");
     }
     if (r < 0) {
       continue;

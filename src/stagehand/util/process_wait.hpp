@@ -22,10 +22,17 @@ using Clock = std::chrono::steady_clock;
 // How long a child may take to end after SIGKILL before it counts as stuck in the kernel.
 inline constexpr std::chrono::milliseconds k_kill_grace{3000};
 
+// What a wait does, once a child that leads a process group has ended, with what is left in that
+// group: nothing, or SIGKILL to all of it, sent before the child is reaped (the unreaped child
+// holds the group's id, so the signal cannot reach a group that took the id since).
+enum class LeftInGroup { kept, killed };
+
 // Waits until our child `pid` ends or `until` passes: its wait status (as waitpid gives it), or an
 // io error with ETIMEDOUT, the child still running and not reaped. A pidfd (Linux 5.3) is polled;
-// without one (ENOSYS, a seccomp filter), waitpid(WNOHANG) every few milliseconds.
-Result<int> wait_until(pid_t pid, Clock::time_point until);
+// without one (ENOSYS, a seccomp filter), waitid(WNOHANG) every few milliseconds.
+Result<int> wait_until(pid_t pid, Clock::time_point until, LeftInGroup left = LeftInGroup::kept);
+// The same without a bound (a blocking wait): its wait status.
+Result<int> wait_ended(pid_t pid, LeftInGroup left);
 
 // SIGKILL, then up to `grace` for it to end: its wait status. A child still there is handed to
 // the reaper and the result is an io error (ETIMEDOUT) saying so; `who` ("a child of user alice")

@@ -108,18 +108,17 @@ Result<Ended> Process::wait(std::optional<Clock::time_point> until)
   if (!running()) {
     return Error::internal("no child to wait for");
   }
+  // A child leading its own group ends with what it left there (ipc::spawn_as: what it forked).
+  const LeftInGroup left = m_group == Group::own ? LeftInGroup::killed : LeftInGroup::kept;
   if (!until) {
-    int status = 0;
-    pid_t waited = 0;
-    while ((waited = ::waitpid(m_pid, &status, 0)) < 0 && errno == EINTR) {
-    }
+    auto status = wait_ended(m_pid, left);
     m_pid = -1;
-    if (waited < 0) {
-      return Error::from_errno("cannot wait for " + m_who);
+    if (!status) {
+      return Error::io("cannot wait for " + m_who + ": " + status.error().message, status.error().code);
     }
-    return Ended::of_status(status);
+    return Ended::of_status(*status);
   }
-  auto status = wait_until(m_pid, *until);
+  auto status = wait_until(m_pid, *until, left);
   if (status || status.error().code != ETIMEDOUT) {
     m_pid = -1; // ended, or it cannot be waited for (never killed then: its pid may be another's)
     return status ? Result<Ended>(Ended::of_status(*status)) : Result<Ended>(status.error());
