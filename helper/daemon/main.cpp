@@ -7,6 +7,7 @@
 #include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/util/priority.hpp"
 #include "stagehand/util/process_wait.hpp"
+#include "stagehand/util/stay_in_group.hpp"
 
 #include "common/log_format.hpp"
 
@@ -166,6 +167,10 @@ int main(int argc, char** argv)
   // by a thread of its own when it ends; the request that waited for it has long been answered.
   proc::set_reaper_log([](const std::string& line) { spdlog::warn("{}", line); });
   proc::enable_reaper_thread();
+  if (!stay_in_group_filtered()) {
+    spdlog::warn("no seccomp filter for this architecture: what a child forks may leave its process group, "
+                 "and then outlive the child");
+  }
 
   daemon::Daemon d(std::move(*config), config_path, node);
   if (auto st = d.start(); !st) {

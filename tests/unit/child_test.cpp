@@ -12,8 +12,10 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/ptrace.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -248,8 +250,8 @@ TEST(ChildHardening, FsSuidDumpableOneRefusesUserWork)
 
 // A child compromised through what it reads (a libarchive flaw turned into code) forks a process
 // that leaves the child's group (setsid) and holds on to the descriptors it had: a write into a
-// cache fill after root sealed it, say. It can leave neither group nor session, and whatever it
-// forked ends when it does.
+// cache fill after root sealed it, say. It can leave neither group nor session, nor start a
+// process the daemon would have to reap (CLONE_PARENT), and whatever it forked ends when it does.
 TEST(ChildHardening, WhatAChildForksCannotLeaveItsGroupAndEndsWithIt)
 {
   STAGEHAND_REQUIRE_ROOT();
@@ -260,10 +262,17 @@ TEST(ChildHardening, WhatAChildForksCannotLeaveItsGroupAndEndsWithIt)
   auto child = ipc::spawn_as(attacker(), {wr.get()}, [](int sock, const std::vector<int>& kept) {
     const pid_t forked = ::fork();
     if (forked == 0) { // holds the pipe's write end for as long as it lives
-      const int sid = ::setsid() >= 0 ? 0 : errno; // the new session's id when it succeeds
+      ::alarm(60);     // never forever, whatever the test finds
+      // setpgid first: after a setsid that worked, setpgid would fail whatever the filter says.
       const int pgid = ::setpgid(0, 0) == 0 ? 0 : errno;
-      const std::string said =
-        std::to_string(::getpid()) + " " + std::to_string(sid) + " " + std::to_string(pgid) + "\n";
+      const int sid = ::setsid() >= 0 ? 0 : errno; // the new session's id when it succeeds
+      const long sibling = ::syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0);
+      if (sibling == 0) {
+        ::_exit(0);
+      }
+      const int parent = sibling > 0 ? 0 : errno;
+      const std::string said = std::to_string(::getpid()) + " " + std::to_string(pgid) + " " + std::to_string(sid) +
+                               " " + std::to_string(parent) + "\n";
       (void)!::write(kept[0], said.data(), said.size());
       for (;;) {
         ::pause();
@@ -279,16 +288,21 @@ TEST(ChildHardening, WhatAChildForksCannotLeaveItsGroupAndEndsWithIt)
   ASSERT_EQ(msg->text, "forked");
   std::string said;
   char c = 0;
-  while (::read(rd.get(), &c, 1) == 1 && c != '\n') {
+  struct pollfd in {rd.get(), POLLIN, 0};
+  while (::poll(&in, 1, 10000) == 1 && ::read(rd.get(), &c, 1) == 1 && c != '\n') {
     said += c;
   }
   pid_t grandchild = 0;
-  int sid = -1;
   int pgid = -1;
-  ASSERT_EQ(std::sscanf(said.c_str(), "%d %d %d", &grandchild, &sid, &pgid), 3) << said;
-  EXPECT_EQ(sid, EPERM) << "setsid() left the child's group: " << said;
+  int sid = -1;
+  int parent = -1;
+  ASSERT_EQ(std::sscanf(said.c_str(), "%d %d %d %d", &grandchild, &pgid, &sid, &parent), 4) << said;
   EXPECT_EQ(pgid, EPERM) << "setpgid() left the child's group: " << said;
-  EXPECT_EQ(*child->wait(), 0);
+  EXPECT_EQ(sid, EPERM) << "setsid() left the child's group: " << said;
+  EXPECT_EQ(parent, EPERM) << "clone(CLONE_PARENT) made a child of the daemon's: " << said;
+  auto ended = child->wait();
+  ASSERT_TRUE(ended) << ended.error().message;
+  EXPECT_EQ(*ended, 0);
   // The child has ended: so has what it forked (the pipe's last write end closed with it).
   struct pollfd hup {rd.get(), POLLIN, 0};
   const int ready = ::poll(&hup, 1, 10000);

@@ -54,7 +54,7 @@ constexpr std::size_t k_max_fds = 8;
 constexpr int k_exit_out_of_memory = 124;
 constexpr int k_exit_suid_dumpable = 125;
 constexpr int k_exit_traced = 126;
-constexpr int k_exit_unconfined = 120;
+constexpr int k_exit_unconfined = 119;
 
 // The child's own small reads of /proc: no allocation, no stdio (it may be forked from threads).
 // At most `len` - 1 bytes of `fd`, from its start, NUL-terminated; false when nothing was read.
@@ -244,8 +244,8 @@ void exit_if_traced(int status_fd, long parent_tracer, SuidDumpable dumpable)
     ::_exit(122);
   }
   // What it forks cannot leave its group, which the parent kills when it ends (proc::Process): no
-  // process of the user's, holding a descriptor this child had, outlives it.
-  if (auto kept_in = stay_in_group(); !kept_in && kept_in.error().code != ENOSYS) {
+  // process it started outlives it.
+  if (!stay_in_group()) {
     ::_exit(k_exit_unconfined);
   }
   run_body(body, kept);
@@ -342,7 +342,7 @@ Result<int> child_ending(const proc::Ended& ended, const std::string& who)
                           EPERM);
   case k_exit_unconfined:
     return Error::refused(who + ": the kernel refused the seccomp filter that keeps what it forks in its process "
-                                "group: refused to run user work",
+                                "group (a kernel without CONFIG_SECCOMP_FILTER?): refused to run user work",
                           EPERM);
   case k_exit_traced:
     return Error::refused(who + ": a tracer attached while it changed to the user's uid: refused to run user work",

@@ -328,7 +328,11 @@ Result<cache::FillResult> FillThread::await_fill_child(ipc::Child& child)
   for (;;) {
     auto m = ipc::receive_message(child.sock(), k_fill_poll);
     if (m) {
-      (void)child.wait();
+      // Its word counts once it has ended with all it started: nothing of it may write on into
+      // the fill that is sealed next.
+      if (auto ended = child.wait(); !ended) {
+        return ended.error();
+      }
       return fill_reply(*m);
     }
     std::unique_lock lock(m_node.mutex);

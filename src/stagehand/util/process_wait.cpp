@@ -3,6 +3,8 @@
 
 #include "stagehand/util/fd.hpp"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -13,6 +15,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <mutex>
@@ -228,11 +231,71 @@ std::string describe_status(int status)
 
 namespace {
 
-// Our child `pid`, which has ended: what it left in its group killed (`left`), then reaped.
+// Whether a process of the group `pgid` still runs: none when kill(-pgid, 0) finds none, else as
+// /proc says (a member that has ended waits there for a parent that may never reap it: init
+// where init reaps nothing, as in some containers; it runs no more).
+bool group_runs(pid_t pgid)
+{
+  if (::kill(-pgid, 0) != 0 && errno == ESRCH) {
+    return false;
+  }
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) {
+    return true;
+  }
+  bool runs = false;
+  while (const struct dirent* e = ::readdir(proc)) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') {
+      continue;
+    }
+    char path[300];
+    char stat[512];
+    std::snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    const ssize_t n = fd < 0 ? -1 : ::read(fd, stat, sizeof stat - 1);
+    if (fd >= 0) {
+      ::close(fd);
+    }
+    if (n <= 0) {
+      continue; // gone meanwhile
+    }
+    stat[n] = '\0';
+    const char* after_name = std::strrchr(stat, ')'); // "pid (name) state ppid pgrp ..."
+    char state = 0;
+    int ppid = 0;
+    int pgrp = 0;
+    if (after_name && std::sscanf(after_name + 1, " %c %d %d", &state, &ppid, &pgrp) == 3 && pgrp == pgid &&
+        state != 'Z' && state != 'X') {
+      runs = true;
+      break;
+    }
+  }
+  ::closedir(proc);
+  return runs;
+}
+
+// Whether the process group `pgid` stops running within `grace` (its members killed). A group
+// that took the id since only makes this wait longer.
+bool group_gone(pid_t pgid, std::chrono::milliseconds grace)
+{
+  const auto until = Clock::now() + grace;
+  for (;;) {
+    if (!group_runs(pgid)) {
+      return true;
+    }
+    if (Clock::now() >= until) {
+      return false;
+    }
+    ::usleep(1000);
+  }
+}
+
+// Our child `pid`, which has ended: what it left in its group killed (`left`), then it is reaped,
+// then (killed) what was left waited for: none of it runs on, not even a system call under way.
 Result<int> reap_ended(pid_t pid, LeftInGroup left)
 {
   if (left == LeftInGroup::killed) {
-    (void)send_signal(-pid, SIGKILL);
+    (void)::kill(-pid, SIGKILL); // not through wait_hooks: no test's survivor is a grandchild
   }
   int status = 0;
   pid_t reaped = 0;
@@ -240,6 +303,11 @@ Result<int> reap_ended(pid_t pid, LeftInGroup left)
   }
   if (reaped != pid) {
     return Error::from_errno("waitpid");
+  }
+  if (left == LeftInGroup::killed && !group_gone(pid, k_kill_grace)) {
+    return Error::io("process " + std::to_string(pid) + " ended, but a process it started did not end " +
+                       std::to_string(k_kill_grace.count() / 1000) + " s after SIGKILL",
+                     EBUSY);
   }
   return status;
 }

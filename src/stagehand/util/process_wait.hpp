@@ -24,7 +24,8 @@ inline constexpr std::chrono::milliseconds k_kill_grace{3000};
 
 // What a wait does, once a child that leads a process group has ended, with what is left in that
 // group: nothing, or SIGKILL to all of it, sent before the child is reaped (the unreaped child
-// holds the group's id, so the signal cannot reach a group that took the id since).
+// holds the group's id, so the signal cannot reach a group that took the id since), and then up
+// to k_kill_grace for all of it to be gone (an io error with EBUSY, the child reaped, if not).
 enum class LeftInGroup { kept, killed };
 
 // Waits until our child `pid` ends or `until` passes: its wait status (as waitpid gives it), or an
