@@ -8,6 +8,7 @@
 #include "stagehand/util/priority.hpp"
 #include "stagehand/util/process_wait.hpp"
 #include "stagehand/util/stay_in_group.hpp"
+#include "stagehand/util/subprocess.hpp"
 
 #include "common/log_format.hpp"
 
@@ -125,6 +126,25 @@ int serve(daemon::Daemon& d, UniqueFd listen, int signal_fd)
   return 0;
 }
 
+// Once at start, what each child for a user's or the cache's work will find: whether the kernel
+// takes the filter that keeps what it forks in its group (without it those children refuse).
+void warn_unless_children_confined()
+{
+  if (!stay_in_group_filtered()) {
+    spdlog::warn("no seccomp filter for this architecture: what a child forks may leave its process group, "
+                 "and then outlive the child");
+    return;
+  }
+  auto probe = proc::Process::start("a probe of seccomp", proc::Group::shared,
+                                    [] { ::_exit(stay_in_group() ? 0 : 1); });
+  auto ended = probe ? probe->wait(std::nullopt) : Result<proc::Ended>(probe.error());
+  if (!ended || !ended->succeeded()) {
+    spdlog::error("the kernel refuses the seccomp filter that keeps a child's processes in its group (a kernel "
+                  "without CONFIG_SECCOMP_FILTER?): the children that do users' and the cache's work will refuse to "
+                  "run; jobs stage without the cache and --stage-out results stay on the node");
+  }
+}
+
 } // namespace
 
 int main(int argc, char** argv)
@@ -167,10 +187,7 @@ int main(int argc, char** argv)
   // by a thread of its own when it ends; the request that waited for it has long been answered.
   proc::set_reaper_log([](const std::string& line) { spdlog::warn("{}", line); });
   proc::enable_reaper_thread();
-  if (!stay_in_group_filtered()) {
-    spdlog::warn("no seccomp filter for this architecture: what a child forks may leave its process group, "
-                 "and then outlive the child");
-  }
+  warn_unless_children_confined();
 
   daemon::Daemon d(std::move(*config), config_path, node);
   if (auto st = d.start(); !st) {

@@ -358,7 +358,8 @@ Result<cache::FillResult> FillThread::fill_from_spool(SpoolFill& task, const ipc
   }
   if (follower) {
     auto followed = await_fill_child(*follower);
-    if (followed || m_stopping) {
+    // (EBUSY: something it started did not end; its fill directory is not used again.)
+    if (followed || m_stopping || followed.error().code == EBUSY) {
       return followed;
     }
     // What it left is removed with a fill made again from the spool (still there: a follower

@@ -260,12 +260,16 @@ bool group_runs(pid_t pgid)
       continue; // gone meanwhile
     }
     stat[n] = '\0';
-    const char* after_name = std::strrchr(stat, ')'); // "pid (name) state ppid pgrp ..."
+    // "pid (name) state ppid pgrp session tty tpgid flags 4 faults 4 times priority nice threads"
+    const char* after_name = std::strrchr(stat, ')');
     char state = 0;
     int ppid = 0;
     int pgrp = 0;
-    if (after_name && std::sscanf(after_name + 1, " %c %d %d", &state, &ppid, &pgrp) == 3 && pgrp == pgid &&
-        state != 'Z' && state != 'X') {
+    long threads = 0;
+    if (after_name &&
+        std::sscanf(after_name + 1, " %c %d %d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %ld", &state,
+                    &ppid, &pgrp, &threads) == 4 &&
+        pgrp == pgid && ((state != 'Z' && state != 'X') || threads > 1)) { // a leader ended before its threads
       runs = true;
       break;
     }
@@ -279,6 +283,7 @@ bool group_runs(pid_t pgid)
 bool group_gone(pid_t pgid, std::chrono::milliseconds grace)
 {
   const auto until = Clock::now() + grace;
+  useconds_t pause = 1000;
   for (;;) {
     if (!group_runs(pgid)) {
       return true;
@@ -286,7 +291,8 @@ bool group_gone(pid_t pgid, std::chrono::milliseconds grace)
     if (Clock::now() >= until) {
       return false;
     }
-    ::usleep(1000);
+    ::usleep(pause);
+    pause = std::min<useconds_t>(pause * 2, 50000);
   }
 }
 
@@ -359,10 +365,10 @@ namespace {
 constexpr std::string_view k_left_behind = "; left behind";
 } // namespace
 
-Result<int> kill_and_wait(pid_t pid, const std::string& who, std::chrono::milliseconds grace)
+Result<int> kill_and_wait(pid_t pid, const std::string& who, std::chrono::milliseconds grace, LeftInGroup left)
 {
   (void)send_signal(pid, SIGKILL);
-  auto ended = wait_until(pid, Clock::now() + grace);
+  auto ended = wait_until(pid, Clock::now() + grace, left);
   if (ended || ended.error().code != ETIMEDOUT) {
     return ended;
   }

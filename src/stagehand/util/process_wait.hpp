@@ -38,7 +38,8 @@ Result<int> wait_ended(pid_t pid, LeftInGroup left);
 // SIGKILL, then up to `grace` for it to end: its wait status. A child still there is handed to
 // the reaper and the result is an io error (ETIMEDOUT) saying so; `who` ("a child of user alice")
 // names it there and in the reaper's log lines.
-Result<int> kill_and_wait(pid_t pid, const std::string& who, std::chrono::milliseconds grace = k_kill_grace);
+Result<int> kill_and_wait(pid_t pid, const std::string& who, std::chrono::milliseconds grace = k_kill_grace,
+                          LeftInGroup left = LeftInGroup::kept);
 
 // Whether `e` (from kill_and_wait or wait_or_kill) says the child was left behind, stuck in the
 // kernel: whatever it was blocked on (a filesystem) will likely block the next try too.

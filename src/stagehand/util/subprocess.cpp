@@ -137,7 +137,9 @@ Result<Ended> Process::kill()
     const auto& hook = wait_hooks().kill;
     (void)(hook ? hook(-m_pid, SIGKILL) : ::kill(-m_pid, SIGKILL));
   }
-  auto ended = kill_and_wait(m_pid, m_who);
+  // Its group is waited for too (what it forked may be blocked in a system call).
+  const LeftInGroup left = m_group == Group::own ? LeftInGroup::killed : LeftInGroup::kept;
+  auto ended = kill_and_wait(m_pid, m_who, k_kill_grace, left);
   m_pid = -1;
   if (!ended) {
     return ended.error();
