@@ -10,8 +10,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -21,6 +25,44 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t k_chunk = 1 << 20;
+
+// What the spool's writer thread and the read share (the thread may outlive the read's Tee).
+struct LaneState
+{
+  std::atomic<int> error{0};     // the writer's errno: the spool could not be written
+  std::atomic<bool> stop{false}; // dropped: the writer discards the rest and empties the spool
+  std::atomic<bool> done{false};
+};
+
+// The spool's writer: moves what arrives in the lane (a pipe) into the spool file until the
+// lane's end, so that a write the disk holds back holds back this thread, not the job's bytes.
+// Owns its ends (a copy of the spool's descriptor): closing the read's never pulls a descriptor
+// from under it.
+void write_lane(UniqueFd lane, UniqueFd spool, const std::shared_ptr<LaneState>& state)
+{
+  UniqueFd null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
+  for (;;) {
+    const bool discard = state->stop.load() || state->error.load() != 0;
+    const int to = discard ? null.get() : spool.get();
+    const ssize_t n = ::splice(lane.get(), nullptr, to, nullptr, k_chunk, SPLICE_F_MOVE);
+    if (n == 0) {
+      break;
+    }
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0 && discard) {
+      break;
+    }
+    if (n < 0) {
+      state->error = errno;
+    }
+  }
+  if (state->stop.load() || state->error.load() != 0) {
+    if (::ftruncate(spool.get(), 0) != 0) { /* best effort: removed with the fill anyway */ }
+  }
+  state->done = true;
+}
 
 class Tee
 {
@@ -32,6 +74,16 @@ public:
       m_result.spool_dropped = "no spool";
     }
   }
+  Tee(const Tee&) = delete;
+  Tee& operator=(const Tee&) = delete;
+  ~Tee()
+  {
+    if (m_writer.joinable()) { // a read that failed: the writer drops what it has and goes
+      m_lane_state->stop = true;
+      m_lane.reset();
+      m_writer.detach();
+    }
+  }
 
   bool delivering() const { return m_result.delivered; }
   bool spooling() const { return m_spool >= 0; }
@@ -40,11 +92,36 @@ public:
   void drop(const std::string& why)
   {
     if (m_spool >= 0) {
-      if (::ftruncate(m_spool, 0) != 0) { /* best effort: removed with the fill anyway */ }
+      if (m_writer.joinable()) { // the writer empties the spool once it has seen the lane's end
+        m_lane_state->stop = true;
+        m_lane.reset();
+      } else if (::ftruncate(m_spool, 0) != 0) { /* best effort: removed with the fill anyway */ }
       // the disk gets its room back now, not when the daemon looks
       m_spool = -1;
       m_result.spool_dropped = why;
     }
+  }
+
+  // The source's end: the job's delivery sees its end at once; the spool's writer has what is
+  // left of the patience to write its last bytes, or the spool is dropped.
+  void finish()
+  {
+    if (!m_writer.joinable()) {
+      return;
+    }
+    close_delivery();
+    m_lane.reset();
+    while (!m_lane_state->done.load() && patience_left() > Clock::duration::zero()) {
+      const auto t0 = Clock::now();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      m_waited += Clock::now() - t0;
+    }
+    if (!m_lane_state->done.load()) {
+      drop("the node cache's disk could not keep up");
+      m_writer.detach(); // blocked in the disk's write: it ends with this process
+      return;
+    }
+    settle_lane();
   }
 
   void count(std::uint64_t n)
@@ -55,33 +132,42 @@ public:
     }
   }
 
-  // Moves `n` bytes out of the pipe `from` into the spool, or discards them.
+  // Moves `n` bytes out of the pipe `from` into the spool's lane, or discards them. A full lane
+  // (the writer held back by the disk) is waited for within the patience, then the spool dropped.
   Status consume(int from, std::size_t n)
   {
     while (n > 0) {
       if (m_spool >= 0 && m_spooled + n > m_policy.max_bytes) {
         drop("larger than the node cache");
       }
-      const int to = m_spool >= 0 ? m_spool : null_fd();
-      const auto t0 = Clock::now();
-      const ssize_t moved = ::splice(from, nullptr, to, nullptr, n, SPLICE_F_MOVE);
-      if (moved <= 0) {
-        if (moved < 0 && errno == EINTR) {
-          continue;
-        }
-        if (m_spool >= 0) {
-          drop(moved < 0 ? std::string("the spool could not be written: ") + ::strerror(errno) : "short spool write");
-          continue; // discard the rest of these bytes
-        }
-        return Error::from_errno("cannot discard");
+      if (m_spool >= 0 && !m_writer.joinable() && !start_lane()) {
+        drop("the spool could not be written: no thread for it");
       }
-      if (m_spool >= 0) {
-        m_spooled += static_cast<std::uint64_t>(moved);
-        if (Clock::now() - t0 > m_policy.max_stall) {
+      if (const int e = m_spool >= 0 ? m_lane_state->error.load() : 0; e != 0) {
+        drop(std::string("the spool could not be written: ") + ::strerror(e));
+      }
+      const bool spool = m_spool >= 0;
+      const ssize_t moved = ::splice(from, nullptr, spool ? m_lane.get() : null_fd(), nullptr, n,
+                                     SPLICE_F_MOVE | (spool ? SPLICE_F_NONBLOCK : 0U));
+      if (moved > 0) {
+        m_spooled += spool ? static_cast<std::uint64_t>(moved) : 0;
+        n -= static_cast<std::size_t>(moved);
+        continue;
+      }
+      if (moved < 0 && errno == EINTR) {
+        continue;
+      }
+      if (spool && moved < 0 && errno == EAGAIN) {
+        if (!wait_for_lane()) {
           drop("the node cache's disk could not keep up");
         }
+        continue;
       }
-      n -= static_cast<std::size_t>(moved);
+      if (spool) {
+        drop(moved < 0 ? std::string("the spool could not be written: ") + ::strerror(errno) : "short spool write");
+        continue; // discard the rest of these bytes
+      }
+      return Error::from_errno("cannot discard");
     }
     return ok_status();
   }
@@ -91,6 +177,9 @@ public:
   // files between them).
   Result<std::size_t> spool_from(int from, std::size_t n)
   {
+    if (m_writer.joinable()) { // the lane's bytes first: these follow them in the spool
+      settle_lane();
+    }
     for (;;) {
       struct pollfd ready {from, POLLIN, 0};
       if (::poll(&ready, 1, -1) < 0 && errno == EINTR) {
@@ -176,6 +265,72 @@ public:
   }
 
 private:
+  // The spool's writer thread and its lane (a pipe as large as a chunk, written without blocking).
+  bool start_lane()
+  {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) {
+      return false;
+    }
+    UniqueFd rd(p[0]);
+    UniqueFd wr(p[1]);
+    UniqueFd spool(::fcntl(m_spool, F_DUPFD_CLOEXEC, 0));
+    if (!spool.valid()) {
+      return false;
+    }
+    (void)::fcntl(wr.get(), F_SETPIPE_SZ, static_cast<int>(k_chunk));
+    m_lane_state = std::make_shared<LaneState>();
+    try {
+      m_writer = std::thread(write_lane, std::move(rd), std::move(spool), m_lane_state);
+    } catch (const std::system_error&) {
+      return false;
+    }
+    m_lane = std::move(wr);
+    return true;
+  }
+
+  // The lane written out, its writer gone (no job waits: its delivery has ended).
+  void settle_lane()
+  {
+    m_lane.reset();
+    m_writer.join();
+    if (const int e = m_lane_state->error.load(); e != 0 && m_spool >= 0) {
+      m_spool = -1; // the writer emptied it
+      m_result.spool_dropped = std::string("the spool could not be written: ") + ::strerror(e);
+    }
+  }
+
+  // What is left of the read's patience with the spool: max_stall and stall_share of its time.
+  Clock::duration patience_left() const
+  {
+    const auto share = std::chrono::duration_cast<Clock::duration>((Clock::now() - m_started) * m_policy.stall_share);
+    return std::chrono::duration_cast<Clock::duration>(m_policy.max_stall) + share - m_waited;
+  }
+
+  // Waits for room in the lane, at most what is left of the patience: false when none is left.
+  bool wait_for_lane()
+  {
+    const auto left = patience_left();
+    if (left <= Clock::duration::zero()) {
+      return false;
+    }
+    struct pollfd room {m_lane.get(), POLLOUT, 0};
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+    const auto t0 = Clock::now();
+    (void)::poll(&room, 1, static_cast<int>(std::min<long long>(ms, 1 << 30)));
+    m_waited += Clock::now() - t0;
+    return true; // the next splice says whether it made room
+  }
+
+  // The job's pipe closed (its descriptor now /dev/null): the delivery sees the source's end.
+  void close_delivery()
+  {
+    UniqueFd null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
+    if (null.valid()) {
+      (void)::dup3(null.get(), m_deliver, O_CLOEXEC);
+    }
+  }
+
   int null_fd()
   {
     if (!m_null.valid()) {
@@ -191,6 +346,11 @@ private:
   std::uint64_t m_spooled = 0;
   UniqueFd m_null;
   TeeResult m_result;
+  Clock::time_point m_started = Clock::now();
+  Clock::duration m_waited{};     // in wait_for_lane and finish, all together
+  UniqueFd m_lane;                // the lane's write end; closed: the writer ends
+  std::shared_ptr<LaneState> m_lane_state;
+  std::thread m_writer;
 };
 
 Result<TeeResult> copy_loop(int in_fd, Tee& t)
@@ -352,10 +512,12 @@ Result<TeeResult> tee_source(int in_fd, int deliver_fd, int spool_fd, const Spoo
   if (::fstat(in_fd, &st) != 0) {
     return Error::from_errno("cannot stat");
   }
-  if (S_ISFIFO(st.st_mode)) {
-    return tee_from_pipe(in_fd, t);
+  auto teed = S_ISFIFO(st.st_mode) ? tee_from_pipe(in_fd, t) : tee_from_file(in_fd, t);
+  t.finish();
+  if (!teed) {
+    return teed.error();
   }
-  return tee_from_file(in_fd, t);
+  return t.result();
 }
 
 } // namespace stagehand::cache
