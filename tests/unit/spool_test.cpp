@@ -180,16 +180,20 @@ TEST(Spool, MoreThanTheCacheHoldsIsDeliveredButNotSpooled)
 
 namespace {
 
-// A file source whose spool goes to `spool` (a pipe standing in for the cache's disk, which
-// `drain` empties), delivered to a reader of its own: what the job got, and the tee's result.
+// A file source whose spool goes to a pipe standing in for the cache's disk, which `drain`
+// empties (none: the disk's end closed before the read); its delivery read to its end by a reader
+// of its own (`deliver`: false, a delivery that has gone before the first byte). The tee is given
+// 60 s: a tee still running then (waiting on the "disk") is released by closing the disk's end,
+// and the run says it timed out.
 struct DiskRun
 {
   Result<cache::TeeResult> result = Error::internal("not run");
+  bool timed_out = false;
   std::string delivered;
   std::string spooled;
 };
 DiskRun tee_to_disk(const std::string& content, const cache::SpoolPolicy& policy,
-                    const std::function<std::string(int)>& drain)
+                    const std::function<std::string(int)>& drain, bool deliver = true)
 {
   DiskRun run;
   int s[2];
@@ -200,16 +204,48 @@ DiskRun tee_to_disk(const std::string& content, const cache::SpoolPolicy& policy
   UniqueFd spool_wr(s[1]);
   UniqueFd deliver_rd(d[0]);
   UniqueFd deliver_wr(d[1]);
-  auto reader = std::async(std::launch::async, [&] { return read_to_end(deliver_rd.get()); });
-  auto disk = std::async(std::launch::async, [&] { return drain(spool_rd.get()); });
+  if (!deliver) {
+    deliver_rd.reset();
+  }
+  if (!drain) {
+    spool_rd.reset();
+  }
+  auto reader = std::async(std::launch::async, [&] { return deliver ? read_to_end(deliver_rd.get()) : std::string(); });
+  auto disk = std::async(std::launch::async, [&] { return drain ? drain(spool_rd.get()) : std::string(); });
   UniqueFd source = memory_file(content);
-  run.result = cache::tee_source(source.get(), deliver_wr.get(), spool_wr.get(), policy);
+  auto teed = std::async(std::launch::async,
+                         [&] { return cache::tee_source(source.get(), deliver_wr.get(), spool_wr.get(), policy); });
+  if (teed.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    run.timed_out = true;
+    spool_rd.reset();
+  }
+  run.result = teed.get();
+  if (deliver && !run.timed_out) { // the delivery's end came with the source's: its pipe was closed
+    EXPECT_EQ(reader.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  }
   deliver_wr.reset();
+  run.delivered = reader.get();
   spool_wr.reset();
-  run.delivered = reader.get(); // the delivery's end came with the source's (its pipe closed)
-  spool_rd.reset();             // a writer still held back sees its end (EPIPE) and goes
+  spool_rd.reset(); // a writer still held back sees its end (EPIPE) and goes
   run.spooled = disk.get();
   return run;
+}
+
+// A disk that takes 64 KiB, then pauses `pause`, until the spool's end.
+std::function<std::string(int)> pausing_disk(std::chrono::milliseconds pause)
+{
+  return [pause](int fd) {
+    std::string got;
+    char buf[65536];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n <= 0) {
+        return got;
+      }
+      got.append(buf, static_cast<std::size_t>(n));
+      std::this_thread::sleep_for(pause);
+    }
+  };
 }
 
 } // namespace
@@ -222,25 +258,51 @@ TEST(Spool, ASpoolTheDiskHoldsBackIsDroppedAndTheJobGetsEveryByte)
   auto policy = roomy();
   policy.max_stall = std::chrono::milliseconds(50);
   auto run = tee_to_disk(content, policy, [](int) { return std::string(); }); // reads nothing
+  ASSERT_FALSE(run.timed_out) << "the job's bytes waited for the cache's disk";
   ASSERT_TRUE(run.result) << run.result.error().message;
   EXPECT_TRUE(run.delivered == content);
   EXPECT_EQ(run.result->spool_dropped, "the node cache's disk could not keep up");
 }
 
-TEST(Spool, ASpoolTheDiskHoldsBackForAMomentIsKeptWhole)
+TEST(Spool, ADiskThatThrottlesEveryWriteALittleIsDroppedTooWhileAJobWaits)
 {
-  // 150 ms without a byte taken, then all of it: within a patience of 10 s, the spool is whole.
+  // No write stalls for long (30 ms each, the limit for one is 1 s), but together they would
+  // hold the job back by 3.8 s: the spool is dropped once they pass the patience (here 1 s).
   const std::string content = random_bytes(8 * 1024 * 1024);
   auto policy = roomy();
-  policy.max_stall = std::chrono::milliseconds(10000);
-  auto run = tee_to_disk(content, policy, [](int fd) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
-    return read_to_end(fd);
-  });
+  policy.max_stall = std::chrono::milliseconds(1000);
+  policy.stall_share = 0.0;
+  auto run = tee_to_disk(content, policy, pausing_disk(std::chrono::milliseconds(30)));
+  ASSERT_FALSE(run.timed_out);
   ASSERT_TRUE(run.result) << run.result.error().message;
   EXPECT_TRUE(run.delivered == content);
+  EXPECT_EQ(run.result->spool_dropped, "the node cache's disk could not keep up");
+}
+
+TEST(Spool, WithoutADeliveryASlowDiskIsWaitedForAndTheSpoolKeptWhole)
+{
+  // Nobody waits for these bytes but the cache (a read for the cache alone, a zip): a disk far
+  // slower than the source (20 ms per 64 KiB: 2.6 s, past a patience of 1 s, though no single
+  // write comes near max_stall) keeps the whole spool.
+  const std::string content = random_bytes(8 * 1024 * 1024);
+  auto policy = roomy();
+  policy.max_stall = std::chrono::milliseconds(1000);
+  policy.stall_share = 0.0;
+  auto run = tee_to_disk(content, policy, pausing_disk(std::chrono::milliseconds(20)), false);
+  ASSERT_FALSE(run.timed_out);
+  ASSERT_TRUE(run.result) << run.result.error().message;
   EXPECT_EQ(run.result->spool_dropped, "");
   EXPECT_TRUE(run.spooled == content);
+}
+
+TEST(Spool, ASpoolThatCannotBeWrittenIsDroppedSayingSo)
+{
+  const std::string content = random_bytes(4 * 1024 * 1024);
+  auto run = tee_to_disk(content, roomy(), nullptr); // the disk's end closed: every write fails
+  ASSERT_FALSE(run.timed_out);
+  ASSERT_TRUE(run.result) << run.result.error().message;
+  EXPECT_TRUE(run.delivered == content);
+  EXPECT_EQ(run.result->spool_dropped.rfind("the spool could not be written: ", 0), 0U) << run.result->spool_dropped;
 }
 
 TEST(Spool, AWriterThatPausesIsNoStallOfTheSpool)

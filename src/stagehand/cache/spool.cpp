@@ -31,6 +31,7 @@ struct LaneState
 {
   std::atomic<int> error{0};     // the writer's errno: the spool could not be written
   std::atomic<bool> stop{false}; // dropped: the writer discards the rest and empties the spool
+  std::atomic<bool> stalled{false}; // one write blocked longer than the policy's max_stall
   std::atomic<bool> done{false};
 };
 
@@ -38,13 +39,18 @@ struct LaneState
 // lane's end, so that a write the disk holds back holds back this thread, not the job's bytes.
 // Owns its ends (a copy of the spool's descriptor): closing the read's never pulls a descriptor
 // from under it.
-void write_lane(UniqueFd lane, UniqueFd spool, const std::shared_ptr<LaneState>& state)
+void write_lane(UniqueFd lane, UniqueFd spool, std::chrono::milliseconds max_stall,
+                const std::shared_ptr<LaneState>& state)
 {
   UniqueFd null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
   for (;;) {
     const bool discard = state->stop.load() || state->error.load() != 0;
     const int to = discard ? null.get() : spool.get();
+    const auto t0 = Clock::now();
     const ssize_t n = ::splice(lane.get(), nullptr, to, nullptr, k_chunk, SPLICE_F_MOVE);
+    if (n > 0 && !discard && Clock::now() - t0 > max_stall) {
+      state->stalled = true;
+    }
     if (n == 0) {
       break;
     }
@@ -110,18 +116,7 @@ public:
       return;
     }
     close_delivery();
-    m_lane.reset();
-    while (!m_lane_state->done.load() && patience_left() > Clock::duration::zero()) {
-      const auto t0 = Clock::now();
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      m_waited += Clock::now() - t0;
-    }
-    if (!m_lane_state->done.load()) {
-      drop("the node cache's disk could not keep up");
-      m_writer.detach(); // blocked in the disk's write: it ends with this process
-      return;
-    }
-    settle_lane();
+    (void)settle_in_time();
   }
 
   void count(std::uint64_t n)
@@ -133,18 +128,27 @@ public:
   }
 
   // Moves `n` bytes out of the pipe `from` into the spool's lane, or discards them. A full lane
-  // (the writer held back by the disk) is waited for within the patience, then the spool dropped.
+  // (the writer held back by the disk) is waited for, while a delivery runs, within the patience;
+  // then the spool is dropped. Without a lane (no thread, or a pipe smaller than a chunk), as
+  // consume_directly.
   Status consume(int from, std::size_t n)
   {
+    if (m_spool >= 0 && !m_lane_tried) {
+      m_lane_tried = true;
+      (void)start_lane();
+    }
+    if (m_spool >= 0 && !m_lane.valid()) {
+      return consume_directly(from, n);
+    }
     while (n > 0) {
       if (m_spool >= 0 && m_spooled + n > m_policy.max_bytes) {
         drop("larger than the node cache");
       }
-      if (m_spool >= 0 && !m_writer.joinable() && !start_lane()) {
-        drop("the spool could not be written: no thread for it");
-      }
       if (const int e = m_spool >= 0 ? m_lane_state->error.load() : 0; e != 0) {
         drop(std::string("the spool could not be written: ") + ::strerror(e));
+      }
+      if (m_spool >= 0 && m_lane_state->stalled.load()) {
+        drop("the node cache's disk could not keep up");
       }
       const bool spool = m_spool >= 0;
       const ssize_t moved = ::splice(from, nullptr, spool ? m_lane.get() : null_fd(), nullptr, n,
@@ -172,13 +176,45 @@ public:
     return ok_status();
   }
 
+  // Moves `n` bytes out of the pipe `from` into the spool itself, or discards them; one write
+  // blocking longer than max_stall drops the spool.
+  Status consume_directly(int from, std::size_t n)
+  {
+    while (n > 0) {
+      if (m_spool >= 0 && m_spooled + n > m_policy.max_bytes) {
+        drop("larger than the node cache");
+      }
+      const int to = m_spool >= 0 ? m_spool : null_fd();
+      const auto t0 = Clock::now();
+      const ssize_t moved = ::splice(from, nullptr, to, nullptr, n, SPLICE_F_MOVE);
+      if (moved <= 0) {
+        if (moved < 0 && errno == EINTR) {
+          continue;
+        }
+        if (m_spool >= 0) {
+          drop(moved < 0 ? std::string("the spool could not be written: ") + ::strerror(errno) : "short spool write");
+          continue; // discard the rest of these bytes
+        }
+        return Error::from_errno("cannot discard");
+      }
+      if (m_spool >= 0) {
+        m_spooled += static_cast<std::uint64_t>(moved);
+        if (Clock::now() - t0 > m_policy.max_stall) {
+          drop("the node cache's disk could not keep up");
+        }
+      }
+      n -= static_cast<std::size_t>(moved);
+    }
+    return ok_status();
+  }
+
   // Once, from the pipe `from` straight into the spool: how many bytes (0 at its end). Only the
   // write is timed, not the wait for the writer's next bytes (a directory's reader copies the job's
   // files between them).
   Result<std::size_t> spool_from(int from, std::size_t n)
   {
-    if (m_writer.joinable()) { // the lane's bytes first: these follow them in the spool
-      settle_lane();
+    if (m_writer.joinable() && !settle_in_time()) { // the lane's bytes first: these follow them
+      return std::size_t{0};                          // dropped: nobody wants the rest
     }
     for (;;) {
       struct pollfd ready {from, POLLIN, 0};
@@ -278,10 +314,15 @@ private:
     if (!spool.valid()) {
       return false;
     }
+    // A lane smaller than a chunk (the user's pipe pages used up: pipe-user-pages-soft) would
+    // keep the read waiting on every chunk: the spool is then written directly.
     (void)::fcntl(wr.get(), F_SETPIPE_SZ, static_cast<int>(k_chunk));
+    if (::fcntl(wr.get(), F_GETPIPE_SZ) < static_cast<int>(k_chunk)) {
+      return false;
+    }
     m_lane_state = std::make_shared<LaneState>();
     try {
-      m_writer = std::thread(write_lane, std::move(rd), std::move(spool), m_lane_state);
+      m_writer = std::thread(write_lane, std::move(rd), std::move(spool), m_policy.max_stall, m_lane_state);
     } catch (const std::system_error&) {
       return false;
     }
@@ -289,15 +330,30 @@ private:
     return true;
   }
 
-  // The lane written out, its writer gone (no job waits: its delivery has ended).
-  void settle_lane()
+  // The lane written out and its writer gone, within what is left of the patience (the job's
+  // answer waits for this read's end); else the spool is dropped and the writer, blocked in the
+  // disk's write, left to end with this process. Whether the spool is still whole.
+  bool settle_in_time()
   {
     m_lane.reset();
+    while (!m_lane_state->done.load() && patience_left() > Clock::duration::zero()) {
+      const auto t0 = Clock::now();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      m_waited += Clock::now() - t0;
+    }
+    if (!m_lane_state->done.load()) {
+      drop("the node cache's disk could not keep up");
+      m_writer.detach();
+      return false;
+    }
     m_writer.join();
     if (const int e = m_lane_state->error.load(); e != 0 && m_spool >= 0) {
       m_spool = -1; // the writer emptied it
       m_result.spool_dropped = std::string("the spool could not be written: ") + ::strerror(e);
+    } else if (m_lane_state->stalled.load() && m_spool >= 0) {
+      drop("the node cache's disk could not keep up");
     }
+    return m_spool >= 0;
   }
 
   // What is left of the read's patience with the spool: max_stall and stall_share of its time.
@@ -307,9 +363,16 @@ private:
     return std::chrono::duration_cast<Clock::duration>(m_policy.max_stall) + share - m_waited;
   }
 
-  // Waits for room in the lane, at most what is left of the patience: false when none is left.
+  // Waits for room in the lane: while a delivery runs, at most what is left of the patience
+  // (false when none is left); without one (nobody waits for these bytes but the cache), as long
+  // as no single write of the spool's stalls (the writer says so).
   bool wait_for_lane()
   {
+    if (!delivering()) {
+      struct pollfd room {m_lane.get(), POLLOUT, 0};
+      (void)::poll(&room, 1, 50);
+      return !m_lane_state->stalled.load();
+    }
     const auto left = patience_left();
     if (left <= Clock::duration::zero()) {
       return false;
@@ -348,6 +411,7 @@ private:
   TeeResult m_result;
   Clock::time_point m_started = Clock::now();
   Clock::duration m_waited{};     // in wait_for_lane and finish, all together
+  bool m_lane_tried = false;
   UniqueFd m_lane;                // the lane's write end; closed: the writer ends
   std::shared_ptr<LaneState> m_lane_state;
   std::thread m_writer;
@@ -513,10 +577,11 @@ Result<TeeResult> tee_source(int in_fd, int deliver_fd, int spool_fd, const Spoo
     return Error::from_errno("cannot stat");
   }
   auto teed = S_ISFIFO(st.st_mode) ? tee_from_pipe(in_fd, t) : tee_from_file(in_fd, t);
-  t.finish();
-  if (!teed) {
+  if (!teed) { // the delivery left open: the failure is said before its stream ends
+    t.drop("the read failed");
     return teed.error();
   }
+  t.finish();
   return t.result();
 }
 

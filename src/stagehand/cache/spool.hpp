@@ -1,7 +1,7 @@
 // A cache miss reads its source once: every byte goes to the job (a pipe to its delivery, which
 // runs as the job user) and, as it passes, to a spool file in the cache's fill directory that the
 // cache is filled from later, off the job's path. Runs as the service user. The job never waits
-// on the cache's medium: a file source's spool is written by a thread of its own, which the read
+// on the cache's medium: the spool is written by a thread of its own, which a read that delivers
 // waits for only so long (a slow or full disk, or one that throttles a large source's writes,
 // then drops the spool), and the job's bytes go on.
 #pragma once
@@ -20,10 +20,10 @@ inline constexpr const char* k_spool_name = "spool";
 
 struct SpoolPolicy
 {
-  std::uint64_t max_bytes = 0;              // more than this is not spooled (the cache's size)
-  std::chrono::milliseconds max_stall{200}; // one spool write blocking longer drops the spool
-  // A file source: its read waits for the spool's writer at most max_stall and this share of the
-  // read's time so far, all its waits together; past that the spool is dropped.
+  std::uint64_t max_bytes = 0; // more than this is not spooled (the cache's size)
+  // One spool write blocking longer drops the spool; and while the read delivers, it waits for
+  // the spool's writer at most max_stall and stall_share of its time so far, all waits together.
+  std::chrono::milliseconds max_stall{200};
   double stall_share = 0.05;
 };
 
@@ -37,9 +37,9 @@ struct TeeResult
 // Reads `in_fd` (a file or a pipe) to its end, writing every byte to the pipe `deliver_fd` and to
 // the file `spool_fd` (-1: no spool). Uses tee(2)/splice(2) where the kernel can (no copy through
 // this process), read/write where it cannot. SIGPIPE is ignored from here on. `counters->bytes`
-// follows the bytes read. An error is a read of the source failing. A file source's delivery
-// pipe is closed at the source's end (`deliver_fd` then refers to /dev/null), before the spool's
-// writer has written its last bytes.
+// follows the bytes read. An error is a read of the source failing (the spool dropped, the
+// delivery's pipe left open). Where the spool has a writer thread, the delivery's pipe is closed
+// at the source's end (`deliver_fd` then refers to /dev/null), before the writer's last bytes.
 Result<TeeResult> tee_source(int in_fd, int deliver_fd, int spool_fd, const SpoolPolicy& policy,
                              archive::WorkCounters* counters = nullptr);
 
