@@ -295,6 +295,42 @@ TEST(Spool, WithoutADeliveryASlowDiskIsWaitedForAndTheSpoolKeptWhole)
   EXPECT_TRUE(run.spooled == content);
 }
 
+TEST(Spool, ASlowSourceIsNoStallOfTheSpool)
+{
+  // A file source read through a pipe that a slow shared filesystem fills (100 KiB every 300 ms,
+  // one stall limit of 100 ms): the spool's writer waits for bytes, which is not the disk failing.
+  const std::string content = random_bytes(3 * 100000);
+  auto policy = roomy();
+  policy.max_stall = std::chrono::milliseconds(100);
+  int p[2];
+  ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  UniqueFd source(p[0]);
+  auto feeder = std::async(std::launch::async, [wr = p[1], &content] {
+    for (std::size_t at = 0; at < content.size(); at += 100000) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      if (::write(wr, content.data() + at, 100000) != 100000) {
+        break;
+      }
+    }
+    ::close(wr);
+  });
+  int d[2];
+  ASSERT_EQ(::pipe2(d, O_CLOEXEC), 0);
+  UniqueFd deliver_rd(d[0]);
+  UniqueFd deliver_wr(d[1]);
+  auto reader = std::async(std::launch::async, [&] { return read_to_end(deliver_rd.get()); });
+  UniqueFd spool(::memfd_create("spool", MFD_CLOEXEC));
+  auto r = cache::tee_source(source.get(), deliver_wr.get(), spool.get(), policy);
+  deliver_wr.reset();
+  source.reset();
+  feeder.get();
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_TRUE(reader.get() == content);
+  EXPECT_EQ(r->spool_dropped, "");
+  ::lseek(spool.get(), 0, SEEK_SET);
+  EXPECT_TRUE(read_to_end(spool.get()) == content);
+}
+
 TEST(Spool, ASpoolThatCannotBeWrittenIsDroppedSayingSo)
 {
   const std::string content = random_bytes(4 * 1024 * 1024);

@@ -44,6 +44,12 @@ void write_lane(UniqueFd lane, UniqueFd spool, std::chrono::milliseconds max_sta
 {
   UniqueFd null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
   for (;;) {
+    // Bytes to write first: only the write is timed, not the wait for the read's next bytes (a
+    // slow shared filesystem is not the cache's disk failing to keep up).
+    struct pollfd ready {lane.get(), POLLIN, 0};
+    if (::poll(&ready, 1, -1) < 0 && errno == EINTR) {
+      continue;
+    }
     const bool discard = state->stop.load() || state->error.load() != 0;
     const int to = discard ? null.get() : spool.get();
     const auto t0 = Clock::now();
