@@ -40,8 +40,11 @@
 #   1999 Hz, from 0.5 s before it) into DIR/KEY.NS.data: where each step's CPU went, by process.
 #   STAGEHAND_BENCH_SHAPE picks the source (the scaling table's shapes): "files" (the default, a tar
 #   of FILES x 2 KiB), "tar1g" (a tar of 8 x 128 MiB files), "shards" (a directory of 16 x 64 MiB
-#   files: staged as a directory), "tree" (a directory of FILES x 2 KiB). The 8 GiB tar of scale.sh does not fit here: source, spool,
-#   entry and the job's copy would take 32 GiB of this 24 GiB machine's tmpfs.
+#   files: staged as a directory), "tree" (a directory of FILES x 2 KiB), "tar8g" (a tar of 64 x 128 MiB
+#   files: layouts b and d only, and STAGEHAND_BENCH_SOURCES=DIR on a disk with 40 GiB free, since
+#   source, spool, entry and the job's copy would take 32 GiB of this 24 GiB machine's tmpfs; the
+#   cache may then hold 40 GiB). STAGEHAND_BENCH_SOURCES=DIR: the sources (and the bench's own
+#   files) in DIR/bench, not in the test cluster's tmpfs.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:?usage: daemon.sh BUILD_DIR [ROUNDS] [FILES]}" && pwd)
@@ -52,9 +55,10 @@ shape=${STAGEHAND_BENCH_SHAPE:-files}
 case $shape in
   files) src=many.tar; shape_desc="$(printf "%'d" "$files") x 2 KiB files in a tar" ;;
   tar1g) src=many.tar; expect_files=8; shape_desc="a tar of 8 x 128 MiB files" ;;
+  tar8g) src=many.tar; expect_files=64; shape_desc="a tar of 64 x 128 MiB files" ;;
   shards) src=shards; expect_files=16; shape_desc="a directory of 16 x 64 MiB shards" ;;
   tree) src=tree; shape_desc="$(printf "%'d" "$files") x 2 KiB files in a directory" ;;
-  *) echo "daemon.sh: unknown STAGEHAND_BENCH_SHAPE $shape (files, tar1g, shards, tree)" >&2; exit 2 ;;
+  *) echo "daemon.sh: unknown STAGEHAND_BENCH_SHAPE $shape (files, tar1g, tar8g, shards, tree)" >&2; exit 2 ;;
 esac
 phases=${STAGEHAND_BENCH_PHASES:-a b crowd}
 crowds=${STAGEHAND_BENCH_CROWDS:-4 16}
@@ -66,12 +70,21 @@ for p in $phases; do
     *) echo "daemon.sh: unknown phase $p (a, b, c, d, crowd)" >&2; exit 2 ;;
   esac
 done
+if [ "$shape" = tar8g ]; then
+  [ -n "${STAGEHAND_BENCH_SOURCES:-}" ] || { echo "daemon.sh: tar8g needs STAGEHAND_BENCH_SOURCES (a disk)" >&2; exit 2; }
+  for p in $phases; do
+    case $p in
+      b | d) ;;
+      *) echo "daemon.sh: tar8g runs layouts b and d only (the cache on disk), not $p" >&2; exit 2 ;;
+    esac
+  done
+fi
 source "$here/lib.sh"
 
 bench_cluster_start "$build" daemon
 disk_base=${STAGEHAND_BENCH_DISK_CACHE:-/var/tmp/sh-bench-cache}
 disk_cache=$disk_base/$STAGEHAND_CLUSTER_PORT
-B=$W/bench
+B=${STAGEHAND_BENCH_SOURCES:-$W}/bench
 job=""
 cleanup() {
   cd /
@@ -85,7 +98,9 @@ cleanup() {
   rmdir "$disk_base" 2>/dev/null || true
 }
 trap cleanup EXIT
-sed -i 's/^cache_max_bytes = .*/cache_max_bytes = "16G"/' "$STAGEHAND_TEST_CONFIG" "$STAGEHAND_DAEMON_TOML"
+cache_max=16G
+[ "$shape" != tar8g ] || cache_max=40G # two entries of 8 GiB: the layout's first and a miss's
+sed -i "s/^cache_max_bytes = .*/cache_max_bytes = \"$cache_max\"/" "$STAGEHAND_TEST_CONFIG" "$STAGEHAND_DAEMON_TOML"
 sed -i 's/^progress_interval = .*/progress_interval = "0"/' "$STAGEHAND_TEST_CONFIG"
 # GC passes as often as conf/stagehand.toml has them, not the test cluster's every 3 s: a pass asks
 # slurmctld (squeue) and, every 3 s, one in two of the daemon's steps paid for it beside its staging
@@ -105,10 +120,13 @@ scontrol update PartitionName=debug OverSubscribe=FORCE:16
 mkdir -p "$B"
 case $shape in
   files | tree) bench_small_tree "$B/tree" "$files" ;;
-  tar1g) mkdir -p "$B/tree" && for i in $(seq 1 8); do head -c 128M /dev/urandom >"$B/tree/part$i"; done ;;
+  tar1g | tar8g)
+    mkdir -p "$B/tree"
+    for i in $(seq 1 "$expect_files"); do head -c 128M /dev/urandom >"$B/tree/part$i"; done
+    ;;
   shards) mkdir -p "$B/shards" && for i in $(seq 1 16); do head -c 64M /dev/urandom >"$B/shards/shard$i"; done ;;
 esac
-if [ "$shape" = files ] || [ "$shape" = tar1g ]; then
+if [ "$shape" = files ] || [ "$shape" = tar1g ] || [ "$shape" = tar8g ]; then
   tar -C "$B/tree" -cf "$B/many.tar" .
   rm -rf "$B/tree"
 fi
@@ -150,15 +168,18 @@ confine() {
   fi
 }
 
-# summary FILE: "SECONDS WORD" of the one staging summary line in FILE (WORD: miss, hit, none).
+# summary FILE: "SECONDS WORD" of the one staging summary line in FILE (WORD: miss, hit, none, or
+# dropped: a miss whose fill the daemon gave up because the cache's disk could not keep up).
 summary() {
   sed -nE 's/^stagehand: node1: .*: [0-9]+ files, .* in ([0-9.]+) s.*\((cache miss|cache hit|no cache)\)$/\1 \2/p' "$1" |
-    sed -e 's/cache miss/miss/; s/cache hit/hit/; s/no cache/none/' | head -n1
+    sed -e 's/cache miss/miss/; s/cache hit/hit/; s/no cache/none/' | head -n1 |
+    if grep -q "could not keep up" "$1"; then sed 's/ none$/ dropped/'; else cat; fi
 }
 
 mismatches=0
 # check_word KEY EXPECTED GOT FILE
 check_word() {
+  [ "$2" != miss ] || [ "$3" != dropped ] || return 0 # a miss, its fill given up for the disk: said so below
   if [ "$2" != "$3" ]; then
     mismatches=$((mismatches + 1))
     echo "daemon.sh: $1: expected a cache '$2', the summary says '${3:-(no summary line)}':" >&2
@@ -210,6 +231,7 @@ step() {
   count_and_clean "$dest"
 }
 
+dropped_layouts=""
 if [ -n "$layouts" ]; then
   job=$(as_user salloc -N1 -n1 -w node1 --no-shell 2>&1 | sed -nE 's/.*Granted job allocation ([0-9]+).*/\1/p')
   [ -n "$job" ] || { echo "daemon.sh: no allocation" >&2; exit 1; }
@@ -220,6 +242,11 @@ if [ -n "$layouts" ]; then
     confine "$l"
     step "$l-warmup" miss "w$l" --stage-data="$src:w$l"
     confine off
+    if [ "$(awk -v k="$l-warmup" '$1 == k { w = $4 } END { print w }' "$results")" = dropped ]; then
+      echo "daemon.sh: layout $l: the cache's disk could not keep up with the source: its fill was dropped (no hit steps)" >&2
+      dropped_layouts+="$l "
+      continue
+    fi
     # (and the entry is where the layout says: the daemon took the cache_dir it was given)
     case $l in
       a) d=${tmpfs_cache//%n/node1} ;;
@@ -242,7 +269,9 @@ if [ -n "$layouts" ]; then
       use_daemon "$l"
       step "$l-tmpdir" - - --tmpdir
       # miss and hit in either order, alternating by round
-      for what in $([ $((i % 2)) = 1 ] && echo miss hit || echo hit miss); do
+      order=$([ $((i % 2)) = 1 ] && echo miss hit || echo hit miss)
+      [[ " $dropped_layouts " != *" $l "* ]] || order=miss
+      for what in $order; do
         case $what in
           miss) step "$l-miss" miss "m$l$i" --stage-data="miss-$l-$i.tar:m$l$i" ;;
           hit) step "$l-hit" hit "h$l$i" --stage-data="$src:h$l$i" ;;
@@ -333,7 +362,8 @@ if [ -n "$bad" ]; then
   tail -n 5 <<<"$bad" | sed 's/^/  | /' >&2
 fi
 
-python3 - "$results" "$rounds" "$shape_desc" "$mismatches" <<'PY'
+where="on $(df --output=fstype "$B" | tail -n1)"
+python3 - "$results" "$rounds" "$shape_desc $where" "$mismatches" <<'PY'
 import statistics, sys
 steps, summ, words = {}, {}, {}
 for line in open(sys.argv[1]):
@@ -343,7 +373,7 @@ for line in open(sys.argv[1]):
         summ.setdefault(key, []).append(float(s))
     words.setdefault(key, []).append(w)
 med = lambda d, k: statistics.median(d[k]) if d.get(k) else float("nan")
-print(f"daemon cache: {sys.argv[3]} on tmpfs, one srun step on node1, "
+print(f"daemon cache: {sys.argv[3]}, one srun step on node1, "
       f"{sys.argv[2]} rounds interleaved; medians in seconds: the step's wall time / its summary line's staging time")
 names = {"a": "(a) cache_dir on the scratch tmpfs", "b": "(b) scratch on tmpfs, cache_dir on the node's disk",
          "c": "(c) as (a), the job's steps on one CPU of their own (as a task plugin or cpuset gives), the daemon on all",
@@ -354,6 +384,9 @@ for l in "abcd":
     print(f"  {names[l]}:")
     for what in ("tmpdir", "nodaemon", "miss", "hit"):
         k = f"{l}-{what}"
+        if k not in steps:
+            print(f"    {what:9s} none: the cache's disk could not keep up, every fill was dropped")
+            continue
         sm = f"{med(summ, k):7.3f}" if k in summ else "      -"
         rr = "  ".join(f"{v:.3f}" for v in steps[k])
         print(f"    {what:9s} step {med(steps, k):7.3f}   staging {sm}   rounds: {rr}")
@@ -367,6 +400,11 @@ for l in "abcd":
         q = lambda p: own[min(len(own) - 1, int(p * len(own)))]
         print(f"    miss / no-daemon, each round's own: median {statistics.median(own):.2f}, "
               f"quartiles {q(0.25):.2f}-{q(0.75):.2f}")
+    dropped = sum(w == "dropped" for w in words.get(f"{l}-miss", []))
+    if dropped:
+        print(f"    {dropped} of {len(words[f'{l}-miss'])} misses delivered without their fill (the cache's disk could not keep up)")
+    if f"{l}-hit" not in steps:
+        continue
     print(f"    hit / cold        = {h / n:.2f} (step)  {sh / sn:.3f} (staging)  "
           f"{(h - t) / max(n - t, 1e-9):.3f} (what each adds to a --tmpdir-only step)   "
           "(cold: the no-daemon step; target <= 0.02)")
