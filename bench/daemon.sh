@@ -41,10 +41,11 @@
 #   STAGEHAND_BENCH_SHAPE picks the source (the scaling table's shapes): "files" (the default, a tar
 #   of FILES x 2 KiB), "tar1g" (a tar of 8 x 128 MiB files), "shards" (a directory of 16 x 64 MiB
 #   files: staged as a directory), "tree" (a directory of FILES x 2 KiB), "tar8g" (a tar of 64 x 128 MiB
-#   files: layouts b and d only, and STAGEHAND_BENCH_SOURCES=DIR on a disk with 40 GiB free, since
-#   source, spool, entry and the job's copy would take 32 GiB of this 24 GiB machine's tmpfs; the
-#   cache may then hold 40 GiB). STAGEHAND_BENCH_SOURCES=DIR: the sources (and the bench's own
-#   files) in DIR/bench, not in the test cluster's tmpfs.
+#   files: layouts b and d only, and STAGEHAND_BENCH_SOURCES=DIR on a disk, since source, spool,
+#   entry and the job's copy would take 32 GiB of this 24 GiB machine's tmpfs; the disk needs
+#   about 24 GiB for the sources and 16 GiB per layout for its cache; the cache may hold 40 GiB).
+#   STAGEHAND_BENCH_SOURCES=DIR: the sources (and the bench's own files) in a new directory of
+#   this run's own below DIR (removed at the end), not in the test cluster's tmpfs.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:?usage: daemon.sh BUILD_DIR [ROUNDS] [FILES]}" && pwd)
@@ -84,7 +85,12 @@ source "$here/lib.sh"
 bench_cluster_start "$build" daemon
 disk_base=${STAGEHAND_BENCH_DISK_CACHE:-/var/tmp/sh-bench-cache}
 disk_cache=$disk_base/$STAGEHAND_CLUSTER_PORT
-B=${STAGEHAND_BENCH_SOURCES:-$W}/bench
+if [ -n "${STAGEHAND_BENCH_SOURCES:-}" ]; then
+  B=$(mktemp -d "$(cd "$STAGEHAND_BENCH_SOURCES" && pwd)/sh-bench.XXXXXX")
+  chmod 0755 "$B"
+else
+  B=$W/bench
+fi
 job=""
 cleanup() {
   cd /
@@ -385,7 +391,7 @@ for l in "abcd":
     for what in ("tmpdir", "nodaemon", "miss", "hit"):
         k = f"{l}-{what}"
         if k not in steps:
-            print(f"    {what:9s} none: the cache's disk could not keep up, every fill was dropped")
+            print(f"    {what:9s} no steps: the layout's first fill was dropped (the cache's disk could not keep up)")
             continue
         sm = f"{med(summ, k):7.3f}" if k in summ else "      -"
         rr = "  ".join(f"{v:.3f}" for v in steps[k])

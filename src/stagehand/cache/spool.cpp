@@ -32,7 +32,17 @@ struct LaneState
   std::atomic<int> error{0};     // the writer's errno: the spool could not be written
   std::atomic<bool> stop{false}; // dropped: the writer discards the rest and empties the spool
   std::atomic<bool> stalled{false}; // one write blocked longer than the policy's max_stall
+  std::atomic<std::int64_t> writing_since{0}; // the write under way: when it began (0: none)
   std::atomic<bool> done{false};
+
+  // Whether a write stalled, or the one under way has run past `max_stall` (a disk that never
+  // answers never returns from it).
+  bool stalled_by(std::chrono::milliseconds max_stall) const
+  {
+    const std::int64_t since = writing_since.load();
+    return stalled.load() ||
+           (since != 0 && Clock::now().time_since_epoch() - Clock::duration(since) > max_stall);
+  }
 };
 
 // The spool's writer: moves what arrives in the lane (a pipe) into the spool file until the
@@ -53,7 +63,9 @@ void write_lane(UniqueFd lane, UniqueFd spool, std::chrono::milliseconds max_sta
     const bool discard = state->stop.load() || state->error.load() != 0;
     const int to = discard ? null.get() : spool.get();
     const auto t0 = Clock::now();
+    state->writing_since = discard ? 0 : t0.time_since_epoch().count();
     const ssize_t n = ::splice(lane.get(), nullptr, to, nullptr, k_chunk, SPLICE_F_MOVE);
+    state->writing_since = 0;
     if (n > 0 && !discard && Clock::now() - t0 > max_stall) {
       state->stalled = true;
     }
@@ -153,7 +165,7 @@ public:
       if (const int e = m_spool >= 0 ? m_lane_state->error.load() : 0; e != 0) {
         drop(std::string("the spool could not be written: ") + ::strerror(e));
       }
-      if (m_spool >= 0 && m_lane_state->stalled.load()) {
+      if (m_spool >= 0 && m_lane_state->stalled_by(m_policy.max_stall)) {
         drop("the node cache's disk could not keep up");
       }
       const bool spool = m_spool >= 0;
@@ -336,13 +348,16 @@ private:
     return true;
   }
 
-  // The lane written out and its writer gone, within what is left of the patience (the job's
-  // answer waits for this read's end); else the spool is dropped and the writer, blocked in the
-  // disk's write, left to end with this process. Whether the spool is still whole.
+  // The lane written out and its writer gone: within what is left of the patience while a
+  // delivery runs (the job's answer waits for this read's end), else as long as no write stalls;
+  // past that the spool is dropped and the writer, blocked in the disk's write, left to end with
+  // this process. Whether the spool is still whole.
   bool settle_in_time()
   {
     m_lane.reset();
-    while (!m_lane_state->done.load() && patience_left() > Clock::duration::zero()) {
+    const bool delivered = delivering();
+    while (!m_lane_state->done.load() && (delivered ? patience_left() > Clock::duration::zero()
+                                                    : !m_lane_state->stalled_by(m_policy.max_stall))) {
       const auto t0 = Clock::now();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       m_waited += Clock::now() - t0;
@@ -377,7 +392,7 @@ private:
     if (!delivering()) {
       struct pollfd room {m_lane.get(), POLLOUT, 0};
       (void)::poll(&room, 1, 50);
-      return !m_lane_state->stalled.load();
+      return !m_lane_state->stalled_by(m_policy.max_stall);
     }
     const auto left = patience_left();
     if (left <= Clock::duration::zero()) {
