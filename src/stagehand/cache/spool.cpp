@@ -133,7 +133,7 @@ public:
     if (!m_writer.joinable()) {
       return;
     }
-    close_delivery();
+    fs::end_writes(m_deliver); // the job's delivery sees the source's end now
     (void)settle_in_time();
   }
 
@@ -404,15 +404,6 @@ private:
     (void)::poll(&room, 1, static_cast<int>(std::min<long long>(ms, 1 << 30)));
     m_waited += Clock::now() - t0;
     return true; // the next splice says whether it made room
-  }
-
-  // The job's pipe closed (its descriptor now /dev/null): the delivery sees the source's end.
-  void close_delivery()
-  {
-    UniqueFd null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
-    if (null.valid()) {
-      (void)::dup3(null.get(), m_deliver, O_CLOEXEC);
-    }
   }
 
   int null_fd()

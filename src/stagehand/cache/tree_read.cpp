@@ -120,10 +120,7 @@ void TreeReader::stop_stream(std::string why)
 {
   m_streaming = false;
   m_out.stream_dropped = std::move(why);
-  UniqueFd null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
-  if (null.valid()) {
-    (void)::dup3(null.get(), m_stream.fd(), O_CLOEXEC);
-  }
+  fs::end_writes(m_stream.fd());
 }
 
 // A failure of the stream: with a copy to make, the stream stops and the copy goes on.

@@ -114,6 +114,14 @@ template<typename WriteAt> Status write_fully(std::size_t len, std::string_view 
 
 } // namespace
 
+void end_writes(int fd)
+{
+  UniqueFd null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
+  if (null.valid()) {
+    (void)::dup3(null.get(), fd, O_CLOEXEC);
+  }
+}
+
 Status write_all(int fd, std::string_view data, const std::string& what)
 {
   return write_fully(data.size(), what,

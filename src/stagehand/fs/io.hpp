@@ -24,6 +24,11 @@ Result<std::string> read_file(const std::string& path, std::size_t max_bytes);
 // One read of at most `len` bytes (EINTR retried): the count read, 0 at the end of the file.
 Result<std::size_t> read_some(int fd, char* buf, std::size_t len, const std::string& what);
 
+// Ends what this process writes through `fd` (a pipe's write end) while keeping the number in
+// use: /dev/null takes its place, so the reader sees the end at once and a later write goes
+// nowhere. Best effort.
+void end_writes(int fd);
+
 // Writes all of `data` (retrying EINTR and short writes).
 Status write_all(int fd, std::string_view data, const std::string& what);
 
