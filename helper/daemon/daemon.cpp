@@ -62,7 +62,7 @@ Status Daemon::start()
   if (!base) {
     return base.error().with_context("[tmpdir] base");
   }
-  auto service = ipc::credentials_of_name(m_shared.config.daemon.user);
+  auto service = ipc::service_credentials(m_shared.config.daemon.user);
   if (!service) {
     spdlog::error("[daemon] user: {}: the cache is off; jobs stage without it", service.error().message);
   } else {
@@ -114,7 +114,7 @@ Status Daemon::reload()
   m_shared.config = std::move(*config);
   const auto& daemon = m_shared.config.daemon;
   m_shared.keeper.set_limits(cache::CacheLimits{daemon.cache_max_bytes, daemon.cache_max_entries});
-  if (auto service = ipc::credentials_of_name(m_shared.config.daemon.user)) {
+  if (auto service = ipc::service_credentials(m_shared.config.daemon.user)) {
     m_shared.service = *service;
   } else {
     spdlog::error("reload: [daemon] user: {}", service.error().message);

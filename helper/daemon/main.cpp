@@ -7,7 +7,7 @@
 #include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/util/priority.hpp"
 #include "stagehand/util/process_wait.hpp"
-#include "stagehand/util/stay_in_group.hpp"
+#include "stagehand/util/child_filter.hpp"
 #include "stagehand/util/subprocess.hpp"
 
 #include "common/log_format.hpp"
@@ -127,16 +127,16 @@ int serve(daemon::Daemon& d, UniqueFd listen, int signal_fd)
 }
 
 // Once at start, what each child for a user's or the cache's work will find: whether the kernel
-// takes the filter that keeps what it forks in its group (without it those children refuse).
+// takes the children's filter (without it those children refuse).
 void warn_unless_children_confined()
 {
-  if (!stay_in_group_filtered()) {
+  if (!child_filter_built()) {
     spdlog::warn("no seccomp filter for this architecture: what a child forks may leave its process group, "
-                 "and then outlive the child");
+                 "and then outlive the child; a cache fill's child may open sockets");
     return;
   }
   auto probe = proc::Process::start("a probe of seccomp", proc::Group::shared,
-                                    [] { ::_exit(stay_in_group() ? 0 : 1); });
+                                    [] { ::_exit(install_child_filter(ChildFilter::cache_work) ? 0 : 1); });
   auto ended = probe ? probe->wait(std::nullopt) : Result<proc::Ended>(probe.error());
   if (!ended || !ended->succeeded()) {
     spdlog::error("the kernel refuses the seccomp filter that keeps a child's processes in its group (a kernel "

@@ -168,6 +168,7 @@ TEST(CacheStore, PublishLookupEvictAndSweep)
   auto fill = store->begin_fill(key, k_attacker_uid, k_attacker_gid);
   ASSERT_TRUE(fill);
   write_file(d / ("cache/tmp/" + fill->name + "/data"), std::string(10000, 'x'));
+  ASSERT_EQ(::fchownat(fill->dir.get(), "data", k_attacker_uid, k_attacker_gid, 0), 0); // as the filler made it
   EntryMeta meta;
   meta.key = key;
   meta.source = "/src/a";
@@ -328,6 +329,41 @@ TEST(CacheFill, ArchivesUnpackReadOnlyAndTreesStreamIdentical)
   auto small = fill_from_file(tar.get(), f4.get(), stage::Unpack::if_archive, 1, "a.tar");
   ASSERT_FALSE(small);
   EXPECT_EQ(small.error().kind, ErrorKind::limit);
+}
+
+TEST(CacheFill, AFillInTheServiceUsersChildMakesNothingOthersCouldWrite)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir d;
+  // An archive whose modes would let others write: a 0777 directory, a 0666 file, a 0764 one.
+  run("mkdir -p '" + (d / "src/open") + "' && echo hi >'" + (d / "src/open/f") + "' && echo ho >'" +
+      (d / "src/open/g") + "' && chmod 0777 '" + (d / "src/open") + "' && chmod 0666 '" + (d / "src/open/f") +
+      "' && chmod 0764 '" + (d / "src/open/g") + "' && tar -C '" + (d / "src") + "' -cf '" + (d / "a.tar") + "' .");
+  ASSERT_EQ(::mkdir((d / "fill").c_str(), 0700), 0);
+  ASSERT_EQ(::chown((d / "fill").c_str(), k_attacker_uid, k_attacker_gid), 0);
+  UniqueFd tar(::open((d / "a.tar").c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fill = open_dir(d / "fill");
+  // As the daemon fills: in a child of the service user's, under its filter (which refuses those modes).
+  ipc::Credentials service{k_attacker_uid, k_attacker_gid, {k_attacker_gid}, "service user attacker", {}};
+  service.filter = ChildFilter::cache_work;
+  auto child = ipc::spawn_as(service, {tar.get(), fill.get()}, [](int sock, const std::vector<int>& kept) {
+    auto r = fill_from_file(kept[0], kept[1], stage::Unpack::if_archive, 1 << 20, "a.tar");
+    (void)ipc::send_message(sock, r ? "filled" : r.error().message);
+    return 0;
+  });
+  ASSERT_TRUE(child) << child.error().message;
+  auto said = ipc::receive_message(child->sock(), std::chrono::seconds(30));
+  ASSERT_TRUE(said) << said.error().message;
+  EXPECT_EQ(said->text, "filled");
+  ASSERT_TRUE(child->wait());
+  struct stat st {};
+  ASSERT_EQ(::stat((d / "fill/data/open").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755U);
+  ASSERT_EQ(::stat((d / "fill/data/open/f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0644U);
+  ASSERT_EQ(::stat((d / "fill/data/open/g").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0744U);
+  EXPECT_EQ(read_file(d / "fill/data/open/f"), "hi\n");
 }
 
 TEST(CacheMaterialise, LinksTheUserCanReadButNeverWrite)
@@ -835,6 +871,67 @@ TEST(CacheStore, ASealTakesOverAWideTreeAndMeasuresItInTheSamePass)
   EXPECT_EQ(pub->disk_bytes, disk_usage(entries.get(), key)); // the old two-pass measure
 }
 
+// A compromised filler links into its fill a file that someone else holds open for writing (their
+// own, world-writable, on the cache's filesystem), or gives a file of its own a name outside: the
+// seal would make it root's, but an open descriptor outlives a change of owner, and the entry could
+// be changed after it is published. Refused; the outside file is left as it was.
+TEST(CacheStore, ASealRefusesWhatWasLinkedInFromOutsideOrHasANameOutside)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir d;
+  constexpr uid_t k_other = k_attacker_uid + 1; // the outside file's owner (their job, say)
+  auto store = Store::open(d / "cache");
+  ASSERT_TRUE(store) << store.error().message;
+  const std::string shared = d / "shared"; // as /dev/shm: everyone's, sticky
+  ASSERT_EQ(::mkdir(shared.c_str(), 0777), 0);
+  ASSERT_EQ(::chmod(shared.c_str(), 01777), 0);
+  const std::string outside = shared + "/outside";
+  for (const char* how : {"linked in, outside name kept", "linked in, outside name removed", "named outside"}) {
+    SCOPED_TRACE(how);
+    const std::string h = how;
+    write_file(outside, "theirs");
+    ASSERT_EQ(::chown(outside.c_str(), k_other, k_other), 0);
+    ASSERT_EQ(::chmod(outside.c_str(), 0666), 0);
+    UniqueFd held(::open(outside.c_str(), O_WRONLY | O_CLOEXEC)); // their writer, open before the seal
+    ASSERT_TRUE(held.valid());
+    const std::string key(64, h == "named outside" ? 'c' : (h.find("kept") != std::string::npos ? 'a' : 'b'));
+    auto fill = store->begin_fill(key, k_attacker_uid, k_attacker_gid);
+    ASSERT_TRUE(fill);
+    const int dir = fill->dir.get();
+    const std::string mine = shared + "/mine";
+    ASSERT_EQ(run_as_attacker([&] {
+                if (::mkdirat(dir, "data", 0755) != 0) {
+                  return false;
+                }
+                if (h == "named outside") { // its own file, with a second name where others look
+                  return ::close(::openat(dir, "data/f", O_CREAT | O_WRONLY, 0644)) == 0 &&
+                         ::linkat(dir, "data/f", AT_FDCWD, mine.c_str(), 0) == 0;
+                }
+                return ::linkat(AT_FDCWD, outside.c_str(), dir, "data/f", 0) == 0;
+              }),
+              0);
+    if (h.find("removed") != std::string::npos) {
+      ASSERT_EQ(::unlink(outside.c_str()), 0);
+    }
+    auto pub = store->publish(*fill, copied_dir(key, "/src/" + h));
+    ASSERT_FALSE(pub) << "published";
+    EXPECT_EQ(pub.error().code, EPERM) << pub.error().message;
+    EXPECT_NE(pub.error().message.find(h == "named outside" ? "a name outside the fill" : "not by the fill's user"),
+              std::string::npos)
+      << pub.error().message;
+    struct stat st {};
+    ASSERT_EQ(::fstat(held.get(), &st), 0);
+    if (h != "named outside") {
+      EXPECT_EQ(st.st_uid, k_other) << "root took over a file that is not the filler's";
+      EXPECT_EQ(st.st_mode & 07777, 0666U);
+    }
+    EXPECT_FALSE(store->lookup(key));
+    store->discard(*fill);
+    ::unlink(outside.c_str());
+    ::unlink(mine.c_str());
+  }
+}
+
 // A filesystem mounted inside a fill (only root could: a filler's own mount namespace is not the
 // daemon's) is refused, and the root of what is mounted there is not made root's.
 TEST(CacheStore, ASealRefusesAFilesystemMountedInTheFillAndLeavesItsOwner)
@@ -849,6 +946,8 @@ TEST(CacheStore, ASealRefusesAFilesystemMountedInTheFillAndLeavesItsOwner)
   const std::string mounted = d / ("cache/tmp/" + fill->name + "/data/m");
   ASSERT_EQ(::mkdirat(fill->dir.get(), "data", 0755), 0);
   ASSERT_EQ(::mkdirat(fill->dir.get(), "data/m", 0755), 0);
+  ASSERT_EQ(::fchownat(fill->dir.get(), "data", k_attacker_uid, k_attacker_gid, 0), 0); // as the filler made them
+  ASSERT_EQ(::fchownat(fill->dir.get(), "data/m", k_attacker_uid, k_attacker_gid, 0), 0);
   const std::string opts = "mode=0755,uid=" + std::to_string(k_attacker_uid);
   ASSERT_EQ(::mount("tmpfs", mounted.c_str(), "tmpfs", 0, opts.c_str()), 0) << std::strerror(errno);
   auto pub = store->publish(*fill, copied_dir(key, "/src/m"));

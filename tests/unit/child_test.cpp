@@ -1,6 +1,7 @@
 // Children of root that run user work: every wait on them bounded (a survivor of SIGKILL goes to
 // the reaper), their memory bounded, and no user attaching to them while they change uid.
 #include "stagehand/ipc/child.hpp"
+#include "stagehand/util/child_filter.hpp"
 #include "stagehand/util/cpu_list.hpp"
 #include "stagehand/util/priority.hpp"
 #include "stagehand/util/process_wait.hpp"
@@ -15,7 +16,11 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/xattr.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -311,6 +316,97 @@ TEST(ChildHardening, WhatAChildForksCannotLeaveItsGroupAndEndsWithIt)
     ::kill(grandchild, SIGKILL);
   }
   EXPECT_EQ(::read(rd.get(), &c, 1), 0);
+}
+
+// What a child of the given filter could do to hand a file of its out, or to let another user
+// write it: "errno of each step", 0 where the step worked. `listener` is a Unix socket another
+// process listens on (the attacker's job, say); `dir` a directory of the child's own.
+std::string what_a_child_can_do(const ipc::Credentials& creds, const std::string& listener, int dir)
+{
+  auto child = ipc::spawn_as(creds, {dir}, [&](int sock, const std::vector<int>& kept) {
+    auto err = [](bool ok) { return std::to_string(ok ? 0 : errno); };
+    std::string said;
+    // A descriptor open for writing, handed to another process (it would survive the seal).
+    UniqueFd file(::openat(kept[0], "data", O_CREAT | O_WRONLY | O_CLOEXEC, 0666));
+    UniqueFd out(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    said += "socket=" + err(out.valid());
+    if (out.valid()) {
+      struct sockaddr_un addr {};
+      addr.sun_family = AF_UNIX;
+      std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", listener.c_str());
+      const bool connected = ::connect(out.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof addr) == 0;
+      said += " connect=" + err(connected);
+      if (connected) {
+        said += " handed=" + err(ipc::send_message(out.get(), "take it", {file.get()}).ok());
+      }
+    }
+    struct stat st {};
+    ::fstat(file.get(), &st);
+    said += " created=" + std::to_string(st.st_mode & 07777);
+    said += " io_uring=" + err(::syscall(__NR_io_uring_setup, 1, nullptr) >= 0 || errno == EFAULT);
+    said += " chmod_o+w=" + err(::fchmod(file.get(), 0666) == 0);
+    said += " chmod_g+w=" + err(::fchmodat(kept[0], "data", 0664, 0) == 0);
+    said += " chmod_setuid=" + err(::fchmod(file.get(), 04755) == 0);
+    said += " chmod_plain=" + err(::fchmod(file.get(), 0640) == 0);
+    said += " create_setgid=" + err(UniqueFd(::openat(kept[0], "g", O_CREAT | O_WRONLY | O_CLOEXEC, 02755)).valid());
+    said += " umask_0=" + err(::syscall(SYS_umask, 0) >= 0);
+    said += " fifo=" + err(::mkfifoat(kept[0], "fifo", 0600) == 0);
+    said += " xattr=" + err(::fsetxattr(file.get(), "user.x", "1", 1, 0) == 0 || errno == EOPNOTSUPP);
+    // setxattrat(2) (Linux 6.13, 463 on every architecture), bad arguments: anything but EPERM
+    // where it is let through.
+    said += " xattrat=" + std::to_string(::syscall(463, -1, "", 0, nullptr, 0, 0) == 0 ? 0 : errno);
+    (void)ipc::send_message(sock, said);
+    return 0;
+  });
+  if (!child) {
+    return "spawn: " + child.error().message;
+  }
+  auto msg = ipc::receive_message(child->sock(), 10s);
+  (void)child->wait();
+  return msg ? msg->text : "no word: " + msg.error().message;
+}
+
+TEST(ChildHardening, ACacheChildHandsNoDescriptorOutAndMakesNothingOthersCouldWrite)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir d;
+  // The attacker's listener, which any user may connect to.
+  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  struct sockaddr_un addr {};
+  addr.sun_family = AF_UNIX;
+  const std::string path = d / "listener";
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::chmod(path.c_str(), 0777), 0);
+  ASSERT_EQ(::listen(listener.get(), 4), 0);
+  auto own_dir = [&](const std::string& name) {
+    const std::string p = d / name;
+    EXPECT_EQ(::mkdir(p.c_str(), 0700), 0);
+    EXPECT_EQ(::chown(p.c_str(), k_attacker_uid, k_attacker_gid), 0);
+    return UniqueFd(::open(p.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  };
+  // A job user's child keeps what the user has without the daemon: the attack is real there.
+  UniqueFd user_dir = own_dir("user");
+  const std::string user = what_a_child_can_do(attacker(), path, user_dir.get());
+  for (const char* step : {"socket=0", "connect=0", "handed=0", "chmod_o+w=0", "chmod_g+w=0", "chmod_setuid=0",
+                           "chmod_plain=0", "create_setgid=0", "umask_0=0", "fifo=0", "xattr=0"}) {
+    EXPECT_NE((" " + user + " ").find(std::string(" ") + step + " "), std::string::npos) << step << " in " << user;
+  }
+  EXPECT_EQ(user.find("xattrat=1"), std::string::npos) << user; // EPERM is the filter's, not the call's
+  UniqueFd taken(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  ASSERT_TRUE(taken.valid()) << "the job user's child did not reach the listener: " << user;
+  auto handed = ipc::receive_message(taken.get(), 10s);
+  ASSERT_TRUE(handed) << handed.error().message;
+  EXPECT_EQ(handed->fds.size(), 1U);
+  // The service user's child for the cache: none of it.
+  ipc::Credentials cache = attacker();
+  cache.filter = ChildFilter::cache_work;
+  UniqueFd cache_dir = own_dir("cache");
+  const std::string filled = what_a_child_can_do(cache, path, cache_dir.get());
+  EXPECT_EQ(filled, "socket=1 created=420 io_uring=38 chmod_o+w=1 chmod_g+w=1 chmod_setuid=1 chmod_plain=0 "
+                    "create_setgid=1 umask_0=1 fifo=1 xattr=1 xattrat=1");
+  UniqueFd none(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  EXPECT_FALSE(none.valid()) << "a cache child reached the listener";
 }
 
 TEST(ChildHardening, ATracerAttachedWhileTheUidChangesIsRefused)

@@ -29,8 +29,10 @@ std::vector<std::string> components(const std::string& path)
 }
 
 // The archive's modes (a cache view shows them to the job as its own) without group/other write:
-// the cache's files are root's once published, and a hard-linked hit must not write them. A file
-// others may not read is copied, not linked, into a job (materialise.cpp).
+// the cache's files are root's once published, and a hard-linked hit must not write them; while
+// the service user fills them, nobody else may open them for writing (its children's filter
+// refuses such modes: util/child_filter.hpp). A file others may not read is copied, not linked,
+// into a job (materialise.cpp).
 mode_t cache_file_mode(mode_t mode) { return mode & 0755; }
 
 FileMeta meta_of(struct archive_entry* e, FileModes modes)
@@ -329,6 +331,9 @@ Status ArchiveWriter::directory(const Entry& cur, int parent, struct archive_ent
     return fd.error();
   }
   mode_t mode = (archive_entry_perm(e) & 0777) | S_IRWXU;
+  if (m_limits.file_modes == FileModes::read_only) {
+    mode = cache_file_mode(mode); // nor group/other write on a directory of the cache's
+  }
   struct timespec mtime {archive_entry_mtime(e), archive_entry_mtime_nsec(e)};
   m_dir_times.push_back(DirTimes{cur.shown, mode, mtime});
   return ok_status();

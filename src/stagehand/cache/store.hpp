@@ -116,7 +116,9 @@ private:
 // bits or any way back for the user who made it, and says what the tree occupies on disk (each
 // inode once). Each directory is opened (O_NOFOLLOW, not crossing mounts) and changed through its
 // fd before anything in it; what it holds is then changed by name, in a parent that is root's
-// already (a symlink never followed). The one walk a fill's seal makes.
+// already (a symlink never followed). Refused when a name below is not owned by the owner of
+// `dir_fd` (the fill's user, who made everything in it): something linked or moved in from
+// outside, which its owner may hold open for writing. The one walk a fill's seal makes.
 Result<std::uint64_t> take_over(int dir_fd, const std::string& shown);
 
 // What a tree (or file) below `dir_fd`/`name` occupies on disk, in bytes.

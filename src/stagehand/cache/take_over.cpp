@@ -13,8 +13,8 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <map>
 #include <optional>
-#include <set>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -28,8 +28,17 @@ namespace {
 // view shows them as the job's own, so that a job writes where the archive let its owner write).
 mode_t kept_mode(mode_t mode) { return S_ISDIR(mode) ? (01755 & mode) : (0755 & mode); }
 
-// Files with more than one name, by inode, with the bytes each occupies: counted once at the end.
-using Linked = std::vector<std::pair<std::pair<dev_t, ino_t>, std::uint64_t>>;
+// A name of a file with more than one: counted once per inode at the end, where its names and
+// owners are checked together (the seal's own change of owner may come before a second name's).
+struct LinkedName
+{
+  std::pair<dev_t, ino_t> id;
+  std::uint64_t bytes = 0;
+  nlink_t nlink = 0;
+  uid_t owner = 0; // as this name's look found it
+  std::string shown;
+};
+using Linked = std::vector<LinkedName>;
 
 Status take_over_fd(int fd, const struct stat& st, const std::string& shown)
 {
@@ -44,8 +53,8 @@ Status take_over_fd(int fd, const struct stat& st, const std::string& shown)
 class TakeOver
 {
 public:
-  TakeOver(int top_fd, const fs::FileId& top_id, const std::string& shown)
-    : m_top(top_fd), m_top_id(top_id), m_shown(shown)
+  TakeOver(int top_fd, const fs::FileId& top_id, uid_t filler, const std::string& shown)
+    : m_top(top_fd), m_top_id(top_id), m_filler(filler), m_shown(shown)
   {
   }
 
@@ -88,10 +97,32 @@ public:
     if (m_failed) {
       return *m_failed;
     }
-    std::set<std::pair<dev_t, ino_t>> seen; // hard links inside the tree count once
-    for (const auto& [id, bytes] : m_linked) {
-      if (seen.insert(id).second) {
-        m_used += bytes;
+    // Per inode: its names inside, whether one look found it the filler's (before the seal gave
+    // it to root), its most names anywhere.
+    struct Inode
+    {
+      nlink_t names = 0;
+      nlink_t nlink = 0;
+      bool fillers = false;
+      const LinkedName* first = nullptr;
+    };
+    std::map<std::pair<dev_t, ino_t>, Inode> inodes;
+    for (const auto& name : m_linked) {
+      Inode& i = inodes[name.id];
+      if (!i.first) {
+        i.first = &name;
+        m_used += name.bytes; // hard links inside the tree count once
+      }
+      ++i.names;
+      i.nlink = std::max(i.nlink, name.nlink);
+      i.fillers = i.fillers || name.owner == m_filler;
+    }
+    for (const auto& [id, i] : inodes) {
+      if (!i.fillers) {
+        return not_the_fillers(i.first->shown, i.first->owner);
+      }
+      if (i.nlink > i.names) { // a name outside, which another process may have opened
+        return Error::refused("cannot take over " + i.first->shown + ": it has a name outside the fill", EPERM);
       }
     }
     return m_used;
@@ -117,6 +148,9 @@ private:
       if (::fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
         return Error::from_errno("cannot take over " + shown(child));
       }
+      if (st.st_uid != m_filler && (S_ISDIR(st.st_mode) || st.st_nlink == 1)) {
+        return not_the_fillers(shown(child), st.st_uid);
+      }
       const std::uint64_t bytes = static_cast<std::uint64_t>(st.st_blocks) * 512;
       if (S_ISDIR(st.st_mode)) {
         used += bytes;
@@ -127,9 +161,12 @@ private:
         continue;
       }
       if (st.st_nlink > 1) {
-        linked.push_back({{st.st_dev, st.st_ino}, bytes});
+        linked.push_back({{st.st_dev, st.st_ino}, bytes, st.st_nlink, st.st_uid, shown(child)});
       } else {
         used += bytes;
+      }
+      if (st.st_uid != m_filler) {
+        continue; // another name's look gave it to root already, or it is not the filler's (result())
       }
       const mode_t keep = kept_mode(st.st_mode);
       if (::fchownat(dir->get(), name.c_str(), 0, 0, AT_SYMLINK_NOFOLLOW) != 0 ||
@@ -160,8 +197,18 @@ private:
 
   std::string shown(const std::string& rel) const { return rel.empty() ? m_shown : m_shown + "/" + rel; }
 
+  // Something the fill did not make: linked (or moved) in from outside by a compromised filler,
+  // and perhaps held open for writing by its owner, which a change of owner would not stop.
+  static Error not_the_fillers(const std::string& shown, uid_t owner)
+  {
+    return Error::refused("cannot take over " + shown + ": owned by uid " + std::to_string(owner) +
+                            ", not by the fill's user",
+                          EPERM);
+  }
+
   int m_top;
   fs::FileId m_top_id;
+  uid_t m_filler; // who made the fill: its top's owner before the take-over
   const std::string& m_shown;
   std::mutex m_mutex;
   std::condition_variable m_wake;
@@ -186,7 +233,7 @@ Result<std::uint64_t> take_over(int dir_fd, const std::string& shown)
   if (auto st = take_over_fd(dir_fd, top, shown); !st) {
     return st.error();
   }
-  TakeOver t(dir_fd, *top_id, shown);
+  TakeOver t(dir_fd, *top_id, top.st_uid, shown);
   t.add_dir("");
   const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1U, 8U);
   std::vector<std::thread> helpers;

@@ -6,7 +6,6 @@
 #include "stagehand/util/cpu_list.hpp"
 #include "stagehand/util/priority.hpp"
 #include "stagehand/util/process_wait.hpp"
-#include "stagehand/util/stay_in_group.hpp"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -16,6 +15,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -244,8 +244,12 @@ void exit_if_traced(int status_fd, long parent_tracer, SuidDumpable dumpable)
     ::_exit(122);
   }
   // What it forks cannot leave its group, which the parent kills when it ends (proc::Process): no
-  // process it started outlives it.
-  if (!stay_in_group()) {
+  // process it started outlives it. The cache's work also makes nothing others could write (the
+  // filter then refuses a umask without group and other write: set first) and opens no socket.
+  if (creds.filter == ChildFilter::cache_work) {
+    ::umask(::umask(022) | 022);
+  }
+  if (!install_child_filter(creds.filter)) {
     ::_exit(k_exit_unconfined);
   }
   run_body(body, kept);
@@ -280,7 +284,7 @@ Result<Credentials> credentials_of(uid_t uid, gid_t gid)
   return c;
 }
 
-Result<Credentials> credentials_of_name(const std::string& name)
+Result<Credentials> service_credentials(const std::string& name)
 {
   struct passwd pw {};
   struct passwd* found = nullptr;
@@ -295,6 +299,7 @@ Result<Credentials> credentials_of_name(const std::string& name)
   if (c) {
     c->groups = {pw.pw_gid}; // a service user needs no supplementary groups
     c->what = "service user " + name;
+    c->filter = ChildFilter::cache_work;
   }
   return c;
 }
@@ -342,7 +347,7 @@ Result<int> child_ending(const proc::Ended& ended, const std::string& who)
                           EPERM);
   case k_exit_unconfined:
     return Error::refused(who + ": the kernel refused the seccomp filter that keeps what it forks in its process "
-                                "group (a kernel without CONFIG_SECCOMP_FILTER?): refused to run user work",
+                                "group (a kernel without CONFIG_SECCOMP_FILTER?): refused to run the work",
                           EPERM);
   case k_exit_traced:
     return Error::refused(who + ": a tracer attached while it changed to the user's uid: refused to run user work",

@@ -6,6 +6,7 @@
 // sides of every cache fill, and the type of what each returns says which side made it.
 #pragma once
 
+#include "stagehand/util/child_filter.hpp"
 #include "stagehand/util/fd.hpp"
 #include "stagehand/util/result.hpp"
 #include "stagehand/util/subprocess.hpp"
@@ -28,11 +29,14 @@ struct Credentials
   std::vector<gid_t> groups; // supplementary groups
   std::string what;          // "job user 1001", "service user stagehand": for messages
   std::vector<int> cpus;     // where the child runs: a job's CPUs for its work; empty: where the daemon runs
+  ChildFilter filter = ChildFilter::user_work; // the service user's: cache_work (util/child_filter.hpp)
 };
 
 // The supplementary groups of `uid` from the user database (for work not started by the user).
 Result<Credentials> credentials_of(uid_t uid, gid_t gid);
-Result<Credentials> credentials_of_name(const std::string& name);
+// The service user `name` ([daemon] user): never root, its primary group only, and its children
+// doing the cache's work under ChildFilter::cache_work.
+Result<Credentials> service_credentials(const std::string& name);
 
 // How long a child that has closed its socket or sent its last word may take to exit.
 inline constexpr std::chrono::milliseconds k_exit_bound{10000};
@@ -88,8 +92,9 @@ ChildHooks& child_hooks();
 // and `keep` (renumbered to 4, 5, ... in order; body receives them in the same order), with stdin
 // on /dev/null, a core size of 0, at most k_child_memory more memory than it inherits, the
 // parent-death signal set to SIGKILL, and its own process group (led by it, so Child::kill
-// reaches what it forks), which neither it nor what it forks can leave (stay_in_group) and which
-// is killed when it ends (Child::wait): nothing it started outlives it. It refuses to run body when fs.suid_dumpable is 1 or a tracer attached
+// reaches what it forks), which neither it nor what it forks can leave (creds.filter, installed
+// after the drop; cache_work with a umask of at least 022) and which is killed when it ends
+// (Child::wait): nothing it started outlives it. It refuses to run body when fs.suid_dumpable is 1 or a tracer attached
 // while it changed uid (only root could attach before; only the user in that window). The child
 // must not log: it exits with body's return value.
 using ChildBody = std::function<int(int sock, const std::vector<int>& kept)>;

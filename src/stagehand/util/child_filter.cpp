@@ -1,0 +1,203 @@
+// The children's seccomp filter: classic BPF, a few system calls, written out by hand (no
+// libseccomp on the nodes' install list for so small a filter).
+#include "stagehand/util/child_filter.hpp"
+
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+
+#include <array>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+
+// Numbers newer than some build hosts' headers: the same on every architecture.
+#ifndef __NR_io_uring_setup
+#define __NR_io_uring_setup 425 // Linux 5.1
+#endif
+#ifndef __NR_clone3
+#define __NR_clone3 435 // Linux 5.3
+#endif
+#ifndef __NR_openat2
+#define __NR_openat2 437 // Linux 5.6
+#endif
+#ifndef __NR_fchmodat2
+#define __NR_fchmodat2 452 // Linux 6.6
+#endif
+#ifndef __NR_setxattrat
+#define __NR_setxattrat 463 // Linux 6.13
+#endif
+
+#ifndef SECCOMP_RET_KILL_PROCESS
+#define SECCOMP_RET_KILL_PROCESS SECCOMP_RET_KILL // Linux before 4.14: the thread
+#endif
+
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#if defined(__x86_64__)
+#define STAGEHAND_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define STAGEHAND_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#elif defined(__powerpc64__)
+#define STAGEHAND_AUDIT_ARCH AUDIT_ARCH_PPC64LE
+#endif
+#endif
+
+namespace stagehand {
+
+bool child_filter_built()
+{
+#ifdef STAGEHAND_AUDIT_ARCH
+  return true;
+#else
+  return false;
+#endif
+}
+
+#ifdef STAGEHAND_AUDIT_ARCH
+namespace {
+
+constexpr std::uint32_t k_allow = SECCOMP_RET_ALLOW;
+constexpr std::uint32_t k_deny = SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA);
+constexpr std::uint32_t k_nosys = SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA);
+// Bits no file of a cache fill may have: group or other write, set-user-id, set-group-id.
+constexpr std::uint32_t k_shared_bits = S_IWGRP | S_IWOTH | S_ISUID | S_ISGID;
+constexpr std::uint32_t k_setid_bits = S_ISUID | S_ISGID;
+constexpr std::uint32_t k_umask_kept = S_IWGRP | S_IWOTH;
+
+// A filter program in a fixed array: a child forked from the daemon's threads builds it, so
+// nothing is allocated.
+class Program
+{
+public:
+  void add(struct sock_filter f) { m_p[m_n++] = f; }
+
+  // The call `nr` returns `action`.
+  void returns(int nr, std::uint32_t action)
+  {
+    add(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(nr), 0, 1));
+    add(BPF_STMT(BPF_RET | BPF_K, action));
+  }
+
+  // The call `nr` fails with EPERM when its argument `arg` (the low word: every architecture here
+  // is little-endian) has any of `bits`.
+  void denied_with_any(int nr, unsigned arg, std::uint32_t bits)
+  {
+    add(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(nr), 0, 4));
+    add(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, arg_offset(arg)));
+    add(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, bits, 0, 1));
+    add(BPF_STMT(BPF_RET | BPF_K, k_deny));
+    add(BPF_STMT(BPF_RET | BPF_K, k_allow));
+  }
+
+  // The call `nr` fails with EPERM unless its argument `arg` has all of `bits`.
+  void denied_without_all(int nr, unsigned arg, std::uint32_t bits)
+  {
+    add(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(nr), 0, 5));
+    add(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, arg_offset(arg)));
+    add(BPF_STMT(BPF_ALU | BPF_AND | BPF_K, bits));
+    add(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, bits, 1, 0));
+    add(BPF_STMT(BPF_RET | BPF_K, k_deny));
+    add(BPF_STMT(BPF_RET | BPF_K, k_allow));
+  }
+
+  struct sock_fprog prog()
+  {
+    struct sock_fprog p {};
+    p.len = static_cast<unsigned short>(m_n);
+    p.filter = m_p.data();
+    return p;
+  }
+
+private:
+  static std::uint32_t arg_offset(unsigned arg)
+  {
+    return static_cast<std::uint32_t>(offsetof(struct seccomp_data, args) + arg * sizeof(std::uint64_t));
+  }
+
+  std::array<struct sock_filter, 128> m_p {};
+  std::size_t m_n = 0;
+};
+
+// Every child: another ABI's calls end it; it cannot leave its process group.
+void stay_in_group(Program& p)
+{
+  // Another ABI's numbers mean other calls (i386's int 0x80 on x86-64): none is allowed.
+  p.add(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)));
+  p.add(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, STAGEHAND_AUDIT_ARCH, 1, 0));
+  p.add(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS));
+  p.add(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)));
+#if defined(__x86_64__)
+  // x32's calls carry the same arch with bit 30 set in their number; -1 is no call (a tracer's
+  // skipped one), as every other number the filter does not name.
+  p.add(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0xffffffffU, 2, 0));
+  p.add(BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000U, 0, 1));
+  p.add(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS));
+#endif
+  p.returns(__NR_setsid, k_deny);
+  p.returns(__NR_setpgid, k_deny);
+  p.returns(__NR_clone3, k_nosys);
+  // clone's flags are its first argument on these architectures; CLONE_PARENT is in the low word.
+  p.denied_with_any(__NR_clone, 0, CLONE_PARENT);
+}
+
+// The service user's cache work: no socket, nothing made that another user could write.
+void keep_the_cache_in(Program& p)
+{
+  p.returns(__NR_socket, k_deny);
+  p.returns(__NR_connect, k_deny);
+#ifdef __NR_socketcall
+  p.returns(__NR_socketcall, k_deny);
+#endif
+  p.returns(__NR_io_uring_setup, k_nosys);
+  p.returns(__NR_openat2, k_nosys);
+#ifdef __NR_mknod
+  p.returns(__NR_mknod, k_deny);
+#endif
+  p.returns(__NR_mknodat, k_deny);
+  p.returns(__NR_setxattr, k_deny);
+  p.returns(__NR_lsetxattr, k_deny);
+  p.returns(__NR_fsetxattr, k_deny);
+  p.returns(__NR_setxattrat, k_deny);
+#ifdef __NR_chmod
+  p.denied_with_any(__NR_chmod, 1, k_shared_bits);
+#endif
+  p.denied_with_any(__NR_fchmod, 1, k_shared_bits);
+  p.denied_with_any(__NR_fchmodat, 2, k_shared_bits);
+  p.denied_with_any(__NR_fchmodat2, 2, k_shared_bits);
+#ifdef __NR_open
+  p.denied_with_any(__NR_open, 2, k_setid_bits);
+#endif
+#ifdef __NR_creat
+  p.denied_with_any(__NR_creat, 1, k_setid_bits);
+#endif
+  p.denied_with_any(__NR_openat, 3, k_setid_bits);
+  p.denied_without_all(__NR_umask, 0, k_umask_kept);
+}
+
+} // namespace
+#endif
+
+Status install_child_filter(ChildFilter filter)
+{
+#ifdef STAGEHAND_AUDIT_ARCH
+  Program p;
+  stay_in_group(p);
+  if (filter == ChildFilter::cache_work) {
+    keep_the_cache_in(p);
+  }
+  p.add(BPF_STMT(BPF_RET | BPF_K, k_allow));
+  struct sock_fprog prog = p.prog();
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) != 0) {
+    return Error::from_errno("cannot install the children's seccomp filter");
+  }
+#else
+  (void)filter;
+#endif
+  return ok_status();
+}
+
+} // namespace stagehand

@@ -1,0 +1,48 @@
+// What a child of the daemon may do, whatever code it runs (a libarchive flaw turned into code,
+// say): a seccomp filter installed after the drop to the user, inherited by whatever the child
+// forks or execs and never removed.
+// - Every child stays in its process group, which the daemon kills when the child ends
+//   (proc::Process, Group::own): nothing it started outlives it, as the service user or as the
+//   job user.
+// - A child doing the cache's work as the service user also hands nothing of the cache to another
+//   process and makes nothing in it that another user could write: a fill's files are the
+//   service user's until the seal makes them root's, and a descriptor open for writing survives
+//   that change of owner. So such a child opens no socket (no descriptor of its files passed to
+//   another process: SCM_RIGHTS needs one, and its only socket is its channel to the daemon, which
+//   takes no descriptor from it), and sets no group or other write bit nor a set-id bit (nobody
+//   else opens its files for writing through a hard link made outside its fill), no extended
+//   attribute (a POSIX ACL would grant the same), no device node or FIFO.
+#pragma once
+
+#include "stagehand/util/result.hpp"
+
+namespace stagehand {
+
+enum class ChildFilter
+{
+  // A job user's work (its own files, as without the daemon): setsid(2), setpgid(2) and clone(2)
+  // with CLONE_PARENT (a process the daemon would have to reap) fail with EPERM, clone3(2) with
+  // ENOSYS (glibc then uses clone), and a system call of another architecture's ABI ends the
+  // process.
+  user_work,
+  // The service user's cache work: all of user_work, and EPERM for socket(2) and connect(2)
+  // (socketcall(2) where the architecture has it), mknod(2) and mknodat(2), the set*xattr calls;
+  // for chmod(2), fchmod(2), fchmodat(2) and fchmodat2(2) with a group or other write bit or a
+  // set-id bit in the mode; for open(2), openat(2) and creat(2) with a set-id bit in the mode; for
+  // umask(2) without group and other write in the mask (the child's umask has them before the
+  // filter). ENOSYS for io_uring_setup(2) (its operations pass no filter) and openat2(2) (its mode
+  // is out of a filter's reach).
+  cache_work,
+};
+
+// Whether this build has the filter: on x86-64, aarch64 and ppc64le (little-endian) it does; on
+// other architectures install_child_filter() filters nothing (the group's kill at the child's end
+// stays, which a process that left the group escapes; the seal still takes a fill's files over).
+bool child_filter_built();
+
+// Installs `filter` for this process and whatever it forks or execs; sets no_new_privs (needed
+// without CAP_SYS_ADMIN). An error when the kernel refuses it; where child_filter_built() is
+// false, ok and nothing done.
+Status install_child_filter(ChildFilter filter);
+
+} // namespace stagehand
