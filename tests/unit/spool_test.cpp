@@ -121,7 +121,7 @@ cache::SpoolPolicy roomy()
 {
   cache::SpoolPolicy p;
   p.max_bytes = 1ULL << 40;
-  p.max_stall = std::chrono::milliseconds(60000); // a loaded test machine must not drop it
+  p.patience.grace = std::chrono::milliseconds(60000); // a loaded test machine must not drop it
   return p;
 }
 
@@ -260,7 +260,7 @@ TEST(Spool, ASpoolTheDiskHoldsBackIsDroppedAndTheJobGetsEveryByte)
   // (50 ms and 5% of its time, all waits together), then goes on without it.
   const std::string content = random_bytes(8 * 1024 * 1024);
   auto policy = roomy();
-  policy.max_stall = std::chrono::milliseconds(50);
+  policy.patience.grace = std::chrono::milliseconds(50);
   auto run = tee_to_disk(content, policy, [](int) { return std::string(); }); // reads nothing
   ASSERT_FALSE(run.timed_out) << "the job's bytes waited for the cache's disk";
   ASSERT_TRUE(run.result) << run.result.error().message;
@@ -274,8 +274,8 @@ TEST(Spool, ADiskThatThrottlesEveryWriteALittleIsDroppedTooWhileAJobWaits)
   // hold the job back by 3.8 s: the spool is dropped once they pass the patience (here 1 s).
   const std::string content = random_bytes(8 * 1024 * 1024);
   auto policy = roomy();
-  policy.max_stall = std::chrono::milliseconds(1000);
-  policy.stall_share = 0.0;
+  policy.patience.grace = std::chrono::milliseconds(1000);
+  policy.patience.share = 0.0;
   auto run = tee_to_disk(content, policy, pausing_disk(std::chrono::milliseconds(30)));
   ASSERT_FALSE(run.timed_out);
   ASSERT_TRUE(run.result) << run.result.error().message;
@@ -287,11 +287,11 @@ TEST(Spool, WithoutADeliveryASlowDiskIsWaitedForAndTheSpoolKeptWhole)
 {
   // Nobody waits for these bytes but the cache (a read for the cache alone, a zip): a disk far
   // slower than the source (20 ms per 64 KiB: 2.6 s, past a patience of 1 s, though no single
-  // write comes near max_stall) keeps the whole spool.
+  // write comes near patience.grace) keeps the whole spool.
   const std::string content = random_bytes(8 * 1024 * 1024);
   auto policy = roomy();
-  policy.max_stall = std::chrono::milliseconds(1000);
-  policy.stall_share = 0.0;
+  policy.patience.grace = std::chrono::milliseconds(1000);
+  policy.patience.share = 0.0;
   auto run = tee_to_disk(content, policy, pausing_disk(std::chrono::milliseconds(20)), false);
   ASSERT_FALSE(run.timed_out);
   ASSERT_TRUE(run.result) << run.result.error().message;
@@ -305,7 +305,7 @@ TEST(Spool, ASlowSourceIsNoStallOfTheSpool)
   // limit of 1 s): the spool's writer waits for bytes, which is not the disk failing to keep up.
   const std::string content = random_bytes(2 * 100000);
   auto policy = roomy();
-  policy.max_stall = std::chrono::milliseconds(1000);
+  policy.patience.grace = std::chrono::milliseconds(1000);
   int p[2];
   ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);
   UniqueFd source(p[0]);
@@ -353,7 +353,7 @@ TEST(Spool, AWriterThatPausesIsNoStallOfTheSpool)
   // delivers nothing): waiting for its next bytes is not the cache's disk failing to keep up.
   const std::string content = random_bytes(3 * 100000);
   auto policy = roomy();
-  policy.max_stall = std::chrono::milliseconds(100);
+  policy.patience.grace = std::chrono::milliseconds(100);
   int p[2];
   int d[2];
   ASSERT_EQ(::pipe2(p, O_CLOEXEC), 0);

@@ -77,7 +77,7 @@ Streamed read_and_fill(const std::string& src, int dest_fd, const std::string& f
   UniqueFd src_fd = open_dir(src);
   std::thread reader([&] {
     // A loaded test machine must not make the cache's side look too slow.
-    out.read = read_tree(src_fd.get(), dest_fd, p[1], max, src, "src", {{1.0, std::chrono::seconds(60)}, progress});
+    out.read = read_tree(src_fd.get(), dest_fd, p[1], max, src, "src", {{std::chrono::seconds(60), 1.0}, progress});
     ::close(p[1]);
   });
   UniqueFd fill_fd = open_dir(fill_dir);
@@ -226,7 +226,7 @@ TEST(TreeRead, ACacheSideSlowerThanTheCopyStopsTheStreamNotTheCopy)
   });
   UniqueFd src = open_dir(d / "src");
   UniqueFd dest = open_dir(d / "dest");
-  auto r = read_tree(src.get(), dest.get(), p[1], 1ULL << 30, d / "src", "src", {{0.05, std::chrono::milliseconds(0)}});
+  auto r = read_tree(src.get(), dest.get(), p[1], 1ULL << 30, d / "src", "src", {{std::chrono::milliseconds(0), 0.05}});
   ::close(p[1]);
   slow.join();
   ASSERT_TRUE(r) << r.error().message;
@@ -252,7 +252,7 @@ TEST(TreeRead, ACacheSideThatHangsNeverHoldsTheCopy)
       UniqueFd src = open_dir(d / "src");
       UniqueFd dest = open_dir(d / "dest");
       auto r = read_tree(src.get(), dest.get(), p[1], 1ULL << 30, d / "src", "src",
-                         {{0.05, std::chrono::milliseconds(300)}});
+                         {{std::chrono::milliseconds(300), 0.05}});
       if (!r) {
         return r.error().message;
       }

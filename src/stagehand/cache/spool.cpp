@@ -31,7 +31,7 @@ struct LaneState
 {
   std::atomic<int> error{0};     // the writer's errno: the spool could not be written
   std::atomic<bool> stop{false}; // dropped: the writer discards the rest and empties the spool
-  std::atomic<bool> stalled{false}; // one write blocked longer than the policy's max_stall
+  std::atomic<bool> stalled{false}; // one write blocked longer than the policy's patience.grace
   std::atomic<std::int64_t> writing_since{0}; // the write under way: when it began (0: none)
   std::atomic<bool> done{false};
 
@@ -165,7 +165,7 @@ public:
       if (const int e = m_spool >= 0 ? m_lane_state->error.load() : 0; e != 0) {
         drop(std::string("the spool could not be written: ") + ::strerror(e));
       }
-      if (m_spool >= 0 && m_lane_state->stalled_by(m_policy.max_stall)) {
+      if (m_spool >= 0 && m_lane_state->stalled_by(m_policy.patience.grace)) {
         drop("the node cache's disk could not keep up");
       }
       const bool spool = m_spool >= 0;
@@ -195,7 +195,7 @@ public:
   }
 
   // Moves `n` bytes out of the pipe `from` into the spool itself, or discards them; one write
-  // blocking longer than max_stall drops the spool.
+  // blocking longer than patience.grace drops the spool.
   Status consume_directly(int from, std::size_t n)
   {
     while (n > 0) {
@@ -217,7 +217,7 @@ public:
       }
       if (m_spool >= 0) {
         m_spooled += static_cast<std::uint64_t>(moved);
-        if (Clock::now() - t0 > m_policy.max_stall) {
+        if (Clock::now() - t0 > m_policy.patience.grace) {
           drop("the node cache's disk could not keep up");
         }
       }
@@ -252,7 +252,7 @@ public:
       m_spooled += static_cast<std::uint64_t>(moved);
       if (m_spooled > m_policy.max_bytes) {
         drop("larger than the node cache");
-      } else if (Clock::now() - t0 > m_policy.max_stall) {
+      } else if (Clock::now() - t0 > m_policy.patience.grace) {
         drop("the node cache's disk could not keep up");
       }
       return static_cast<std::size_t>(moved);
@@ -279,7 +279,7 @@ public:
       data += w;
       n -= static_cast<std::size_t>(w);
     }
-    if (m_spool >= 0 && Clock::now() - t0 > m_policy.max_stall) {
+    if (m_spool >= 0 && Clock::now() - t0 > m_policy.patience.grace) {
       drop("the node cache's disk could not keep up");
     }
   }
@@ -340,7 +340,7 @@ private:
     }
     m_lane_state = std::make_shared<LaneState>();
     try {
-      m_writer = std::thread(write_lane, std::move(rd), std::move(spool), m_policy.max_stall, m_lane_state);
+      m_writer = std::thread(write_lane, std::move(rd), std::move(spool), m_policy.patience.grace, m_lane_state);
     } catch (const std::system_error&) {
       return false;
     }
@@ -357,7 +357,7 @@ private:
     m_lane.reset();
     const bool delivered = delivering();
     while (!m_lane_state->done.load() && (delivered ? patience_left() > Clock::duration::zero()
-                                                    : !m_lane_state->stalled_by(m_policy.max_stall))) {
+                                                    : !m_lane_state->stalled_by(m_policy.patience.grace))) {
       const auto t0 = Clock::now();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       m_waited += Clock::now() - t0;
@@ -377,12 +377,8 @@ private:
     return m_spool >= 0;
   }
 
-  // What is left of the read's patience with the spool: max_stall and stall_share of its time.
-  Clock::duration patience_left() const
-  {
-    const auto share = std::chrono::duration_cast<Clock::duration>((Clock::now() - m_started) * m_policy.stall_share);
-    return std::chrono::duration_cast<Clock::duration>(m_policy.max_stall) + share - m_waited;
-  }
+  // What is left of the read's patience with the spool.
+  Clock::duration patience_left() const { return m_policy.patience.left(Clock::now() - m_started, m_waited); }
 
   // Waits for room in the lane: while a delivery runs, at most what is left of the patience
   // (false when none is left); without one (nobody waits for these bytes but the cache), as long
@@ -392,7 +388,7 @@ private:
     if (!delivering()) {
       struct pollfd room {m_lane.get(), POLLOUT, 0};
       (void)::poll(&room, 1, 50);
-      return !m_lane_state->stalled_by(m_policy.max_stall);
+      return !m_lane_state->stalled_by(m_policy.patience.grace);
     }
     const auto left = patience_left();
     if (left <= Clock::duration::zero()) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "stagehand/archive/counters.hpp"
+#include "stagehand/cache/patience.hpp"
 #include "stagehand/util/result.hpp"
 
 #include <atomic>
@@ -21,10 +22,9 @@ inline constexpr const char* k_spool_name = "spool";
 struct SpoolPolicy
 {
   std::uint64_t max_bytes = 0; // more than this is not spooled (the cache's size)
-  // One spool write blocking longer drops the spool; and while the read delivers, it waits for
-  // the spool's writer at most max_stall and stall_share of its time so far, all waits together.
-  std::chrono::milliseconds max_stall{200};
-  double stall_share = 0.05;
+  // While the read delivers, how long it waits for the spool's writer; without a delivery, one
+  // spool write blocking longer than patience.grace drops the spool.
+  Patience patience;
 };
 
 struct TeeResult

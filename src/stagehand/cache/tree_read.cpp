@@ -92,18 +92,14 @@ private:
   UniqueFd m_pipe_rd, m_pipe_wr; // a large file's data on its way: teed to the stream, moved to the copy
   std::vector<char> m_buf;       // the copy's own buffer once the stream is gone
   Clock::time_point m_started = Clock::now();
-  StreamPatience m_patience;
+  Patience m_patience;
 };
 
-// How much longer the copy may wait for the stream now: what is left of its allowance, which grows
-// by `share` of every second it waits.
+// How much longer the copy may wait for the stream now (0: no longer).
 int TreeReader::patience_ms() const
 {
-  const double waited = std::chrono::duration<double>(m_stream.waited()).count();
-  const double elapsed = std::chrono::duration<double>(Clock::now() - m_started).count();
-  const double allowed = std::chrono::duration<double>(m_patience.grace).count() + elapsed * m_patience.share;
-  const double left = (allowed - waited) / (1.0 - std::min(m_patience.share, 0.5));
-  return left <= 0 ? 0 : static_cast<int>(left * 1000) + 1;
+  const auto left = m_patience.left(Clock::now() - m_started, m_stream.waited());
+  return left <= Clock::duration::zero() ? 0 : static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
 }
 
 // Past its patience the stream stops, and the copy goes on alone.

@@ -7,6 +7,7 @@
 
 #include "stagehand/archive/counters.hpp"
 #include "stagehand/cache/key.hpp"
+#include "stagehand/cache/patience.hpp"
 #include "stagehand/stage/copy.hpp"
 #include "stagehand/util/result.hpp"
 
@@ -22,19 +23,9 @@ struct StreamResult
   bool changed = false;    // a file changed while it was read
 };
 
-// How long the job's copy waits for the cache's stream (its pipe full: the spool's disk slower
-// than the copy): at most `share` of the copy's time, after a first `grace`. Past that the stream
-// stops ("the node cache's disk could not keep up with the job's copy") and the copy goes on
-// alone, as staging without the daemon does; the cache is not filled from it.
-struct StreamPatience
-{
-  double share = 0.05;
-  std::chrono::milliseconds grace{200};
-};
-
 struct TreeReadOptions
 {
-  StreamPatience patience;
+  Patience patience; // with the cache's stream (its pipe full: the spool's disk slower than the copy)
   archive::WorkCounters* progress = nullptr; // when set: follows the copy's bytes and files
 };
 

@@ -28,12 +28,6 @@ namespace stagehand::service {
 
 using nlohmann::json;
 
-namespace {
-
-constexpr std::chrono::milliseconds k_spool_stall{200};
-
-} // namespace
-
 Result<ipc::Child> StageRequest::spawn_delivery(int in_fd, const Delivery& d)
 {
   const stage::DeliverTo to{m_job_fd.get(), d.src->dest, d.room, nullptr};
@@ -400,7 +394,6 @@ Status StageRequest::MissRead::start_tee()
   counters.emplace(std::move(*made));
   cache::SpoolPolicy policy;
   policy.max_bytes = cache_max;
-  policy.max_stall = k_spool_stall;
   const int in_fd = reader ? tree_rd.get() : c.read_fd;
   std::vector<int> keep{in_fd, feed_wr.get(), counters->fd()};
   if (fill) {
