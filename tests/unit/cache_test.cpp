@@ -924,6 +924,9 @@ TEST(CacheStore, ASealRefusesWhatWasLinkedInFromOutsideOrHasANameOutside)
     if (h != "named outside") {
       EXPECT_EQ(st.st_uid, k_other) << "root took over a file that is not the filler's";
       EXPECT_EQ(st.st_mode & 07777, 0666U);
+    } else { // nor is the filler's file outside made root's (a root-owned file where it chose)
+      ASSERT_EQ(::stat(mine.c_str(), &st), 0);
+      EXPECT_EQ(st.st_uid, k_attacker_uid) << "root took over a name outside the fill";
     }
     EXPECT_FALSE(store->lookup(key));
     store->discard(*fill);

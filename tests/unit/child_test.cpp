@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -327,7 +328,7 @@ std::string what_a_child_can_do(const ipc::Credentials& creds, const std::string
     auto err = [](bool ok) { return std::to_string(ok ? 0 : errno); };
     std::string said;
     // A descriptor open for writing, handed to another process (it would survive the seal).
-    UniqueFd file(::openat(kept[0], "data", O_CREAT | O_WRONLY | O_CLOEXEC, 0666));
+    UniqueFd file(::openat(kept[0], "data", O_CREAT | O_WRONLY | O_CLOEXEC, 0644));
     UniqueFd out(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     said += "socket=" + err(out.valid());
     if (out.valid()) {
@@ -349,7 +350,13 @@ std::string what_a_child_can_do(const ipc::Credentials& creds, const std::string
     said += " chmod_setuid=" + err(::fchmod(file.get(), 04755) == 0);
     said += " chmod_plain=" + err(::fchmod(file.get(), 0640) == 0);
     said += " create_setgid=" + err(UniqueFd(::openat(kept[0], "g", O_CREAT | O_WRONLY | O_CLOEXEC, 02755)).valid());
-    said += " umask_0=" + err(::syscall(SYS_umask, 0) >= 0);
+    said += " create_g+w=" + err(UniqueFd(::openat(kept[0], "h", O_CREAT | O_WRONLY | O_CLOEXEC, 0664)).valid());
+    said += " mkdir_o+w=" + err(::mkdirat(kept[0], "d", 0777) == 0);
+    said += " dumpable=" + err(::prctl(PR_SET_DUMPABLE, 1) == 0);
+    said += " ptrace=" + err(::ptrace(PTRACE_PEEKUSER, ::getpid(), nullptr, nullptr) != -1 || errno != EPERM);
+    said += " getfd=" + err(::syscall(__NR_pidfd_getfd, -1, 0, 0) == 0 || errno != EPERM);
+    char* const no_args[] = {nullptr};
+    said += " exec=" + err(::execve("/nonexistent", no_args, no_args) == 0 || errno != EPERM);
     said += " fifo=" + err(::mkfifoat(kept[0], "fifo", 0600) == 0);
     said += " xattr=" + err(::fsetxattr(file.get(), "user.x", "1", 1, 0) == 0 || errno == EOPNOTSUPP);
     // setxattrat(2) (Linux 6.13, 463 on every architecture), bad arguments: anything but EPERM
@@ -389,7 +396,8 @@ TEST(ChildHardening, ACacheChildHandsNoDescriptorOutAndMakesNothingOthersCouldWr
   UniqueFd user_dir = own_dir("user");
   const std::string user = what_a_child_can_do(attacker(), path, user_dir.get());
   for (const char* step : {"socket=0", "connect=0", "handed=0", "chmod_o+w=0", "chmod_g+w=0", "chmod_setuid=0",
-                           "chmod_plain=0", "create_setgid=0", "umask_0=0", "fifo=0", "xattr=0"}) {
+                           "chmod_plain=0", "create_setgid=0", "create_g+w=0", "mkdir_o+w=0", "dumpable=0", "ptrace=0",
+                           "getfd=0", "exec=0", "fifo=0", "xattr=0"}) {
     EXPECT_NE((" " + user + " ").find(std::string(" ") + step + " "), std::string::npos) << step << " in " << user;
   }
   EXPECT_EQ(user.find("xattrat=1"), std::string::npos) << user; // EPERM is the filter's, not the call's
@@ -404,7 +412,8 @@ TEST(ChildHardening, ACacheChildHandsNoDescriptorOutAndMakesNothingOthersCouldWr
   UniqueFd cache_dir = own_dir("cache");
   const std::string filled = what_a_child_can_do(cache, path, cache_dir.get());
   EXPECT_EQ(filled, "socket=1 created=420 io_uring=38 chmod_o+w=1 chmod_g+w=1 chmod_setuid=1 chmod_plain=0 "
-                    "create_setgid=1 umask_0=1 fifo=1 xattr=1 xattrat=1");
+                    "create_setgid=1 create_g+w=1 mkdir_o+w=1 dumpable=1 ptrace=1 getfd=1 exec=1 fifo=1 xattr=1 "
+                    "xattrat=1");
   UniqueFd none(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
   EXPECT_FALSE(none.valid()) << "a cache child reached the listener";
 }

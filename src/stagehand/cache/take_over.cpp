@@ -28,14 +28,18 @@ namespace {
 // view shows them as the job's own, so that a job writes where the archive let its owner write).
 mode_t kept_mode(mode_t mode) { return S_ISDIR(mode) ? (01755 & mode) : (0755 & mode); }
 
-// A name of a file with more than one: counted once per inode at the end, where its names and
-// owners are checked together (the seal's own change of owner may come before a second name's).
+// A name of a file with more than one: counted once per inode at the end, where its names are
+// checked together, and only then taken over (a file with a name outside the fill is left as
+// the filler made it, not given to root).
 struct LinkedName
 {
   std::pair<dev_t, ino_t> id;
   std::uint64_t bytes = 0;
   nlink_t nlink = 0;
-  uid_t owner = 0; // as this name's look found it
+  uid_t owner = 0;
+  mode_t mode = 0;
+  std::string dir; // the directory holding it, below the top
+  std::string name;
   std::string shown;
 };
 using Linked = std::vector<LinkedName>;
@@ -97,32 +101,32 @@ public:
     if (m_failed) {
       return *m_failed;
     }
-    // Per inode: its names inside, whether one look found it the filler's (before the seal gave
-    // it to root), its most names anywhere.
-    struct Inode
-    {
-      nlink_t names = 0;
-      nlink_t nlink = 0;
-      bool fillers = false;
-      const LinkedName* first = nullptr;
-    };
-    std::map<std::pair<dev_t, ino_t>, Inode> inodes;
+    // Per inode: its names inside against its names anywhere.
+    std::map<std::pair<dev_t, ino_t>, std::pair<nlink_t, nlink_t>> inodes;
     for (const auto& name : m_linked) {
-      Inode& i = inodes[name.id];
-      if (!i.first) {
-        i.first = &name;
+      if (name.owner != m_filler) {
+        return not_the_fillers(name.shown, name.owner);
+      }
+      auto [it, first] = inodes.try_emplace(name.id, 0, 0);
+      if (first) {
         m_used += name.bytes; // hard links inside the tree count once
       }
-      ++i.names;
-      i.nlink = std::max(i.nlink, name.nlink);
-      i.fillers = i.fillers || name.owner == m_filler;
+      ++it->second.first;
+      it->second.second = std::max(it->second.second, name.nlink);
     }
-    for (const auto& [id, i] : inodes) {
-      if (!i.fillers) {
-        return not_the_fillers(i.first->shown, i.first->owner);
+    for (const auto& name : m_linked) {
+      const auto& [inside, anywhere] = inodes[name.id];
+      if (anywhere > inside) { // a name outside, which another process may have opened
+        return Error::refused("cannot take over " + name.shown + ": it has a name outside the fill", EPERM);
       }
-      if (i.nlink > i.names) { // a name outside, which another process may have opened
-        return Error::refused("cannot take over " + i.first->shown + ": it has a name outside the fill", EPERM);
+    }
+    for (const auto& name : m_linked) { // every directory root's now: no name changes any more
+      auto dir = fs::open_beneath(m_top, name.dir, O_RDONLY | O_DIRECTORY);
+      if (!dir) {
+        return dir.error();
+      }
+      if (auto st = take_over_name(dir->get(), name.name, name.mode, name.shown); !st) {
+        return st.error();
       }
     }
     return m_used;
@@ -148,7 +152,7 @@ private:
       if (::fstatat(dir->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
         return Error::from_errno("cannot take over " + shown(child));
       }
-      if (st.st_uid != m_filler && (S_ISDIR(st.st_mode) || st.st_nlink == 1)) {
+      if (st.st_uid != m_filler && (S_ISDIR(st.st_mode) || st.st_nlink == 1)) { // (more names: result())
         return not_the_fillers(shown(child), st.st_uid);
       }
       const std::uint64_t bytes = static_cast<std::uint64_t>(st.st_blocks) * 512;
@@ -160,19 +164,25 @@ private:
         add_dir(child);
         continue;
       }
-      if (st.st_nlink > 1) {
-        linked.push_back({{st.st_dev, st.st_ino}, bytes, st.st_nlink, st.st_uid, shown(child)});
-      } else {
-        used += bytes;
+      if (st.st_nlink > 1) { // judged, and taken over, with its other names (result())
+        linked.push_back({{st.st_dev, st.st_ino}, bytes, st.st_nlink, st.st_uid, st.st_mode, rel, name, shown(child)});
+        continue;
       }
-      if (st.st_uid != m_filler) {
-        continue; // another name's look gave it to root already, or it is not the filler's (result())
+      used += bytes;
+      if (auto done = take_over_name(dir->get(), name, st.st_mode, shown(child)); !done) {
+        return done;
       }
-      const mode_t keep = kept_mode(st.st_mode);
-      if (::fchownat(dir->get(), name.c_str(), 0, 0, AT_SYMLINK_NOFOLLOW) != 0 ||
-          (S_ISREG(st.st_mode) && (st.st_mode & 07777) != keep && ::fchmodat(dir->get(), name.c_str(), keep, 0) != 0)) {
-        return Error::from_errno("cannot take over " + shown(child));
-      }
+    }
+    return ok_status();
+  }
+
+  // Root's, by name in a directory of root's (a symlink never followed).
+  static Status take_over_name(int dir_fd, const std::string& name, mode_t mode, const std::string& shown)
+  {
+    const mode_t keep = kept_mode(mode);
+    if (::fchownat(dir_fd, name.c_str(), 0, 0, AT_SYMLINK_NOFOLLOW) != 0 ||
+        (S_ISREG(mode) && (mode & 07777) != keep && ::fchmodat(dir_fd, name.c_str(), keep, 0) != 0)) {
+      return Error::from_errno("cannot take over " + shown);
     }
     return ok_status();
   }

@@ -99,7 +99,10 @@ private:
 int TreeReader::patience_ms() const
 {
   const auto left = m_patience.left(Clock::now() - m_started, m_stream.waited());
-  return left <= Clock::duration::zero() ? 0 : static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
+  if (left <= Clock::duration::zero()) {
+    return 0;
+  }
+  return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(left).count());
 }
 
 // Past its patience the stream stops, and the copy goes on alone.

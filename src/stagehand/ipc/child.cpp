@@ -15,7 +15,6 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -244,11 +243,8 @@ void exit_if_traced(int status_fd, long parent_tracer, SuidDumpable dumpable)
     ::_exit(122);
   }
   // What it forks cannot leave its group, which the parent kills when it ends (proc::Process): no
-  // process it started outlives it. The cache's work also makes nothing others could write (the
-  // filter then refuses a umask without group and other write: set first) and opens no socket.
-  if (creds.filter == ChildFilter::cache_work) {
-    ::umask(::umask(022) | 022);
-  }
+  // process it started outlives it. The cache's work also hands nothing out and makes nothing
+  // others could write.
   if (!install_child_filter(creds.filter)) {
     ::_exit(k_exit_unconfined);
   }

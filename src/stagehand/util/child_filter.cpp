@@ -25,6 +25,9 @@
 #ifndef __NR_openat2
 #define __NR_openat2 437 // Linux 5.6
 #endif
+#ifndef __NR_pidfd_getfd
+#define __NR_pidfd_getfd 438 // Linux 5.6
+#endif
 #ifndef __NR_fchmodat2
 #define __NR_fchmodat2 452 // Linux 6.6
 #endif
@@ -65,15 +68,21 @@ constexpr std::uint32_t k_deny = SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA);
 constexpr std::uint32_t k_nosys = SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA);
 // Bits no file of a cache fill may have: group or other write, set-user-id, set-group-id.
 constexpr std::uint32_t k_shared_bits = S_IWGRP | S_IWOTH | S_ISUID | S_ISGID;
-constexpr std::uint32_t k_setid_bits = S_ISUID | S_ISGID;
-constexpr std::uint32_t k_umask_kept = S_IWGRP | S_IWOTH;
 
 // A filter program in a fixed array: a child forked from the daemon's threads builds it, so
 // nothing is allocated.
 class Program
 {
 public:
-  void add(struct sock_filter f) { m_p[m_n++] = f; }
+  void add(struct sock_filter f)
+  {
+    if (m_n < m_p.size()) {
+      m_p[m_n] = f;
+    }
+    ++m_n; // past the array: full(), and nothing is installed
+  }
+
+  bool full() const { return m_n > m_p.size(); }
 
   // The call `nr` returns `action`.
   void returns(int nr, std::uint32_t action)
@@ -93,13 +102,12 @@ public:
     add(BPF_STMT(BPF_RET | BPF_K, k_allow));
   }
 
-  // The call `nr` fails with EPERM unless its argument `arg` has all of `bits`.
-  void denied_without_all(int nr, unsigned arg, std::uint32_t bits)
+  // The call `nr` fails with EPERM when its argument `arg` is `value`.
+  void denied_when(int nr, unsigned arg, std::uint32_t value)
   {
-    add(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(nr), 0, 5));
+    add(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(nr), 0, 4));
     add(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, arg_offset(arg)));
-    add(BPF_STMT(BPF_ALU | BPF_AND | BPF_K, bits));
-    add(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, bits, 1, 0));
+    add(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, value, 0, 1));
     add(BPF_STMT(BPF_RET | BPF_K, k_deny));
     add(BPF_STMT(BPF_RET | BPF_K, k_allow));
   }
@@ -144,24 +152,30 @@ void stay_in_group(Program& p)
   p.denied_with_any(__NR_clone, 0, CLONE_PARENT);
 }
 
-// The service user's cache work: no socket, nothing made that another user could write.
+// The service user's cache work: no descriptor of its files leaves it, nothing it makes is
+// writable by another user.
 void keep_the_cache_in(Program& p)
 {
+  // No socket to pass a descriptor over.
   p.returns(__NR_socket, k_deny);
   p.returns(__NR_connect, k_deny);
 #ifdef __NR_socketcall
   p.returns(__NR_socketcall, k_deny);
 #endif
+  // No way for a process of the same user to take one: it stays not dumpable (an exec would make
+  // it dumpable again), and takes no other process's either.
+  p.returns(__NR_execve, k_deny);
+  p.returns(__NR_execveat, k_deny);
+  p.denied_when(__NR_prctl, 0, PR_SET_DUMPABLE);
+  p.returns(__NR_ptrace, k_deny);
+  p.returns(__NR_pidfd_getfd, k_deny);
+  p.returns(__NR_process_vm_readv, k_deny);
+  p.returns(__NR_process_vm_writev, k_deny);
+  // Calls whose arguments a filter cannot see.
   p.returns(__NR_io_uring_setup, k_nosys);
   p.returns(__NR_openat2, k_nosys);
-#ifdef __NR_mknod
-  p.returns(__NR_mknod, k_deny);
-#endif
-  p.returns(__NR_mknodat, k_deny);
-  p.returns(__NR_setxattr, k_deny);
-  p.returns(__NR_lsetxattr, k_deny);
-  p.returns(__NR_fsetxattr, k_deny);
-  p.returns(__NR_setxattrat, k_deny);
+  // Nothing made with group or other write or a set-id bit: checked in the mode itself, since a
+  // directory's default ACL overrides the umask (and only the mode bounds what it grants).
 #ifdef __NR_chmod
   p.denied_with_any(__NR_chmod, 1, k_shared_bits);
 #endif
@@ -169,13 +183,25 @@ void keep_the_cache_in(Program& p)
   p.denied_with_any(__NR_fchmodat, 2, k_shared_bits);
   p.denied_with_any(__NR_fchmodat2, 2, k_shared_bits);
 #ifdef __NR_open
-  p.denied_with_any(__NR_open, 2, k_setid_bits);
+  p.denied_with_any(__NR_open, 2, k_shared_bits);
 #endif
 #ifdef __NR_creat
-  p.denied_with_any(__NR_creat, 1, k_setid_bits);
+  p.denied_with_any(__NR_creat, 1, k_shared_bits);
 #endif
-  p.denied_with_any(__NR_openat, 3, k_setid_bits);
-  p.denied_without_all(__NR_umask, 0, k_umask_kept);
+  p.denied_with_any(__NR_openat, 3, k_shared_bits);
+#ifdef __NR_mkdir
+  p.denied_with_any(__NR_mkdir, 1, k_shared_bits);
+#endif
+  p.denied_with_any(__NR_mkdirat, 2, k_shared_bits);
+  // Nor an ACL, nor a device node or FIFO.
+  p.returns(__NR_setxattr, k_deny);
+  p.returns(__NR_lsetxattr, k_deny);
+  p.returns(__NR_fsetxattr, k_deny);
+  p.returns(__NR_setxattrat, k_deny);
+#ifdef __NR_mknod
+  p.returns(__NR_mknod, k_deny);
+#endif
+  p.returns(__NR_mknodat, k_deny);
 }
 
 } // namespace
@@ -190,6 +216,9 @@ Status install_child_filter(ChildFilter filter)
     keep_the_cache_in(p);
   }
   p.add(BPF_STMT(BPF_RET | BPF_K, k_allow));
+  if (p.full()) {
+    return Error::internal("the children's seccomp filter is longer than its program");
+  }
   struct sock_fprog prog = p.prog();
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) != 0) {
     return Error::from_errno("cannot install the children's seccomp filter");

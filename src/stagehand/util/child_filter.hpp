@@ -7,11 +7,13 @@
 // - A child doing the cache's work as the service user also hands nothing of the cache to another
 //   process and makes nothing in it that another user could write: a fill's files are the
 //   service user's until the seal makes them root's, and a descriptor open for writing survives
-//   that change of owner. So such a child opens no socket (no descriptor of its files passed to
-//   another process: SCM_RIGHTS needs one, and its only socket is its channel to the daemon, which
-//   takes no descriptor from it), and sets no group or other write bit nor a set-id bit (nobody
-//   else opens its files for writing through a hard link made outside its fill), no extended
-//   attribute (a POSIX ACL would grant the same), no device node or FIFO.
+//   that change of owner. So such a child opens no socket (SCM_RIGHTS needs one; its only socket
+//   is its channel to the daemon, which takes no descriptor from it), stays not dumpable and
+//   reaches into no other process (so no other child of the service user takes a descriptor of
+//   its), and makes no file or directory with a group or other write bit or a set-id bit (so
+//   nobody else opens one for writing through a name outside its fill), no extended attribute
+//   (a POSIX ACL would grant the same), no device node or FIFO. The seal refuses the rest: a
+//   name the fill did not make, a file with a name outside it (cache/take_over.cpp).
 #pragma once
 
 #include "stagehand/util/result.hpp"
@@ -26,12 +28,12 @@ enum class ChildFilter
   // process.
   user_work,
   // The service user's cache work: all of user_work, and EPERM for socket(2) and connect(2)
-  // (socketcall(2) where the architecture has it), mknod(2) and mknodat(2), the set*xattr calls;
-  // for chmod(2), fchmod(2), fchmodat(2) and fchmodat2(2) with a group or other write bit or a
-  // set-id bit in the mode; for open(2), openat(2) and creat(2) with a set-id bit in the mode; for
-  // umask(2) without group and other write in the mask (the child's umask has them before the
-  // filter). ENOSYS for io_uring_setup(2) (its operations pass no filter) and openat2(2) (its mode
-  // is out of a filter's reach).
+  // (socketcall(2) where the architecture has it); execve(2), execveat(2), prctl(PR_SET_DUMPABLE),
+  // ptrace(2), pidfd_getfd(2), process_vm_readv(2) and process_vm_writev(2); chmod(2),
+  // fchmod(2), fchmodat(2), fchmodat2(2), open(2), openat(2), creat(2), mkdir(2) and mkdirat(2)
+  // with a group or other write bit or a set-id bit in the mode; the set*xattr calls, mknod(2) and
+  // mknodat(2). ENOSYS for io_uring_setup(2) (its operations pass no filter) and openat2(2) (its
+  // mode is out of a filter's reach).
   cache_work,
 };
 
