@@ -8,6 +8,7 @@
 #include "stagehand/util/priority.hpp"
 #include "stagehand/util/process_wait.hpp"
 #include "stagehand/util/child_filter.hpp"
+#include "stagehand/util/landlock.hpp"
 #include "stagehand/util/subprocess.hpp"
 
 #include "common/log_format.hpp"
@@ -142,6 +143,10 @@ void warn_unless_children_confined()
     spdlog::error("the kernel refuses the seccomp filter that keeps a child's processes in its group (a kernel "
                   "without CONFIG_SECCOMP_FILTER?): the children that do users' and the cache's work will refuse to "
                   "run; jobs stage without the cache and --stage-out results stay on the node");
+  }
+  if (!writes_confinable()) {
+    spdlog::warn("no Landlock (ABI 2: Linux 5.19 with landlock in lsm=, and its calls allowed): the cache's fill "
+                 "children are not confined to writing beneath their fill directory (docs/known-limits.md)");
   }
 }
 

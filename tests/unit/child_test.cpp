@@ -3,6 +3,7 @@
 #include "stagehand/ipc/child.hpp"
 #include "stagehand/util/child_filter.hpp"
 #include "stagehand/util/cpu_list.hpp"
+#include "stagehand/util/landlock.hpp"
 #include "stagehand/util/priority.hpp"
 #include "stagehand/util/process_wait.hpp"
 #include "stagehand/util/subprocess.hpp"
@@ -416,6 +417,60 @@ TEST(ChildHardening, ACacheChildHandsNoDescriptorOutAndMakesNothingOthersCouldWr
                     "xattrat=1");
   UniqueFd none(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
   EXPECT_FALSE(none.valid()) << "a cache child reached the listener";
+}
+
+// Where the kernel has Landlock (ABI 2), a cache child makes, links, renames and writes nothing
+// outside the directories it was given (its fill): no second name elsewhere for a file of its fill,
+// which another process of the service user could open for writing, and no write into a file it
+// reaches through such a name. Inside, everything a fill does works.
+TEST(ChildHardening, ACacheChildWritesNowhereButBeneathItsFill)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  if (!writes_confinable()) {
+    GTEST_SKIP() << "SKIPPED LOUDLY: this kernel has no Landlock ABI 2 (Linux 5.19, landlock in lsm=)";
+  }
+  TempDir d;
+  for (const char* name : {"fill", "elsewhere"}) {
+    ASSERT_EQ(::mkdir((d / name).c_str(), 0700), 0);
+    ASSERT_EQ(::chown((d / name).c_str(), k_attacker_uid, k_attacker_gid), 0);
+  }
+  write_file(d / "elsewhere/own", "the service user's own file, elsewhere");
+  ASSERT_EQ(::chown((d / "elsewhere/own").c_str(), k_attacker_uid, k_attacker_gid), 0);
+  UniqueFd fill(::open((d / "fill").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  const std::string elsewhere = d / "elsewhere";
+  auto run = [&](ChildFilter filter) {
+    ipc::Credentials creds = attacker();
+    creds.filter = filter;
+    auto child = ipc::spawn_as(creds, {fill.get()}, [&](int sock, const std::vector<int>& kept) {
+      auto err = [](bool ok) { return std::to_string(ok ? 0 : errno); };
+      const int in = kept[0];
+      const std::string f = filter == ChildFilter::cache_work ? "c" : "u";
+      std::string said = "inside=" + err(UniqueFd(::openat(in, f.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644)).valid() &&
+                                         ::mkdirat(in, (f + "d").c_str(), 0755) == 0 &&
+                                         ::linkat(in, f.c_str(), in, (f + "d/hard").c_str(), 0) == 0 &&
+                                         ::renameat(in, (f + "d/hard").c_str(), in, (f + "moved").c_str()) == 0 &&
+                                         ::unlinkat(in, (f + "moved").c_str(), 0) == 0);
+      said += " null=" + err(UniqueFd(::open("/dev/null", O_WRONLY | O_CLOEXEC)).valid());
+      said += " link_out=" + err(::linkat(in, f.c_str(), AT_FDCWD, (elsewhere + "/" + f + "link").c_str(), 0) == 0);
+      said += " create_out=" + err(UniqueFd(::open((elsewhere + "/" + f + "new").c_str(),
+                                                   O_CREAT | O_WRONLY | O_CLOEXEC, 0644)).valid());
+      said += " write_out=" + err(UniqueFd(::open((elsewhere + "/own").c_str(), O_WRONLY | O_CLOEXEC)).valid());
+      said += " read_out=" + err(UniqueFd(::open((elsewhere + "/own").c_str(), O_RDONLY | O_CLOEXEC)).valid());
+      (void)ipc::send_message(sock, said);
+      return 0;
+    });
+    if (!child) {
+      return "spawn: " + child.error().message;
+    }
+    auto msg = ipc::receive_message(child->sock(), 10s);
+    (void)child->wait();
+    return msg ? msg->text : "no word: " + msg.error().message;
+  };
+  // A job user's child: the same steps all work (the test's attacks are real).
+  EXPECT_EQ(run(ChildFilter::user_work), "inside=0 null=0 link_out=0 create_out=0 write_out=0 read_out=0");
+  EXPECT_EQ(run(ChildFilter::cache_work),
+            "inside=0 null=0 link_out=" + std::to_string(EACCES) + " create_out=" + std::to_string(EACCES) +
+              " write_out=" + std::to_string(EACCES) + " read_out=0");
 }
 
 TEST(ChildHardening, ATracerAttachedWhileTheUidChangesIsRefused)

@@ -4,6 +4,7 @@
 
 #include "stagehand/proto/frame.hpp"
 #include "stagehand/util/cpu_list.hpp"
+#include "stagehand/util/landlock.hpp"
 #include "stagehand/util/priority.hpp"
 #include "stagehand/util/process_wait.hpp"
 
@@ -15,6 +16,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -207,6 +209,19 @@ void exit_if_traced(int status_fd, long parent_tracer, SuidDumpable dumpable)
   ::_exit(rc);
 }
 
+// The directories among a child's descriptors.
+std::vector<int> kept_dirs(const std::vector<int>& kept)
+{
+  std::vector<int> dirs;
+  for (int fd : kept) {
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+      dirs.push_back(fd);
+    }
+  }
+  return dirs;
+}
+
 [[noreturn]] void child_main(const Credentials& creds, int sock, const std::vector<int>& keep, const ChildBody& body,
                              pid_t parent, const ChildHooks& hooks)
 {
@@ -244,7 +259,11 @@ void exit_if_traced(int status_fd, long parent_tracer, SuidDumpable dumpable)
   }
   // What it forks cannot leave its group, which the parent kills when it ends (proc::Process): no
   // process it started outlives it. The cache's work also hands nothing out and makes nothing
-  // others could write.
+  // others could write, and (where the kernel has Landlock) writes nowhere but beneath the
+  // directories it was given: its fill's.
+  if (creds.filter == ChildFilter::cache_work && !confine_writes(kept_dirs(kept))) {
+    ::_exit(k_exit_unconfined);
+  }
   if (!install_child_filter(creds.filter)) {
     ::_exit(k_exit_unconfined);
   }
@@ -343,7 +362,8 @@ Result<int> child_ending(const proc::Ended& ended, const std::string& who)
                           EPERM);
   case k_exit_unconfined:
     return Error::refused(who + ": the kernel refused the seccomp filter that keeps what it forks in its process "
-                                "group (a kernel without CONFIG_SECCOMP_FILTER?): refused to run the work",
+                                "group (a kernel without CONFIG_SECCOMP_FILTER?), or its Landlock rules: refused to "
+                                "run the work",
                           EPERM);
   case k_exit_traced:
     return Error::refused(who + ": a tracer attached while it changed to the user's uid: refused to run user work",

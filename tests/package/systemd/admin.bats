@@ -423,6 +423,9 @@ EOF
   grep -Eq "job $hit: $WORKDIR/data/tree\.tar\.gz \(cache hit\): [0-9.]+ s: identified in [0-9.]+ s, found in [0-9.]+ s, linked in [0-9.]+ s\$" <<<"$log"
   grep -Eq "reloaded $CONFIG\$" <<<"$log"
   grep -Eq "SIGTERM: stopping\$" <<<"$log"
+  # Under the unit the children's seccomp filter and the fills' Landlock rules are both taken
+  # (the cache hit above was filled by a child confined so).
+  [ "$(grep -Ec "refuses the seccomp filter|no Landlock" <<<"$log")" = 0 ]
   # systemd's own view: Type=notify reached, no failed start.
   [ "$(systemctl show -p NRestarts --value stagehandd)" = 0 ]
   [ "$(systemctl show -p Result --value stagehandd)" = success ]
