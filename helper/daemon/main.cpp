@@ -136,15 +136,22 @@ void warn_unless_children_confined()
                  "and then outlive the child; a cache fill's child may open sockets");
     return;
   }
-  auto probe = proc::Process::start("a probe of seccomp", proc::Group::shared,
-                                    [] { ::_exit(install_child_filter(ChildFilter::cache_work) ? 0 : 1); });
+  // As a cache child confines itself (no directory to write beneath: it writes nothing after).
+  auto probe = proc::Process::start("a probe of seccomp and Landlock", proc::Group::shared, [] {
+    auto confined = confine_writes({});
+    if (!install_child_filter(ChildFilter::cache_work) || !confined) {
+      ::_exit(1);
+    }
+    ::_exit(*confined == WritesConfined::confined ? 0 : 2);
+  });
   auto ended = probe ? probe->wait(std::nullopt) : Result<proc::Ended>(probe.error());
-  if (!ended || !ended->succeeded()) {
+  const bool no_landlock = ended && ended->exit_code() == 2;
+  if (!ended || (!ended->succeeded() && !no_landlock)) {
     spdlog::error("the kernel refuses the seccomp filter that keeps a child's processes in its group (a kernel "
                   "without CONFIG_SECCOMP_FILTER?): the children that do users' and the cache's work will refuse to "
                   "run; jobs stage without the cache and --stage-out results stay on the node");
   }
-  if (!writes_confinable()) {
+  if (no_landlock) {
     spdlog::warn("no Landlock (ABI 2: Linux 5.19 with landlock in lsm=, and its calls allowed): the cache's fill "
                  "children are not confined to writing beneath their fill directory (docs/known-limits.md)");
   }

@@ -101,38 +101,71 @@ public:
     if (m_failed) {
       return *m_failed;
     }
-    // Per inode: its names inside against its names anywhere.
-    std::map<std::pair<dev_t, ino_t>, std::pair<nlink_t, nlink_t>> inodes;
-    for (const auto& name : m_linked) {
-      if (name.owner != m_filler) {
-        return not_the_fillers(name.shown, name.owner);
-      }
-      auto [it, first] = inodes.try_emplace(name.id, 0, 0);
-      if (first) {
-        m_used += name.bytes; // hard links inside the tree count once
-      }
-      ++it->second.first;
-      it->second.second = std::max(it->second.second, name.nlink);
+    auto inside = linked_inside();
+    if (!inside) {
+      return inside.error();
     }
-    for (const auto& name : m_linked) {
-      const auto& [inside, anywhere] = inodes[name.id];
-      if (anywhere > inside) { // a name outside, which another process may have opened
-        return Error::refused("cannot take over " + name.shown + ": it has a name outside the fill", EPERM);
-      }
-    }
-    for (const auto& name : m_linked) { // every directory root's now: no name changes any more
-      auto dir = fs::open_beneath(m_top, name.dir, O_RDONLY | O_DIRECTORY);
-      if (!dir) {
-        return dir.error();
-      }
-      if (auto st = take_over_name(dir->get(), name.name, name.mode, name.shown); !st) {
-        return st.error();
-      }
+    if (auto st = take_over_linked(*inside); !st) {
+      return st.error();
     }
     return m_used;
   }
 
 private:
+  using NamesInside = std::map<std::pair<dev_t, ino_t>, nlink_t>;
+
+  // The files with several names: each the filler's, with no name outside the fill; how many
+  // names each has inside. Each counts once in what the tree occupies.
+  Result<NamesInside> linked_inside()
+  {
+    NamesInside inside;
+    std::map<std::pair<dev_t, ino_t>, nlink_t> anywhere;
+    for (const auto& name : m_linked) {
+      if (name.owner != m_filler) {
+        return not_the_fillers(name.shown, name.owner);
+      }
+      if (++inside[name.id] == 1) {
+        m_used += name.bytes;
+      }
+      anywhere[name.id] = std::max(anywhere[name.id], name.nlink);
+    }
+    for (const auto& name : m_linked) {
+      if (anywhere[name.id] > inside[name.id]) { // a name outside, which another process may have opened
+        return Error::refused("cannot take over " + name.shown + ": it has a name outside the fill", EPERM);
+      }
+    }
+    return inside;
+  }
+
+  // Every directory is root's now: no name inside changes. Each name taken over, then looked at
+  // again: a name added outside meanwhile (through a directory of the fill held open) shows in its
+  // count, and once the file is root's nobody else can add one (protected_hardlinks).
+  Status take_over_linked(NamesInside& inside)
+  {
+    for (int pass = 0; pass < 2; ++pass) {
+      for (const auto& name : m_linked) {
+        auto dir = fs::open_beneath(m_top, name.dir, O_RDONLY | O_DIRECTORY);
+        if (!dir) {
+          return dir.error();
+        }
+        if (pass == 0) {
+          if (auto st = take_over_name(dir->get(), name.name, name.mode, name.shown); !st) {
+            return st;
+          }
+          continue;
+        }
+        struct stat now {};
+        if (::fstatat(dir->get(), name.name.c_str(), &now, AT_SYMLINK_NOFOLLOW) != 0) {
+          return Error::from_errno("cannot take over " + name.shown);
+        }
+        if (now.st_uid != 0 || std::make_pair(now.st_dev, now.st_ino) != name.id || now.st_nlink != inside[name.id]) {
+          return Error::refused("cannot take over " + name.shown + ": a name was added outside the fill", EPERM);
+        }
+      }
+    }
+    return ok_status();
+  }
+
   // What the directory `rel` (root's already, so no name in it can be swapped any more) holds:
   // each name changed in place (a symlink never followed), each directory through its own fd, then
   // queued for its contents.

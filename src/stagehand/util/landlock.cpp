@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
 
 #ifndef __NR_landlock_create_ruleset
@@ -77,17 +78,17 @@ Result<WritesConfined> confine_writes(std::span<const int> dirs)
     return unavailable(errno) ? Result<WritesConfined>(WritesConfined::unavailable)
                               : Result<WritesConfined>(Error::from_errno("landlock: the ruleset"));
   }
-  for (int dir : dirs) {
-    if (auto st = add_beneath(ruleset.get(), dir, k_tree_writes | truncate); !st) {
-      return st.error();
-    }
-  }
   UniqueFd null(::open("/dev/null", O_PATH | O_CLOEXEC));
   if (!null.valid()) {
     return Error::from_errno("landlock: /dev/null");
   }
-  if (auto st = add_beneath(ruleset.get(), null.get(), k_file_writes | truncate); !st) {
-    return st.error();
+  Status added = add_beneath(ruleset.get(), null.get(), k_file_writes | truncate);
+  for (std::size_t i = 0; added && i < dirs.size(); ++i) {
+    added = add_beneath(ruleset.get(), dirs[i], k_tree_writes | truncate);
+  }
+  if (!added) { // (EPERM: a seccomp filter that lets the ruleset be made, not filled)
+    return unavailable(added.error().code) ? Result<WritesConfined>(WritesConfined::unavailable)
+                                           : Result<WritesConfined>(added.error());
   }
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
     return Error::from_errno("landlock: no_new_privs");

@@ -20,7 +20,8 @@ enum class WritesConfined { confined, unavailable };
 // Threads started before are not confined: call it before any.
 Result<WritesConfined> confine_writes(std::span<const int> dirs);
 
-// Whether this kernel would confine them (Landlock ABI 2 or later): for the daemon's word at start.
+// Whether this kernel has what confine_writes needs (Landlock ABI 2 or later), whatever a
+// seccomp filter allows of it: for tests.
 bool writes_confinable();
 
 } // namespace stagehand

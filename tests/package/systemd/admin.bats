@@ -423,9 +423,17 @@ EOF
   grep -Eq "job $hit: $WORKDIR/data/tree\.tar\.gz \(cache hit\): [0-9.]+ s: identified in [0-9.]+ s, found in [0-9.]+ s, linked in [0-9.]+ s\$" <<<"$log"
   grep -Eq "reloaded $CONFIG\$" <<<"$log"
   grep -Eq "SIGTERM: stopping\$" <<<"$log"
-  # Under the unit the children's seccomp filter and the fills' Landlock rules are both taken
-  # (the cache hit above was filled by a child confined so).
-  [ "$(grep -Ec "refuses the seccomp filter|no Landlock" <<<"$log")" = 0 ]
+  # Under the unit the children's seccomp filter is taken and, where the kernel has Landlock ABI 2
+  # (Linux 5.19, landlock in lsm=), the fills' Landlock rules too: the cache hit above was filled
+  # by a child confined so.
+  [ "$(grep -c "refuses the seccomp filter" <<<"$log")" = 0 ]
+  local abi
+  abi=$(python3 -c 'import ctypes; print(ctypes.CDLL(None).syscall(444, None, 0, 1))')
+  if [ "$abi" -ge 2 ]; then
+    [ "$(grep -c "no Landlock" <<<"$log")" = 0 ]
+  else
+    note "this kernel has no Landlock ABI 2 ($abi): the daemon's warning is expected, not checked"
+  fi
   # systemd's own view: Type=notify reached, no failed start.
   [ "$(systemctl show -p NRestarts --value stagehandd)" = 0 ]
   [ "$(systemctl show -p Result --value stagehandd)" = success ]
