@@ -963,60 +963,6 @@ TEST(CacheStore, ASealRefusesAFilesystemMountedInTheFillAndLeavesItsOwner)
   EXPECT_EQ(st.st_uid, k_attacker_uid) << "the mounted filesystem's root was taken over";
 }
 
-// A filler's process that outlives it (as without Landlock another compromised fill could) holds
-// a directory of the fill and keeps giving a file with two names there a third name outside, and
-// taking it away: whatever the seal decides, a published file has no name outside, and being
-// root's now, it can get none.
-TEST(CacheStore, ASealRacedByALinkerOutsideNeverPublishesAFileWithANameOutside)
-{
-  STAGEHAND_REQUIRE_ROOT();
-  TempDir d;
-  const std::string shared = d / "shared";
-  ASSERT_EQ(::mkdir(shared.c_str(), 0777), 0);
-  ASSERT_EQ(::chmod(shared.c_str(), 01777), 0);
-  auto store = Store::open(d / "cache");
-  ASSERT_TRUE(store) << store.error().message;
-  int published = 0;
-  int refused = 0;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-  for (int k = 0; k < 12 || std::chrono::steady_clock::now() < until; ++k) {
-    char key_text[65];
-    std::snprintf(key_text, sizeof key_text, "%064x", k);
-    const std::string key = key_text;
-    auto fill = store->begin_fill(key, k_attacker_uid, k_attacker_gid);
-    ASSERT_TRUE(fill) << fill.error().message;
-    const int dir = fill->dir.get();
-    ASSERT_EQ(run_as_attacker([&] {
-                return ::mkdirat(dir, "data", 0755) == 0 && ::mkdirat(dir, "data/sub", 0755) == 0 &&
-                       ::close(::openat(dir, "data/sub/f", O_CREAT | O_WRONLY, 0644)) == 0 &&
-                       ::linkat(dir, "data/sub/f", dir, "data/sub/g", 0) == 0;
-              }),
-              0);
-    UniqueFd sub(::openat(dir, "data/sub", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    const std::string out = shared + "/out" + std::to_string(k);
-    const int sub_fd = sub.get();
-    pid_t racer = start_attacker_loop([sub_fd, out] {
-      ::linkat(sub_fd, "f", AT_FDCWD, out.c_str(), 0);
-      ::unlink(out.c_str());
-    });
-    auto pub = store->publish(*fill, copied_dir(key, "/src/linked"));
-    stop_child(racer);
-    if (pub) {
-      ++published;
-      struct stat st {};
-      ASSERT_EQ(::stat((d / ("cache/entries/" + key + "/data/sub/f")).c_str(), &st), 0);
-      EXPECT_EQ(st.st_uid, 0U);
-      EXPECT_EQ(st.st_nlink, 2U) << "published with a name outside (" << out << ")";
-    } else {
-      ++refused;
-      EXPECT_EQ(pub.error().code, EPERM) << pub.error().message;
-      store->discard(*fill);
-    }
-    ::unlink(out.c_str());
-  }
-  std::printf("linked-file seals raced: %d published, %d refused\n", published, refused);
-}
-
 // The filler races the seal: in a loop it swaps a file for a symlink to its own file outside the
 // fill, and a directory for a symlink to its own directory outside, through the fill's directory
 // fd (as a lingering fill child would hold it). Root must change the owner or mode of nothing

@@ -320,6 +320,17 @@ TEST(ChildHardening, WhatAChildForksCannotLeaveItsGroupAndEndsWithIt)
   EXPECT_EQ(::read(rd.get(), &c, 1), 0);
 }
 
+// What a child said in its one message (or why it said nothing), once it has ended.
+std::string word_of(Result<ipc::Child>& child)
+{
+  if (!child) {
+    return "spawn: " + child.error().message;
+  }
+  auto msg = ipc::receive_message(child->sock(), 10s);
+  (void)child->wait();
+  return msg ? msg->text : "no word: " + msg.error().message;
+}
+
 // What a child of the given filter could do to hand a file of its out, or to let another user
 // write it: "errno of each step", 0 where the step worked. `listener` is a Unix socket another
 // process listens on (the attacker's job, say); `dir` a directory of the child's own.
@@ -366,12 +377,7 @@ std::string what_a_child_can_do(const ipc::Credentials& creds, const std::string
     (void)ipc::send_message(sock, said);
     return 0;
   });
-  if (!child) {
-    return "spawn: " + child.error().message;
-  }
-  auto msg = ipc::receive_message(child->sock(), 10s);
-  (void)child->wait();
-  return msg ? msg->text : "no word: " + msg.error().message;
+  return word_of(child);
 }
 
 TEST(ChildHardening, ACacheChildHandsNoDescriptorOutAndMakesNothingOthersCouldWrite)
@@ -459,12 +465,7 @@ TEST(ChildHardening, ACacheChildWritesNowhereButBeneathItsFill)
       (void)ipc::send_message(sock, said);
       return 0;
     });
-    if (!child) {
-      return "spawn: " + child.error().message;
-    }
-    auto msg = ipc::receive_message(child->sock(), 10s);
-    (void)child->wait();
-    return msg ? msg->text : "no word: " + msg.error().message;
+    return word_of(child);
   };
   // A job user's child: the same steps all work (the test's attacks are real).
   EXPECT_EQ(run(ChildFilter::user_work), "inside=0 null=0 link_out=0 create_out=0 write_out=0 read_out=0");

@@ -93,24 +93,10 @@ public:
 
   // The call `nr` fails with EPERM when its argument `arg` (the low word: every architecture here
   // is little-endian) has any of `bits`.
-  void denied_with_any(int nr, unsigned arg, std::uint32_t bits)
-  {
-    add(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(nr), 0, 4));
-    add(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, arg_offset(arg)));
-    add(BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, bits, 0, 1));
-    add(BPF_STMT(BPF_RET | BPF_K, k_deny));
-    add(BPF_STMT(BPF_RET | BPF_K, k_allow));
-  }
+  void denied_with_any(int nr, unsigned arg, std::uint32_t bits) { denied_if(nr, arg, BPF_JSET, bits); }
 
   // The call `nr` fails with EPERM when its argument `arg` is `value`.
-  void denied_when(int nr, unsigned arg, std::uint32_t value)
-  {
-    add(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(nr), 0, 4));
-    add(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, arg_offset(arg)));
-    add(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, value, 0, 1));
-    add(BPF_STMT(BPF_RET | BPF_K, k_deny));
-    add(BPF_STMT(BPF_RET | BPF_K, k_allow));
-  }
+  void denied_when(int nr, unsigned arg, std::uint32_t value) { denied_if(nr, arg, BPF_JEQ, value); }
 
   struct sock_fprog prog()
   {
@@ -121,6 +107,16 @@ public:
   }
 
 private:
+  // `nr` with its argument `arg` tested by `test` (BPF_JSET, BPF_JEQ) against `k`: EPERM when true.
+  void denied_if(int nr, unsigned arg, std::uint16_t test, std::uint32_t k)
+  {
+    add(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<std::uint32_t>(nr), 0, 4));
+    add(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, arg_offset(arg)));
+    add(BPF_JUMP(BPF_JMP | test | BPF_K, k, 0, 1));
+    add(BPF_STMT(BPF_RET | BPF_K, k_deny));
+    add(BPF_STMT(BPF_RET | BPF_K, k_allow));
+  }
+
   static std::uint32_t arg_offset(unsigned arg)
   {
     return static_cast<std::uint32_t>(offsetof(struct seccomp_data, args) + arg * sizeof(std::uint64_t));
@@ -152,56 +148,63 @@ void stay_in_group(Program& p)
   p.denied_with_any(__NR_clone, 0, CLONE_PARENT);
 }
 
+// The service user's cache work refuses (EPERM)...
+constexpr int k_cache_denied[] = {
+  // ...a socket to pass a descriptor over;
+  __NR_socket, __NR_connect,
+#ifdef __NR_socketcall
+  __NR_socketcall,
+#endif
+  // ...a way for a process of the same user to take one: it stays not dumpable (an exec would
+  // make it dumpable again; prctl(PR_SET_DUMPABLE) below) and takes no other process's either;
+  __NR_execve, __NR_execveat, __NR_ptrace, __NR_pidfd_getfd, __NR_process_vm_readv, __NR_process_vm_writev,
+  // ...an ACL (which grants what a mode would), a device node or FIFO.
+  __NR_setxattr, __NR_lsetxattr, __NR_fsetxattr, __NR_setxattrat,
+#ifdef __NR_mknod
+  __NR_mknod,
+#endif
+  __NR_mknodat};
+
+// Calls whose arguments a filter cannot see: ENOSYS, as on a kernel without them.
+constexpr int k_cache_unseen[] = {__NR_io_uring_setup, __NR_openat2};
+
+// Calls given a mode, and which argument it is: refused with group or other write or a set-id
+// bit in it (the mode itself, since a directory's default ACL overrides the umask, and only the
+// mode bounds what it grants).
+struct ModeArg
+{
+  int nr;
+  unsigned arg;
+};
+constexpr ModeArg k_cache_modes[] = {
+#ifdef __NR_chmod
+  {__NR_chmod, 1},
+#endif
+#ifdef __NR_open
+  {__NR_open, 2},
+#endif
+#ifdef __NR_creat
+  {__NR_creat, 1},
+#endif
+#ifdef __NR_mkdir
+  {__NR_mkdir, 1},
+#endif
+  {__NR_fchmod, 1}, {__NR_fchmodat, 2}, {__NR_fchmodat2, 2}, {__NR_openat, 3}, {__NR_mkdirat, 2}};
+
 // The service user's cache work: no descriptor of its files leaves it, nothing it makes is
 // writable by another user.
 void keep_the_cache_in(Program& p)
 {
-  // No socket to pass a descriptor over.
-  p.returns(__NR_socket, k_deny);
-  p.returns(__NR_connect, k_deny);
-#ifdef __NR_socketcall
-  p.returns(__NR_socketcall, k_deny);
-#endif
-  // No way for a process of the same user to take one: it stays not dumpable (an exec would make
-  // it dumpable again), and takes no other process's either.
-  p.returns(__NR_execve, k_deny);
-  p.returns(__NR_execveat, k_deny);
+  for (int nr : k_cache_denied) {
+    p.returns(nr, k_deny);
+  }
   p.denied_when(__NR_prctl, 0, PR_SET_DUMPABLE);
-  p.returns(__NR_ptrace, k_deny);
-  p.returns(__NR_pidfd_getfd, k_deny);
-  p.returns(__NR_process_vm_readv, k_deny);
-  p.returns(__NR_process_vm_writev, k_deny);
-  // Calls whose arguments a filter cannot see.
-  p.returns(__NR_io_uring_setup, k_nosys);
-  p.returns(__NR_openat2, k_nosys);
-  // Nothing made with group or other write or a set-id bit: checked in the mode itself, since a
-  // directory's default ACL overrides the umask (and only the mode bounds what it grants).
-#ifdef __NR_chmod
-  p.denied_with_any(__NR_chmod, 1, k_shared_bits);
-#endif
-  p.denied_with_any(__NR_fchmod, 1, k_shared_bits);
-  p.denied_with_any(__NR_fchmodat, 2, k_shared_bits);
-  p.denied_with_any(__NR_fchmodat2, 2, k_shared_bits);
-#ifdef __NR_open
-  p.denied_with_any(__NR_open, 2, k_shared_bits);
-#endif
-#ifdef __NR_creat
-  p.denied_with_any(__NR_creat, 1, k_shared_bits);
-#endif
-  p.denied_with_any(__NR_openat, 3, k_shared_bits);
-#ifdef __NR_mkdir
-  p.denied_with_any(__NR_mkdir, 1, k_shared_bits);
-#endif
-  p.denied_with_any(__NR_mkdirat, 2, k_shared_bits);
-  // Nor an ACL, nor a device node or FIFO.
-  p.returns(__NR_setxattr, k_deny);
-  p.returns(__NR_lsetxattr, k_deny);
-  p.returns(__NR_fsetxattr, k_deny);
-  p.returns(__NR_setxattrat, k_deny);
-#ifdef __NR_mknod
-  p.returns(__NR_mknod, k_deny);
-#endif
-  p.returns(__NR_mknodat, k_deny);
+  for (int nr : k_cache_unseen) {
+    p.returns(nr, k_nosys);
+  }
+  for (const auto& m : k_cache_modes) {
+    p.denied_with_any(m.nr, m.arg, k_shared_bits);
+  }
 }
 
 } // namespace
