@@ -451,8 +451,8 @@ TEST(ChildHardening, ACacheChildWritesNowhereButBeneathItsFill)
       auto err = [](bool ok) { return std::to_string(ok ? 0 : errno); };
       const int in = kept[0];
       const std::string f = filter == ChildFilter::cache_work ? "c" : "u";
-      std::string said = "inside=" + err(UniqueFd(::openat(in, f.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644)).valid() &&
-                                         ::mkdirat(in, (f + "d").c_str(), 0755) == 0 &&
+      const bool made = UniqueFd(::openat(in, f.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644)).valid();
+      std::string said = "inside=" + err(made && ::mkdirat(in, (f + "d").c_str(), 0755) == 0 &&
                                          ::linkat(in, f.c_str(), in, (f + "d/hard").c_str(), 0) == 0 &&
                                          ::renameat(in, (f + "d/hard").c_str(), in, (f + "moved").c_str()) == 0 &&
                                          ::unlinkat(in, (f + "moved").c_str(), 0) == 0);
