@@ -93,10 +93,10 @@ ChildHooks& child_hooks();
 // on /dev/null, a core size of 0, at most k_child_memory more memory than it inherits, the
 // parent-death signal set to SIGKILL, and its own process group (led by it, so Child::kill
 // reaches what it forks), which neither it nor what it forks can leave (creds.filter, installed
-// after the drop) and which is killed when it ends
-// (Child::wait): nothing it started outlives it. It refuses to run body when fs.suid_dumpable is 1 or a tracer attached
-// while it changed uid (only root could attach before; only the user in that window). The child
-// must not log: it exits with body's return value.
+// after the drop) and which is killed when it ends (Child::wait): nothing it started outlives it.
+// It refuses to run body when fs.suid_dumpable is 1 or a tracer attached while it changed uid
+// (only root could attach before; only the user in that window). The child must not log: it
+// exits with body's return value.
 using ChildBody = std::function<int(int sock, const std::vector<int>& kept)>;
 Result<Child> spawn_as(const Credentials& creds, const std::vector<int>& keep, const ChildBody& body);
 
