@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -127,33 +128,39 @@ int serve(daemon::Daemon& d, UniqueFd listen, int signal_fd)
   return 0;
 }
 
+// How a probe child that confines itself as a child would ended: 0 confined, 2 without Landlock
+// (that is all), anything else refused.
+int probe(const char* what, const std::function<int()>& confine)
+{
+  auto started = proc::Process::start(what, proc::Group::shared, [&] { ::_exit(confine()); });
+  auto ended = started ? started->wait(std::nullopt) : Result<proc::Ended>(started.error());
+  return ended ? ended->exit_code().value_or(1) : 1;
+}
+
 // Once at start, what each child for a user's or the cache's work will find: whether the kernel
-// takes the children's filter (without it those children refuse).
+// takes the children's filter (without it those children refuse), and whether the cache's fill
+// children can confine their writes with Landlock (without it they run unconfined).
 void warn_unless_children_confined()
 {
   if (!child_filter_built()) {
     spdlog::warn("no seccomp filter for this architecture: what a child forks may leave its process group, "
-                 "and then outlive the child; a cache fill's child may open sockets");
-    return;
-  }
-  // As a cache child confines itself (no directory to write beneath: it writes nothing after).
-  auto probe = proc::Process::start("a probe of seccomp and Landlock", proc::Group::shared, [] {
-    auto confined = confine_writes({});
-    if (!install_child_filter(ChildFilter::cache_work) || !confined) {
-      ::_exit(1);
-    }
-    ::_exit(*confined == WritesConfined::confined ? 0 : 2);
-  });
-  auto ended = probe ? probe->wait(std::nullopt) : Result<proc::Ended>(probe.error());
-  const bool no_landlock = ended && ended->exit_code() == 2;
-  if (!ended || (!ended->succeeded() && !no_landlock)) {
+                 "and then outlive the child; the cache's fill children are not filtered either");
+  } else if (probe("a probe of seccomp", [] { return install_child_filter(ChildFilter::cache_work) ? 0 : 1; }) != 0) {
     spdlog::error("the kernel refuses the seccomp filter that keeps a child's processes in its group (a kernel "
                   "without CONFIG_SECCOMP_FILTER?): the children that do users' and the cache's work will refuse to "
                   "run; jobs stage without the cache and --stage-out results stay on the node");
   }
-  if (no_landlock) {
+  // As a cache child confines itself (no directory to write beneath: it writes nothing after).
+  const int landlock = probe("a probe of Landlock", [] {
+    auto confined = confine_writes({});
+    return !confined ? 1 : (*confined == WritesConfined::confined ? 0 : 2);
+  });
+  if (landlock == 2) {
     spdlog::warn("no Landlock (ABI 2: Linux 5.19 with landlock in lsm=, and its calls allowed): the cache's fill "
                  "children are not confined to writing beneath their fill directory (docs/known-limits.md)");
+  } else if (landlock != 0) {
+    spdlog::error("Landlock refuses the cache's fill children their rules: they will refuse to run; jobs stage "
+                  "without the cache");
   }
 }
 

@@ -17,8 +17,8 @@ namespace {
 // Files keep their modes without group/other write (FileModes::read_only for unpacked files; a
 // copied file is made so here): a cache view shows them as the job's own; a hard-linked hit reads
 // them through the "other" bits (a file others may not read is copied into the job instead), and
-// take_over makes them root's, so no job writes them. Directories keep their modes: a job gets
-// its own directories, made from these modes.
+// take_over makes them root's, so no job writes them. Directories keep their modes without
+// group/other write too: a job gets its own directories, made from these modes.
 // The mode a cached file keeps: the source's, never group/other write (nor set-id bits).
 mode_t cached_file_mode(mode_t source_mode) { return source_mode & 0755; }
 

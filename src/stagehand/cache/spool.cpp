@@ -35,13 +35,13 @@ struct LaneState
   std::atomic<std::int64_t> writing_since{0}; // the write under way: when it began (0: none)
   std::atomic<bool> done{false};
 
-  // Whether a write stalled, or the one under way has run past `max_stall` (a disk that never
+  // Whether a write stalled, or the one under way has run past `grace` (a disk that never
   // answers never returns from it).
-  bool stalled_by(std::chrono::milliseconds max_stall) const
+  bool stalled_by(std::chrono::milliseconds grace) const
   {
     const std::int64_t since = writing_since.load();
     return stalled.load() ||
-           (since != 0 && Clock::now().time_since_epoch() - Clock::duration(since) > max_stall);
+           (since != 0 && Clock::now().time_since_epoch() - Clock::duration(since) > grace);
   }
 };
 
@@ -49,7 +49,7 @@ struct LaneState
 // lane's end, so that a write the disk holds back holds back this thread, not the job's bytes.
 // Owns its ends (a copy of the spool's descriptor): closing the read's never pulls a descriptor
 // from under it.
-void write_lane(UniqueFd lane, UniqueFd spool, std::chrono::milliseconds max_stall,
+void write_lane(UniqueFd lane, UniqueFd spool, std::chrono::milliseconds grace,
                 const std::shared_ptr<LaneState>& state)
 {
   UniqueFd null(::open("/dev/null", O_WRONLY | O_CLOEXEC));
@@ -66,7 +66,7 @@ void write_lane(UniqueFd lane, UniqueFd spool, std::chrono::milliseconds max_sta
     state->writing_since = discard ? 0 : t0.time_since_epoch().count();
     const ssize_t n = ::splice(lane.get(), nullptr, to, nullptr, k_chunk, SPLICE_F_MOVE);
     state->writing_since = 0;
-    if (n > 0 && !discard && Clock::now() - t0 > max_stall) {
+    if (n > 0 && !discard && Clock::now() - t0 > grace) {
       state->stalled = true;
     }
     if (n == 0) {

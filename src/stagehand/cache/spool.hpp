@@ -22,8 +22,8 @@ inline constexpr const char* k_spool_name = "spool";
 struct SpoolPolicy
 {
   std::uint64_t max_bytes = 0; // more than this is not spooled (the cache's size)
-  // While the read delivers, how long it waits for the spool's writer; without a delivery, one
-  // spool write blocking longer than patience.grace drops the spool.
+  // How long a read that delivers waits for the spool's writer, all waits together; and, delivery
+  // or not, one spool write blocking longer than patience.grace drops the spool.
   Patience patience;
 };
 

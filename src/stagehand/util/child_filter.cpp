@@ -69,8 +69,7 @@ constexpr std::uint32_t k_nosys = SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA
 // Bits no file of a cache fill may have: group or other write, set-user-id, set-group-id.
 constexpr std::uint32_t k_shared_bits = S_IWGRP | S_IWOTH | S_ISUID | S_ISGID;
 
-// A filter program in a fixed array: a child forked from the daemon's threads builds it, so
-// nothing is allocated.
+// A filter program in a fixed array (built in the child, after the drop).
 class Program
 {
 public:

@@ -13,7 +13,8 @@
 //   its), and makes no file or directory with a group or other write bit or a set-id bit (so
 //   nobody else opens one for writing through a name outside its fill), no extended attribute
 //   (a POSIX ACL would grant the same), no device node or FIFO. The seal refuses the rest: a
-//   name the fill did not make, a file with a name outside it (cache/take_over.cpp).
+//   name owned by another user (linked or moved in), a file with a name outside the fill
+//   (cache/take_over.cpp).
 #pragma once
 
 #include "stagehand/util/result.hpp"
