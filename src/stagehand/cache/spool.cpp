@@ -23,6 +23,8 @@ namespace stagehand::cache {
 
 namespace {
 
+constexpr const char* k_not_kept_up = "the node cache's disk could not keep up";
+
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t k_chunk = 1 << 20;
 
@@ -166,7 +168,7 @@ public:
         drop(std::string("the spool could not be written: ") + ::strerror(e));
       }
       if (m_spool >= 0 && m_lane_state->stalled_by(m_policy.patience.grace)) {
-        drop("the node cache's disk could not keep up");
+        drop(k_not_kept_up);
       }
       const bool spool = m_spool >= 0;
       const ssize_t moved = ::splice(from, nullptr, spool ? m_lane.get() : null_fd(), nullptr, n,
@@ -181,7 +183,7 @@ public:
       }
       if (spool && moved < 0 && errno == EAGAIN) {
         if (!wait_for_lane()) {
-          drop("the node cache's disk could not keep up");
+          drop(k_not_kept_up);
         }
         continue;
       }
@@ -217,9 +219,7 @@ public:
       }
       if (m_spool >= 0) {
         m_spooled += static_cast<std::uint64_t>(moved);
-        if (Clock::now() - t0 > m_policy.patience.grace) {
-          drop("the node cache's disk could not keep up");
-        }
+        drop_if_slow(t0);
       }
       n -= static_cast<std::size_t>(moved);
     }
@@ -252,8 +252,8 @@ public:
       m_spooled += static_cast<std::uint64_t>(moved);
       if (m_spooled > m_policy.max_bytes) {
         drop("larger than the node cache");
-      } else if (Clock::now() - t0 > m_policy.patience.grace) {
-        drop("the node cache's disk could not keep up");
+      } else {
+        drop_if_slow(t0);
       }
       return static_cast<std::size_t>(moved);
     }
@@ -279,8 +279,17 @@ public:
       data += w;
       n -= static_cast<std::size_t>(w);
     }
-    if (m_spool >= 0 && Clock::now() - t0 > m_policy.patience.grace) {
-      drop("the node cache's disk could not keep up");
+    if (m_spool >= 0) {
+      drop_if_slow(t0);
+    }
+  }
+
+  // One write of the spool's, begun at `t0`, that took longer than the patience's grace: the disk
+  // cannot keep up, and the spool is dropped.
+  void drop_if_slow(Clock::time_point t0)
+  {
+    if (Clock::now() - t0 > m_policy.patience.grace) {
+      drop(k_not_kept_up);
     }
   }
 
@@ -363,7 +372,7 @@ private:
       m_waited += Clock::now() - t0;
     }
     if (!m_lane_state->done.load()) {
-      drop("the node cache's disk could not keep up");
+      drop(k_not_kept_up);
       m_writer.detach();
       return false;
     }
@@ -372,7 +381,7 @@ private:
       m_spool = -1; // the writer emptied it
       m_result.spool_dropped = std::string("the spool could not be written: ") + ::strerror(e);
     } else if (m_lane_state->stalled.load() && m_spool >= 0) {
-      drop("the node cache's disk could not keep up");
+      drop(k_not_kept_up);
     }
     return m_spool >= 0;
   }
