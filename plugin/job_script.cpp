@@ -8,6 +8,7 @@
 #include "stagehand/util/escape.hpp"
 
 #include <cstdlib>
+#include <string_view>
 
 namespace stagehand::plugin {
 
@@ -43,6 +44,15 @@ std::optional<job::StageOutJob> stage_out_of_job()
   return out;
 }
 
+// Whether the job was submitted with --stage-data: the option's value (checked at submit, put in
+// the job control environment by plugin/submit.cpp) reaches the prolog as SPANK_ + its name.
+stage::StagingAsked staging_of_job()
+{
+  const std::string var = std::string("SPANK_") + k_stage_option_env;
+  const char* v = ::getenv(var.c_str());
+  return v && *v && std::string_view(v) != "(null)" ? stage::StagingAsked::yes : stage::StagingAsked::no;
+}
+
 int run(spank_t sp, int ac, char** av, Phase phase)
 {
   const char* what = phase == Phase::start ? "prolog" : "epilog";
@@ -62,7 +72,7 @@ int run(spank_t sp, int ac, char** av, Phase phase)
     return 0;
   }
   auto done = phase == Phase::start
-                ? job::job_start(*config, job)
+                ? job::job_start(*config, job, staging_of_job())
                 : job::job_end(*config, job, tmpdir::effective_request(*config, tmpdir_option_of_job()),
                                job::k_epilog_removal_budget, stage_out_of_job());
   if (!done) {

@@ -179,13 +179,15 @@ void Daemon::on_register(const proto::RegisterJob& r, const Peer&, Responder& ou
   rec.uid = r.uid;
   rec.gid = r.gid;
   rec.registered_at = now_s();
+  rec.staging = r.staging;
   m_shared.registry.change(
     [&](registry::Registry& reg) {
       reg.register_job(rec);
       return RegistryKeeper::Changed::yes;
     },
     RegistryKeeper::Save::now); // on disk before the prolog hears "done"
-  spdlog::info("job {}: registered (uid {})", r.job_id, r.uid);
+  spdlog::info("job {}: registered (uid {}{})", r.job_id, r.uid,
+               r.staging == stage::StagingAsked::no ? ", no --stage-data" : "");
   out.result(proto::Done{});
 }
 

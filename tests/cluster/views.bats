@@ -290,3 +290,29 @@ TOML
   [ "$(echo "$all" | grep -c '(cache miss)$')" -eq 1 ]
   [ "$(echo "$all" | grep -c 'shown as your own files (cache view) (cache hit)$')" -eq 3 ]
 }
+
+# A job submitted without --stage-data (here --tmpdir only) that started on the node moments before
+# is not a job about to ask for its sources: a lone job's fresh archive is staged as it streams, not
+# read into the cache first (that is for jobs starting together, above). The daemon is told at the
+# prolog; CI once saw a job of the test before turn the next test's miss into a read into the cache.
+@test "a job without --stage-data starting beside another does not turn its miss into a read into the cache" {
+  for try in 1 2 3; do
+    as_user "mkdir -p lone-src/l$try && head -c 1M /dev/urandom >lone-src/l$try/f && tar -C lone-src -cf lone$try.tar l$try"
+    settle "$WORK/lone$try.tar"
+    ID=$(as_user "sbatch --parsable -N1 -n1 -w node1 --tmpdir -o /dev/null --wrap 'sleep 120'")
+    for _ in $(seq 1 100); do [ -n "$(squeue -h -j "$ID" -t R -o %i)" ] && break; sleep 0.2; done
+    submit -N1 -n1 -w node1 --stage-data="lone$try.tar:l" --wrap true
+    [ "$JOB_RC" -eq 0 ]
+    started() { date -d "$(scontrol -o show job "$1" | grep -o 'StartTime=[^ ]*' | cut -d= -f2)" +%s; }
+    gap=$(( $(started "$JOB_ID") - $(started "$ID") ))
+    scancel "$ID"; wait_job_done "$ID"; ID=
+    echo "try $try: started ${gap} s after the job without --stage-data"; echo "$LAST_OUTPUT"
+    # The daemon counts jobs whose prolog ran in the last 10 s: a start later than that proves nothing.
+    if [ "$gap" -le 6 ]; then
+      echo "$LAST_OUTPUT" | grep -q "unpacked .*lone$try.tar -> .*/l: 1 files, 1.0 MiB in .* s (cache miss)$"
+      return 0
+    fi
+  done
+  echo "no try started within 6 s of the other job: nothing shown" >&2
+  return 1
+}

@@ -87,6 +87,21 @@ TEST(Request, StageCarriesMissesAndDeliveredCopies)
   EXPECT_NE(bad.error().message.find("misses"), std::string::npos);
 }
 
+// The prolog says whether the job was submitted with --stage-data; a plugin that does not (an older
+// one, a Prolog= script) is taken as "yes", the daemon's behaviour before it was told.
+TEST(Request, RegisterCarriesWhetherTheJobStagesData)
+{
+  auto text = serialize(RegisterJob{3, 1001, 1002, stage::StagingAsked::no});
+  EXPECT_NE(text.find("\"stage_data\":false"), std::string::npos) << text;
+  EXPECT_EQ(std::get<RegisterJob>(*parse_request(text)).staging, stage::StagingAsked::no);
+  auto older = parse_request(R"({"v":1,"op":"register","job_id":3,"uid":1001,"gid":1002})");
+  ASSERT_TRUE(older);
+  EXPECT_EQ(std::get<RegisterJob>(*older).staging, stage::StagingAsked::yes);
+  auto bad = parse_request(R"({"v":1,"op":"register","job_id":3,"uid":1001,"gid":1002,"stage_data":"no"})");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("stage_data"), std::string::npos);
+}
+
 TEST(Reply, AnAbsentSourceRoundTrips)
 {
   StageReply r{{StagedSource{"d.tar", "d", stage::Placement::copied, 0, 0, 0.01, CacheOutcome::absent, ""}}};

@@ -57,10 +57,16 @@ TEST(Registry, SurvivesARestartAndRefusesGarbage)
   r.register_job(job(9, 1001, 1003));
   r.add_cache_key(9, "kk");
   r.end_job(9, 50, 60);
+  auto lone = job(10, 1001, 1003);
+  lone.staging = stage::StagingAsked::no;
+  r.register_job(lone);
   ASSERT_TRUE(save(fd.get(), r));
   auto back = load(fd.get());
   ASSERT_TRUE(back);
+  ASSERT_NE(back->find(10), nullptr);
+  EXPECT_EQ(back->find(10)->staging, stage::StagingAsked::no);
   ASSERT_NE(back->find(9), nullptr);
+  EXPECT_EQ(back->find(9)->staging, stage::StagingAsked::yes);
   EXPECT_EQ(back->find(9)->gid, 1003U);
   EXPECT_EQ(back->find(9)->keep_until, 60);
   EXPECT_EQ(back->find(9)->state, JobState::ended);

@@ -59,14 +59,14 @@ std::string remove_bounded(const Config& config, const std::string& node, const 
 
 } // namespace
 
-Result<std::string> job_start(const Config& config, const tmpdir::JobContext& job)
+Result<std::string> job_start(const Config& config, const tmpdir::JobContext& job, stage::StagingAsked staging)
 {
   auto made = tmpdir::on_job_start(config, job);
   if (!made) {
     return made.error();
   }
   bool taken = false;
-  std::string said = tell_daemon(config, job.node, proto::RegisterJob{job.owner.job_id, job.owner.uid, job.owner.gid},
+  std::string said = tell_daemon(config, job.node, proto::RegisterJob{job.owner.job_id, job.owner.uid, job.owner.gid, staging},
                                  &taken);
   return *made + "; " + said;
 }

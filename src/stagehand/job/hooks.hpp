@@ -6,6 +6,7 @@
 
 #include "stagehand/config/config.hpp"
 #include "stagehand/job/stage_out.hpp"
+#include "stagehand/stage/kinds.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
 
 #include <chrono>
@@ -18,7 +19,9 @@ inline constexpr std::chrono::milliseconds k_hook_daemon_deadline{1000};
 inline constexpr std::chrono::milliseconds k_epilog_removal_budget{3000};
 
 // Returns the sentence for the log; an error only when the directory could not be made/moved.
-Result<std::string> job_start(const Config& config, const tmpdir::JobContext& job);
+// `staging`: whether the job was submitted with --stage-data, as the daemon is told.
+Result<std::string> job_start(const Config& config, const tmpdir::JobContext& job,
+                              stage::StagingAsked staging = stage::StagingAsked::yes);
 // Without a daemon, the trash is removed for at most `budget`; the rest stays for GC.
 // With `out`, the job's --stage-out entries are copied first (as the job user, for at most
 // [stage] out_budget), while the directory is still in place.

@@ -87,7 +87,8 @@ Result<Request> parse_object(const json& j)
     SH_TRY(job, f.u32("job_id"));
     SH_TRY(uid, f.u32("uid"));
     SH_TRY(gid, f.u32("gid"));
-    return Request{RegisterJob{*job, *uid, *gid}};
+    SH_TRY(staging, f.boolean("stage_data", true));
+    return Request{RegisterJob{*job, *uid, *gid, *staging ? stage::StagingAsked::yes : stage::StagingAsked::no}};
   }
   if (*op == "end_job") {
     SH_TRY(job, f.u32("job_id"));
@@ -182,6 +183,7 @@ std::string serialize(const Request& r)
                           j["job_id"] = x.job_id;
                           j["uid"] = x.uid;
                           j["gid"] = x.gid;
+                          j["stage_data"] = x.staging == stage::StagingAsked::yes;
                         },
                         [&](const EndJob& x) {
                           j["job_id"] = x.job_id;

@@ -26,6 +26,7 @@ struct RegisterJob // root: the job's prolog ran on this node
   std::uint32_t job_id = 0;
   std::uint32_t uid = 0;
   std::uint32_t gid = 0;
+  stage::StagingAsked staging = stage::StagingAsked::yes; // optional "stage_data"; absent: yes
 };
 
 struct EndJob // root: the job's epilog ran; its directory was renamed to `trash` (or kept)

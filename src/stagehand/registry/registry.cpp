@@ -118,7 +118,8 @@ std::string Registry::to_json() const
                         {"ended_at", job.ended_at},
                         {"keep_until", job.keep_until},
                         {"cache_keys", job.cache_keys},
-                        {"staged_bytes", job.staged_bytes}});
+                        {"staged_bytes", job.staged_bytes},
+                        {"stage_data", job.staging == stage::StagingAsked::yes}});
   }
   return json{{"version", 1}, {"jobs", jobs}}.dump(1) + "\n";
 }
@@ -142,6 +143,7 @@ Result<Registry> Registry::from_json(std::string_view text)
       rec.keep_until = item.value("keep_until", std::int64_t{0});
       rec.cache_keys = item.value("cache_keys", std::set<std::string>{});
       rec.staged_bytes = item.value("staged_bytes", std::uint64_t{0});
+      rec.staging = item.value("stage_data", true) ? stage::StagingAsked::yes : stage::StagingAsked::no;
       r.register_job(rec);
     }
   } catch (const json::exception& e) {

@@ -3,6 +3,7 @@
 // the one instance and persists it atomically after every change.
 #pragma once
 
+#include "stagehand/stage/kinds.hpp"
 #include "stagehand/util/result.hpp"
 
 #include <cstdint>
@@ -27,6 +28,7 @@ struct JobRecord
   std::int64_t keep_until = 0;      // --tmpdir=keep: the directory stays until then
   std::set<std::string> cache_keys; // entries materialised into the job's directory
   std::uint64_t staged_bytes = 0;   // what the daemon wrote into its directory, all requests together
+  stage::StagingAsked staging = stage::StagingAsked::yes; // submitted with --stage-data (or not known)
 };
 
 class Registry

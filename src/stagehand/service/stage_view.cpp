@@ -61,13 +61,13 @@ bool StageRequest::others_starting_locked() const
   if (m_node.views_asked > 1) {
     return true; // another job asks now
   }
-  // Or will: its prolog ran moments ago (jobs started together are allocated together) and it has
-  // not asked yet.
+  // Or will: its prolog ran moments ago (jobs started together are allocated together), it was
+  // submitted with --stage-data, and it has not asked yet.
   const std::int64_t now = std::time(nullptr);
   return m_node.registry.read([&](const registry::Registry& reg) {
     for (const auto& [id, rec] : reg.jobs()) {
       if (id != m_job.job_id && rec.state == registry::JobState::running && rec.registered_at >= now - k_together &&
-          !m_node.viewed_jobs.contains(id)) {
+          rec.staging == stage::StagingAsked::yes && !m_node.viewed_jobs.contains(id)) {
         return true;
       }
     }

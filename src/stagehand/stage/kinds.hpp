@@ -30,6 +30,12 @@ struct Placed
   bool operator==(const Placed&) const = default;
 };
 
+// Whether a job was submitted with --stage-data (its prolog sees the option in the job's
+// environment). A job without it is not counted among those about to ask for their sources at
+// task start; where the prolog cannot tell (an older plugin, a Prolog= script), it is "yes".
+// Words: "stage_data": true / false in the protocol's register and in the registry file.
+enum class StagingAsked { yes, no };
+
 const char* name_of(SourceKind k);
 const char* name_of(Unpack u);
 const char* name_of(Placement p);
