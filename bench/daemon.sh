@@ -41,9 +41,11 @@
 #   STAGEHAND_BENCH_SHAPE picks the source (the scaling table's shapes): "files" (the default, a tar
 #   of FILES x 2 KiB), "tar1g" (a tar of 8 x 128 MiB files), "shards" (a directory of 16 x 64 MiB
 #   files: staged as a directory), "tree" (a directory of FILES x 2 KiB), "tar8g" (a tar of 64 x 128 MiB
-#   files: layouts b and d only, and STAGEHAND_BENCH_SOURCES=DIR on a disk, since source, spool,
-#   entry and the job's copy would take 32 GiB of this 24 GiB machine's tmpfs; the disk needs
-#   about 24 GiB for the sources and 16 GiB per layout for its cache; the cache may hold 40 GiB).
+#   files: STAGEHAND_BENCH_SOURCES=DIR on a disk, since source, spool, entry and the job's copy
+#   would take 32 GiB of this 24 GiB machine's tmpfs; layouts b and d, and a, c and the crowds only
+#   with the test cluster itself on a disk (STAGEHAND_BENCH_DIR=DIR: the scratch and (a)'s cache
+#   there); the disk needs about 24 GiB for the sources and 16 GiB per layout for its cache, the
+#   crowds 16 GiB of copies and 8 GiB per entry; the cache may hold 40 GiB).
 #   STAGEHAND_BENCH_SOURCES=DIR: the sources (and the bench's own files) in a new directory of
 #   this run's own below DIR (removed at the end), not in the test cluster's tmpfs.
 set -euo pipefail
@@ -73,10 +75,20 @@ for p in $phases; do
 done
 if [ "$shape" = tar8g ]; then
   [ -n "${STAGEHAND_BENCH_SOURCES:-}" ] || { echo "daemon.sh: tar8g needs STAGEHAND_BENCH_SOURCES (a disk)" >&2; exit 2; }
+  # Layouts a and c and the crowds put the job's copy, the spool and the entry on the scratch's
+  # filesystem: only where the test cluster itself is on a disk (STAGEHAND_BENCH_DIR), not tmpfs.
+  cluster_fs=tmpfs
+  if [ -n "${STAGEHAND_BENCH_DIR:-}" ]; then
+    mkdir -p "$(dirname "$STAGEHAND_BENCH_DIR")"
+    cluster_fs=$(df --output=fstype "$(dirname "$STAGEHAND_BENCH_DIR")" | tail -n1)
+  fi
   for p in $phases; do
     case $p in
       b | d) ;;
-      *) echo "daemon.sh: tar8g runs layouts b and d only (the cache on disk), not $p" >&2; exit 2 ;;
+      *) [ "$cluster_fs" != tmpfs ] || {
+        echo "daemon.sh: tar8g runs $p only with the test cluster on a disk (STAGEHAND_BENCH_DIR), not on tmpfs" >&2
+        exit 2
+      } ;;
     esac
   done
 fi
@@ -375,7 +387,8 @@ if [ -n "$bad" ]; then
 fi
 
 where="on $(df --output=fstype "$B" | tail -n1)"
-python3 - "$results" "$rounds" "$shape_desc $where" "$mismatches" <<'PY'
+python3 - "$results" "$rounds" "$shape_desc $where" "$mismatches" \
+  "$(df --output=fstype "$STAGEHAND_SCRATCH" | tail -n1)" "$(df --output=fstype "$disk_base" | tail -n1)" <<'PY'
 import statistics, sys
 steps, summ, words = {}, {}, {}
 for line in open(sys.argv[1]):
@@ -387,7 +400,8 @@ for line in open(sys.argv[1]):
 med = lambda d, k: statistics.median(d[k]) if d.get(k) else float("nan")
 print(f"daemon cache: {sys.argv[3]}, one srun step on node1, "
       f"{sys.argv[2]} rounds interleaved; medians in seconds: the step's wall time / its summary line's staging time")
-names = {"a": "(a) cache_dir on the scratch tmpfs", "b": "(b) scratch on tmpfs, cache_dir on the node's disk",
+scratch_fs, disk_fs = sys.argv[5], sys.argv[6]
+names = {"a": f"(a) cache_dir on the scratch's {scratch_fs}", "b": f"(b) scratch on {scratch_fs}, cache_dir on the node's {disk_fs} disk",
          "c": "(c) as (a), the job's steps on one CPU of their own (as a task plugin or cpuset gives), the daemon on all",
          "d": "(d) as (b), the job's steps on one CPU of their own, the daemon on all"}
 for l in "abcd":
