@@ -305,6 +305,10 @@ TOML
     [ "$JOB_RC" -eq 0 ]
     started() { date -d "$(scontrol -o show job "$1" | grep -o 'StartTime=[^ ]*' | cut -d= -f2)" +%s; }
     gap=$(( $(started "$JOB_ID") - $(started "$ID") ))
+    # The prolog told the daemon which of the two was submitted with --stage-data.
+    log=$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log
+    grep -q "job $ID: registered (uid [0-9]*, no --stage-data)$" "$log"
+    grep -q "job $JOB_ID: registered (uid [0-9]*)$" "$log"
     scancel "$ID"; wait_job_done "$ID"; ID=
     echo "try $try: started ${gap} s after the job without --stage-data"; echo "$LAST_OUTPUT"
     # The daemon counts jobs whose prolog ran in the last 10 s: a start later than that proves nothing.

@@ -551,19 +551,29 @@ Status follow_spool(int dir_fd, int out_fd, const SpoolVerdict& verdict)
     }
     std::this_thread::sleep_for(k_poll);
   }
-  std::vector<char> buf(k_chunk);
+  std::vector<char> buf;
   for (;;) {
     // The verdict is read before the read that finds the end: a "complete" seen then means the
     // end found after it is the spool's end.
     const SpoolState before = state();
-    const ssize_t n = ::read(spool.get(), buf.data(), buf.size());
+    // The spool's pages moved into the fill's pipe (no copy through this process), or read and
+    // written where the filesystem cannot splice.
+    const ssize_t n = buf.empty() ? ::splice(spool.get(), nullptr, out_fd, nullptr, k_chunk, SPLICE_F_MOVE)
+                                  : ::read(spool.get(), buf.data(), buf.size());
     if (n < 0 && errno == EINTR) {
       continue;
     }
+    if (n < 0 && buf.empty() && errno == EINVAL) {
+      buf.resize(k_chunk);
+      continue;
+    }
     if (n < 0) {
-      return Error::from_errno("the spool");
+      return Error::from_errno(buf.empty() && errno == EPIPE ? "the fill" : "the spool");
     }
     if (n > 0) {
+      if (buf.empty()) {
+        continue;
+      }
       if (auto st = fs::write_all(out_fd, std::string_view(buf.data(), static_cast<std::size_t>(n)), "the fill"); !st) {
         return st;
       }
