@@ -33,6 +33,7 @@ namespace {
 
 constexpr std::size_t k_max_waiting_fills = 64; // spools on the cache's disk, each at most its size
 constexpr auto k_fill_poll = std::chrono::milliseconds(100); // also how soon a follower starts meanwhile
+constexpr std::size_t k_follow_pipe = 1U << 20; // the spool's pages to a following fill, as the tee's to a delivery
 constexpr auto k_room_look = std::chrono::milliseconds(100); // how long a look at the CPUs' idle time lasts
 
 // In a fill child: behind the jobs for CPU and disk (nice 10, the lowest best-effort I/O
@@ -299,6 +300,7 @@ Result<ipc::Child> FillThread::spawn_follower(FollowFill& f, const ipc::Credenti
     }
     UniqueFd rd(p[0]);
     UniqueFd wr(p[1]);
+    (void)::fcntl(wr.get(), F_SETPIPE_SZ, static_cast<int>(k_follow_pipe)); // fewer wake-ups; best effort
     Status fed = ok_status();
     std::thread feeder([&] {
       fed = cache::follow_spool(kept[0], wr.get(), *verdict->get());
