@@ -66,8 +66,8 @@ Result<std::string> job_start(const Config& config, const tmpdir::JobContext& jo
     return made.error();
   }
   bool taken = false;
-  std::string said = tell_daemon(config, job.node, proto::RegisterJob{job.owner.job_id, job.owner.uid, job.owner.gid, staging},
-                                 &taken);
+  const proto::RegisterJob registered{job.owner.job_id, job.owner.uid, job.owner.gid, staging};
+  std::string said = tell_daemon(config, job.node, registered, &taken);
   return *made + "; " + said;
 }
 
