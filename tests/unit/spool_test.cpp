@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -399,13 +400,22 @@ struct Followed
   Status status = ok_status();
 };
 
-Followed follow(const std::string& content, cache::SpoolState end, bool make_spool = true)
+// The fill's end is a pipe, as in a follower (the spool spliced into it), or a socket, which a file
+// cannot be spliced into: the read-and-write way, as where the cache's filesystem cannot splice.
+enum class FillEnd { pipe, socket };
+
+Followed follow(const std::string& content, cache::SpoolState end, bool make_spool = true,
+                FillEnd fill_end = FillEnd::pipe)
 {
   char tmpl[] = "/tmp/stagehand-follow-XXXXXX";
   const std::string dir = ::mkdtemp(tmpl);
   UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   int p[2];
-  EXPECT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  if (fill_end == FillEnd::pipe) {
+    EXPECT_EQ(::pipe2(p, O_CLOEXEC), 0);
+  } else {
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p), 0);
+  }
   UniqueFd rd(p[0]);
   UniqueFd wr(p[1]);
   cache::SpoolVerdict verdict;
@@ -442,6 +452,9 @@ TEST(Spool, AFollowerGetsEveryByteOfAGrowingSpoolOnceItIsComplete)
   auto f = follow(content, cache::SpoolState::complete);
   ASSERT_TRUE(f.status) << f.status.error().message;
   EXPECT_TRUE(f.got == content);
+  auto copied = follow(content, cache::SpoolState::complete, true, FillEnd::socket);
+  ASSERT_TRUE(copied.status) << copied.status.error().message;
+  EXPECT_TRUE(copied.got == content);
 }
 
 TEST(Spool, AFollowerOfADroppedSpoolFails)

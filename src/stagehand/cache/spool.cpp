@@ -563,7 +563,7 @@ Status follow_spool(int dir_fd, int out_fd, const SpoolVerdict& verdict)
     if (n < 0 && errno == EINTR) {
       continue;
     }
-    if (n < 0 && buf.empty() && errno == EINVAL) {
+    if (n < 0 && buf.empty() && (errno == EINVAL || errno == ENOSYS)) {
       buf.resize(k_chunk);
       continue;
     }
