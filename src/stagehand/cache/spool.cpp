@@ -551,27 +551,29 @@ Status follow_spool(int dir_fd, int out_fd, const SpoolVerdict& verdict)
     }
     std::this_thread::sleep_for(k_poll);
   }
+  // The spool's pages moved into the fill's pipe (no copy through this process), or read and
+  // written where the filesystem (or the fill's end) cannot splice.
+  enum class Way { splice, copy } way = Way::splice;
   std::vector<char> buf;
   for (;;) {
     // The verdict is read before the read that finds the end: a "complete" seen then means the
     // end found after it is the spool's end.
     const SpoolState before = state();
-    // The spool's pages moved into the fill's pipe (no copy through this process), or read and
-    // written where the filesystem cannot splice.
-    const ssize_t n = buf.empty() ? ::splice(spool.get(), nullptr, out_fd, nullptr, k_chunk, SPLICE_F_MOVE)
-                                  : ::read(spool.get(), buf.data(), buf.size());
+    const ssize_t n = way == Way::splice ? ::splice(spool.get(), nullptr, out_fd, nullptr, k_chunk, SPLICE_F_MOVE)
+                                         : ::read(spool.get(), buf.data(), buf.size());
     if (n < 0 && errno == EINTR) {
       continue;
     }
-    if (n < 0 && buf.empty() && (errno == EINVAL || errno == ENOSYS)) {
+    if (n < 0 && way == Way::splice && (errno == EINVAL || errno == ENOSYS)) {
+      way = Way::copy;
       buf.resize(k_chunk);
       continue;
     }
     if (n < 0) {
-      return Error::from_errno(buf.empty() && errno == EPIPE ? "the fill" : "the spool");
+      return Error::from_errno(way == Way::splice && errno == EPIPE ? "the fill" : "the spool");
     }
     if (n > 0) {
-      if (buf.empty()) {
+      if (way == Way::splice) {
         continue;
       }
       if (auto st = fs::write_all(out_fd, std::string_view(buf.data(), static_cast<std::size_t>(n)), "the fill"); !st) {

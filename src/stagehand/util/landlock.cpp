@@ -44,7 +44,14 @@ constexpr std::uint64_t k_tree_writes = LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK
                                         LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SYM |
                                         LANDLOCK_ACCESS_FS_REFER;
 
-bool unavailable(int err) { return err == ENOSYS || err == EOPNOTSUPP || err == EPERM || err == EINVAL; }
+// A Landlock call's failure `err`: no Landlock where the kernel has none or refuses it, else the error.
+Result<WritesConfined> unavailable_or(int err, const char* what)
+{
+  if (err == ENOSYS || err == EOPNOTSUPP || err == EPERM || err == EINVAL) {
+    return WritesConfined::unavailable;
+  }
+  return Error::from_errno(what, err);
+}
 
 Status add_beneath(int ruleset, int fd, std::uint64_t access)
 {
@@ -68,15 +75,13 @@ Result<WritesConfined> confine_writes(std::span<const int> dirs)
 {
   const long abi = ::syscall(__NR_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION);
   if (abi < 2) { // ABI 1 refuses every link and rename across directories, which a fill makes
-    return abi >= 0 || unavailable(errno) ? Result<WritesConfined>(WritesConfined::unavailable)
-                                          : Result<WritesConfined>(Error::from_errno("landlock"));
+    return abi >= 0 ? Result<WritesConfined>(WritesConfined::unavailable) : unavailable_or(errno, "landlock");
   }
   const std::uint64_t truncate = abi >= 3 ? LANDLOCK_ACCESS_FS_TRUNCATE : 0;
   RulesetAttr attr {k_tree_writes | truncate};
   UniqueFd ruleset(static_cast<int>(::syscall(__NR_landlock_create_ruleset, &attr, sizeof attr, 0)));
   if (!ruleset.valid()) {
-    return unavailable(errno) ? Result<WritesConfined>(WritesConfined::unavailable)
-                              : Result<WritesConfined>(Error::from_errno("landlock: the ruleset"));
+    return unavailable_or(errno, "landlock: the ruleset");
   }
   UniqueFd null(::open("/dev/null", O_PATH | O_CLOEXEC));
   if (!null.valid()) {
@@ -87,15 +92,13 @@ Result<WritesConfined> confine_writes(std::span<const int> dirs)
     added = add_beneath(ruleset.get(), dirs[i], k_tree_writes | truncate);
   }
   if (!added) { // (EPERM: a seccomp filter that lets the ruleset be made, not filled)
-    return unavailable(added.error().code) ? Result<WritesConfined>(WritesConfined::unavailable)
-                                           : Result<WritesConfined>(added.error());
+    return unavailable_or(added.error().code, "landlock: a rule");
   }
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
     return Error::from_errno("landlock: no_new_privs");
   }
   if (::syscall(__NR_landlock_restrict_self, ruleset.get(), 0) != 0) {
-    return unavailable(errno) ? Result<WritesConfined>(WritesConfined::unavailable)
-                              : Result<WritesConfined>(Error::from_errno("landlock: restrict"));
+    return unavailable_or(errno, "landlock: restrict");
   }
   return WritesConfined::confined;
 }
