@@ -437,7 +437,7 @@ for l in "abcd":
     print(f"    hit / miss        = {h / m:.2f} (step)  {sh / sm_:.3f} (staging)")
     print(f"    hit - tmpdir-only = {h - t:+.3f} s (step)   (target <= 0.05)")
 if "crowd-1" in steps:
-    print("  crowd, the daemon in layout (a): K jobs at once on node1 staging the same fresh tar "
+    print("  crowd, the daemon in layout (a): K jobs at once on node1 staging the same fresh source "
           "(submit to the last job's staging done / the slowest job's summary seconds):")
     one_w, one_s = med(steps, "crowd-1"), med(summ, "crowd-1")
     floor1 = med(steps, "floor-1")

@@ -145,6 +145,47 @@ SCRIPT
   for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
 }
 
+# Issue 25, item 3: a directory (a folder of shards) is read for a view too: jobs released together
+# on a node wait for one read of it into the cache instead of the first job's copy and the fill
+# after it; each is shown the entry as its own files, changeable in place; the share is read once.
+@test "jobs starting together: a fresh directory is read into the cache once and shown to every job as a view" {
+  as_user "mkdir -p cache-src/togd/sub && head -c 3000000 /dev/urandom >cache-src/togd/big.bin && printf weights >cache-src/togd/ckpt.pt"
+  as_user "for i in \$(seq 1 40); do echo \$i >cache-src/togd/sub/f\$i; done && chmod 0640 cache-src/togd/ckpt.pt && chmod 0750 cache-src/togd/sub"
+  settle "$WORK/cache-src/togd"
+  want=$(sha256sum <"$WORK/cache-src/togd/big.bin")
+  script togd.sh <<'SCRIPT'
+#!/bin/bash
+cd "$SLURM_TMPDIR/dd" || exit 1
+stat -c 'mode %U %a %n' ckpt.pt sub
+echo "big $(sha256sum <big.bin)"
+echo "files $(ls sub | wc -l)"
+python3 -c 'open("ckpt.pt", "w").write("step 2")' && cat ckpt.pt && echo
+SCRIPT
+  before=$(bytes_read)
+  ids=()
+  for n in 1 2 3; do # held (sbatch opens the source to check it), then released at once: allocated together
+    ids+=("$(as_user "sbatch --parsable -H -N1 -n1 -w node1 -o out.%j --stage-data=shared/togd:dd togd.sh")")
+  done
+  scontrol release "$(IFS=,; echo "${ids[*]}")"
+  for id in "${ids[@]}"; do wait_job_done "$id"; done
+  read_bytes=$(( $(bytes_read) - before ))
+  all=$(for id in "${ids[@]}"; do cat "$WORK/out.$id"; done); echo "$all"
+  [ "$(echo "$all" | grep -c "^mode $STAGEHAND_TEST_USER 640 ckpt.pt$")" -eq 3 ]
+  [ "$(echo "$all" | grep -c "^mode $STAGEHAND_TEST_USER 750 sub$")" -eq 3 ]
+  [ "$(echo "$all" | grep -cx "big $want")" -eq 3 ]
+  [ "$(echo "$all" | grep -cx "files 40")" -eq 3 ]
+  [ "$(echo "$all" | grep -cx "step 2")" -eq 3 ]
+  # One read, into the cache, the first job shown it as a view too; the others views of that entry.
+  [ "$(echo "$all" | grep -c 'togd -> .*, read into the node cache and shown as your own files (cache view) (cache miss)$')" -eq 1 ]
+  [ "$(echo "$all" | grep -c 'togd -> .*(cache view) (cache hit)$')" -eq 2 ]
+  echo "shared storage read: $read_bytes bytes for $(du -sb "$WORK/cache-src/togd" | cut -f1)"
+  [ "$read_bytes" -le $(( 3000000 * 105 / 100 + 4096 )) ]
+  # The cache holds the directory as it was, not as the jobs changed it.
+  submit -N1 -w node1 --stage-data=shared/togd:dd --wrap "'cat \$SLURM_TMPDIR/dd/ckpt.pt; echo'"
+  echo "$LAST_OUTPUT" | grep -q '(cache view) (cache hit)$'
+  echo "$LAST_OUTPUT" | grep -qx weights
+}
+
 @test "a miss through the daemon gives the job its own files, as without it: the user's, the archive's modes, changeable in place; the cache stays as it was" {
   as_user "mkdir -p own-src/d/sub && printf weights >own-src/d/ckpt.pt && printf '#!/bin/sh\n' >own-src/d/run.sh && printf s >own-src/d/sub/secret"
   as_user "chmod 0640 own-src/d/ckpt.pt && chmod 0755 own-src/d/run.sh && chmod 0600 own-src/d/sub/secret && chmod 0750 own-src/d/sub"

@@ -129,6 +129,7 @@ Result<StageRequest::Identified> StageRequest::identify(const proto::SourceSpec&
   out.copy = std::move(copy_fd);
   out.archive = ident->archive;
   out.zip = ident->zip;
+  out.dir = ident->dir;
   return out;
 }
 

@@ -92,6 +92,7 @@ private:
     UniqueFd copy; // the broadcast's delivered copy, read in the source's place (`delivered`)
     bool archive = false;
     bool zip = false;
+    bool dir = false; // a directory (cache_view asks for every source as a file: the descriptor says)
   };
   // Whose word the source's kind is: the spec's, or the opened descriptor's (cache_view: root never
   // looks at the source, so a directory is asked for as a file).
@@ -159,7 +160,9 @@ private:
   // request ends, so that a read handed over to the job's staging finishes first.
   struct ViewRead
   {
-    explicit ViewRead(const proto::SourceSpec& spec) : s(spec) {}
+    // `spec` as the descriptor showed it: cache_view asks for a directory as a file.
+    ViewRead(const proto::SourceSpec& spec, stage::SourceKind kind) : src(spec), s(src) { src.kind = kind; }
+    proto::SourceSpec src;
     Sourcing s;
     std::shared_ptr<FillWait> wait;
     bool finished = false; // the read is over (its spool handed to the fill thread, or not): the node's lock

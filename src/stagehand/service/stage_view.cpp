@@ -1,8 +1,8 @@
 // cache_view (task start, root's plugin asks): which of a job's sources are hits, each pinned for
 // the job, after waiting (bounded) for another job's read of it on this node, or after reading it
-// into the cache when this job is the first to ask while other jobs are asking too (an archive,
-// with the cache on the scratch's filesystem, where the job reads its sources itself); nothing is
-// staged in the job's directory.
+// into the cache when this job is the first to ask while other jobs are asking too (an archive or
+// a directory, with the cache on the scratch's filesystem, where the job reads its sources
+// itself); nothing is staged in the job's directory.
 #include "stagehand/service/stage_request.hpp"
 
 #include "stagehand/cache/key.hpp"
@@ -101,13 +101,18 @@ bool StageRequest::await_entry(std::unique_lock<std::mutex>& lock, FillWait& wai
 
 std::string StageRequest::why_not_read_for_view(const Identified& found, const struct timespec& started)
 {
-  if (!found.archive || found.zip || found.copy.valid()) {
+  if (!found.dir && (!found.archive || found.zip || found.copy.valid())) {
     return "not an archive read in one pass"; // a plain file's entry is linked; a zip is read whole first
   }
   std::uint64_t cache_max = 0;
+  std::uint64_t room = 0;
   {
     std::lock_guard lock(m_node.mutex);
     cache_max = m_node.config.daemon.cache_max_bytes;
+    room = m_node.config.stage.max_bytes;
+  }
+  if (found.dir && found.identity.bytes > room) {
+    return "larger than [stage] max_bytes"; // the job's staging refuses it, naming the limit
   }
   if (auto why = cache::uncached_before_read(found.identity, started, cache_max); !why.empty()) {
     return why;
@@ -140,7 +145,7 @@ std::optional<double> StageRequest::read_for_view(const proto::SourceSpec& src, 
     m_view_read->thread.join();
     lock.lock();
   }
-  m_view_read = std::make_unique<ViewRead>(src);
+  m_view_read = std::make_unique<ViewRead>(src, found.dir ? stage::SourceKind::dir : stage::SourceKind::file);
   ViewRead& v = *m_view_read;
   Sourcing& s = v.s;
   s.started = started;
@@ -149,8 +154,8 @@ std::optional<double> StageRequest::read_for_view(const proto::SourceSpec& src, 
   s.own_key = s.identity.key;
   s.room = m_node.config.stage.max_bytes; // the job's limit, as for its own staging
   s.delivery.into = DeliverInto::cache_only;
-  s.delivery.src = &src;
-  s.delivery.content = stage::StreamContent::archive;
+  s.delivery.src = &v.src;
+  s.delivery.content = found.dir ? stage::StreamContent::tree : stage::StreamContent::archive;
   (void)::fstat(s.src_fd.get(), &s.delivery.file_stat);
   s.delivery.unpack = src.unpack;
   s.delivery.room = s.room;
