@@ -67,6 +67,8 @@ private:
   void on_cache_list(const Peer& peer, Responder& out);
   void on_cache_evict(const proto::CacheEvict& r, const Peer& peer, Responder& out);
 
+  // Refused for a job running as the cache's service user (stage_handlers.cpp).
+  Status not_the_service_users(const registry::JobRecord& job);
   // The job a stage request is for, if `peer` may stage for it (adopting a job whose prolog ran
   // while the daemon was down, when its directory is owned by the peer).
   Result<registry::JobRecord> job_for(std::uint32_t job_id, const Peer& peer);

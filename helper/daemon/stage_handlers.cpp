@@ -6,11 +6,27 @@
 
 namespace stagehand::daemon {
 
+// The cache is not for the jobs of its own service user: processes running as that user could
+// reach the fills it writes (docs/known-limits.md). Such a job stages without the daemon, saying why.
+Status Daemon::not_the_service_users(const registry::JobRecord& job)
+{
+  std::lock_guard lock(m_shared.mutex);
+  if (m_shared.service && job.uid == m_shared.service->uid) {
+    return Error::refused("job " + std::to_string(job.job_id) + " runs as the node cache's service user (uid " +
+                          std::to_string(job.uid) + "), whose jobs the cache does not serve");
+  }
+  return ok_status();
+}
+
 void Daemon::on_stage(const proto::Stage& r, const Peer& peer, Responder& out)
 {
   auto job = job_for(r.job_id, peer);
   if (!job) {
     out.error(job.error());
+    return;
+  }
+  if (auto st = not_the_service_users(*job); !st) {
+    out.error(st.error()); // the job's staging goes on without the daemon, with this line
     return;
   }
   ipc::Credentials user;
@@ -41,6 +57,10 @@ void Daemon::on_cache_view(const proto::CacheView& r, const Peer& peer, Responde
   auto job = job_for(r.job_id, peer);
   if (!job) {
     out.error(job.error());
+    return;
+  }
+  if (!not_the_service_users(*job)) {
+    out.result(proto::CacheViewReply{std::vector<proto::ViewEntry>(r.sources.size())}); // no hits: staged as above
     return;
   }
   auto user = ipc::credentials_of(job->uid, job->gid);

@@ -253,6 +253,27 @@ SCRIPT
   echo "$LAST_OUTPUT" | grep -qx "big $want"
 }
 
+# A job running as the cache's own service user could reach the fills that user writes: the daemon
+# does not serve it (no view, no staging), and the job stages without the cache, saying why.
+@test "a job of the cache's service user stages without the cache, saying why; nothing of it is cached" {
+  svc=${STAGEHAND_SERVICE_USER:-stagehand}
+  rm -rf "$WORK/svc" && mkdir -p "$WORK/svc" && chown "$svc:" "$WORK/svc"
+  head -c 100000 /dev/urandom >"$WORK/svc/src.bin" && head -c 1000 /dev/urandom >"$WORK/svc/part" &&
+    tar -C "$WORK/svc" -cf "$WORK/svc/src.tar" part && chmod 0644 "$WORK/svc/src.bin" "$WORK/svc/src.tar"
+  settle "$WORK/svc/src.bin" "$WORK/svc/src.tar"
+  want=$(sha256sum <"$WORK/svc/src.bin")
+  run runuser -u "$svc" -- env SLURM_CONF="$SLURM_CONF" PATH="${STAGEHAND_SLURM_BIN:-/usr/bin}:/usr/bin:/bin" \
+    bash -c "cd '$WORK/svc' && sbatch --wait -N1 -w node1 -o out --stage-data=src.bin:d,src.tar:t --wrap 'echo \"got \$(sha256sum <\$SLURM_TMPDIR/d)\"; cat \$SLURM_TMPDIR/t/part | wc -c'"
+  out=$(cat "$WORK/svc/out"); echo "$out"
+  [ "$status" -eq 0 ]
+  echo "$out" | grep -qx "got $want"
+  echo "$out" | grep -qx 1000
+  echo "$out" | grep -q "^stagehand: node1: the node daemon could not stage (job [0-9]* runs as the node cache's service user (uid $(id -u "$svc")), whose jobs the cache does not serve); staging without the cache$"
+  ! echo "$out" | grep -q 'cache view'
+  sleep 1
+  ! "$STAGEHAND_BUILD_DIR/helper/stagehand" cache ls --json --config "$STAGEHAND_TEST_CONFIG" --node node1 | grep -q '/svc/src'
+}
+
 @test "status --json and cache ls: only JSON on stdout, counters, and every byte the cache holds" {
   run --separate-stderr status_json node1
   [ "$status" -eq 0 ]
