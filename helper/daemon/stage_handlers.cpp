@@ -4,6 +4,8 @@
 
 #include "stagehand/service/stage_request.hpp"
 
+#include <ctime>
+
 namespace stagehand::daemon {
 
 // The cache is not for the jobs of its own service user: processes running as that user could
@@ -60,6 +62,10 @@ void Daemon::on_cache_view(const proto::CacheView& r, const Peer& peer, Responde
     return;
   }
   if (!not_the_service_users(*job)) {
+    {
+      std::lock_guard lock(m_shared.mutex);
+      m_shared.viewed_jobs[job->job_id] = std::time(nullptr); // asked: no job about to start together with others
+    }
     out.result(proto::CacheViewReply{std::vector<proto::ViewEntry>(r.sources.size())}); // no hits: staged as above
     return;
   }

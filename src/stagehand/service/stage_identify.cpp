@@ -114,6 +114,10 @@ Result<StageRequest::Identified> StageRequest::identify(const proto::SourceSpec&
     spdlog::info("job {}: {}: the broadcast's copy {} is not there or not the source's size: reading the source",
                  m_job.job_id, src.path, src.delivered);
   }
+  struct stat st {};
+  if (::fstat(src_fd.get(), &st) != 0 || S_ISDIR(st.st_mode) != ident->dir) { // the descriptor's word, not the child's
+    return Error::internal(src.shown + ": the user side said it was " + (ident->dir ? "" : "not ") + "a directory");
+  }
   cache::SourceIdentity identity{ident->key, ident->files, ident->bytes, ident->newest_ns};
   if (!ident->dir) {
     // A file's key needs only fstat: taken here from the descriptor, not from the user's side.

@@ -86,6 +86,7 @@ struct StageRequest::MissRead
   int src_fd;
   const MissContext& c;
   const bool reader_copies; // a directory whose reader makes the job's copy itself (else a delivery does)
+  bool stopped = false;     // a child of the job user's was stopped: the read was ended
   Missed out;
   std::uint64_t cache_max = 0;
   std::optional<cache::Fill> fill;     // the spool's directory: only for what may be cached
@@ -107,7 +108,7 @@ struct StageRequest::MissRead
   Error fail(Error e)
   {
     drop_fill();
-    return e;
+    return stopped ? Error::io("the staging process was stopped (SIGSTOP)", EINTR) : e;
   }
   Status start_reader();
   Result<proto::TreeStreamed> read_tree_as_user(const std::vector<int>& kept);
@@ -447,6 +448,12 @@ void StageRequest::MissRead::kill_all()
 
 proto::Progress StageRequest::MissRead::status()
 {
+  // The job user may stop their reader or delivery (SIGSTOP, a tracer): the read would wait on it
+  // for ever, and every job waiting for this source with it. Ended, as a stopped child awaited is.
+  if ((reader && reader->stopped()) || (delivery && delivery->stopped())) {
+    stopped = true;
+    kill_all();
+  }
   r.fill_alive();
   // A directory's copy is the job's progress (and the sign of life jobs waiting on this read
   // watch); the tee's bytes are the stream's, which may stop before the copy does.

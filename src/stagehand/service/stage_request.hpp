@@ -162,6 +162,8 @@ private:
   {
     // `spec` as the descriptor showed it: cache_view asks for a directory as a file.
     ViewRead(const proto::SourceSpec& spec, stage::SourceKind kind) : src(spec), s(src) { src.kind = kind; }
+    ViewRead(const ViewRead&) = delete; // `s` refers to this one's `src`
+    ViewRead& operator=(const ViewRead&) = delete;
     proto::SourceSpec src;
     Sourcing s;
     std::shared_ptr<FillWait> wait;
