@@ -311,8 +311,10 @@ SCRIPT
 @test "a job of the cache's service user stages without the cache, saying why; nothing of it is cached" {
   svc=${STAGEHAND_SERVICE_USER:-stagehand}
   rm -rf "$WORK/svc" && mkdir -p "$WORK/svc" && chown "$svc:" "$WORK/svc"
-  head -c 100000 /dev/urandom >"$WORK/svc/src.bin" && head -c 1000 /dev/urandom >"$WORK/svc/part" &&
-    tar -C "$WORK/svc" -cf "$WORK/svc/src.tar" part && chmod 0644 "$WORK/svc/src.bin" "$WORK/svc/src.tar"
+  head -c 100000 /dev/urandom >"$WORK/svc/src.bin"
+  head -c 1000 /dev/urandom >"$WORK/svc/part"
+  tar -C "$WORK/svc" -cf "$WORK/svc/src.tar" part
+  chmod 0644 "$WORK/svc/src.bin" "$WORK/svc/src.tar"
   settle "$WORK/svc/src.bin" "$WORK/svc/src.tar"
   want=$(sha256sum <"$WORK/svc/src.bin")
   # Another user's job caches src.bin: a hit for anyone who may read it, but not for the service user.
