@@ -235,7 +235,7 @@ SCRIPT
   all=$(for id in "${ids[@]}"; do cat "$WORK/out.$id"; done); echo "$all"
   [ "$(echo "$all" | grep -cx "$want")" -eq 2 ]
   grep -q "stopd.*the staging process was stopped (SIGSTOP)" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"
-  ! kill -0 "$reader" 2>/dev/null || false # ended with its read
+  run ! kill -0 "$reader" # ended with its read
 }
 
 @test "a miss through the daemon gives the job its own files, as without it: the user's, the archive's modes, changeable in place; the cache stays as it was" {
@@ -310,7 +310,9 @@ SCRIPT
 # saying why.
 @test "a job of the cache's service user stages without the cache, saying why; nothing of it is cached" {
   svc=${STAGEHAND_SERVICE_USER:-stagehand}
-  rm -rf "$WORK/svc" && mkdir -p "$WORK/svc" && chown "$svc:" "$WORK/svc"
+  rm -rf "$WORK/svc"
+  mkdir -p "$WORK/svc"
+  chown "$svc:" "$WORK/svc"
   head -c 100000 /dev/urandom >"$WORK/svc/src.bin"
   head -c 1000 /dev/urandom >"$WORK/svc/part"
   tar -C "$WORK/svc" -cf "$WORK/svc/src.tar" part
