@@ -4,8 +4,6 @@
 
 #include "stagehand/service/stage_request.hpp"
 
-#include <ctime>
-
 namespace stagehand::daemon {
 
 // The cache is not for the jobs of its own service user: processes running as that user could
@@ -64,7 +62,7 @@ void Daemon::on_cache_view(const proto::CacheView& r, const Peer& peer, Responde
   if (!not_the_service_users(*job)) {
     {
       std::lock_guard lock(m_shared.mutex);
-      m_shared.viewed_jobs[job->job_id] = std::time(nullptr); // asked: no job about to start together with others
+      m_shared.mark_viewed_locked(job->job_id, service::k_viewed_kept);
     }
     out.result(proto::CacheViewReply{std::vector<proto::ViewEntry>(r.sources.size())}); // no hits: staged as above
     return;

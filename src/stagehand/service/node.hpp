@@ -55,6 +55,15 @@ struct Node
   ReadsUnderWay reads; // single flight: the reads under way, by key, and cache_view's claims
   std::uint32_t views_asked = 0; // cache_view requests under way: jobs starting together
   std::map<std::uint32_t, std::int64_t> viewed_jobs; // jobs that asked cache_view, and when (epoch s)
+
+  // With `mutex`: job `job_id` asked cache_view now (no longer a job about to start with others);
+  // jobs that asked more than `kept_s` ago are forgotten.
+  void mark_viewed_locked(std::uint32_t job_id, std::int64_t kept_s)
+  {
+    const std::int64_t now = std::time(nullptr);
+    std::erase_if(viewed_jobs, [&](const auto& j) { return j.second < now - kept_s; });
+    viewed_jobs[job_id] = now;
+  }
 };
 
 } // namespace stagehand::service

@@ -240,9 +240,7 @@ std::vector<proto::ViewEntry> StageRequest::find_hits(proto::ClaimedMisses claim
     std::lock_guard lock(m_node.mutex);
     m_store = m_node.keeper.store();
     ++m_node.views_asked;
-    const std::int64_t now = std::time(nullptr);
-    std::erase_if(m_node.viewed_jobs, [&](const auto& j) { return j.second < now - k_viewed_kept; });
-    m_node.viewed_jobs[m_job.job_id] = now;
+    m_node.mark_viewed_locked(m_job.job_id, k_viewed_kept);
   }
   struct Asked
   {
