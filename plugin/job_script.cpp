@@ -4,6 +4,7 @@
 #include "plugin.hpp"
 
 #include "stagehand/job/hooks.hpp"
+#include "stagehand/job/job_env.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
 #include "stagehand/util/escape.hpp"
 
@@ -28,31 +29,6 @@ std::optional<tmpdir::Request> tmpdir_option_of_job()
   return r ? std::optional(*r) : std::nullopt;
 }
 
-// --stage-out, from the job control environment sbatch/salloc/srun set (SPANK_ prefix here).
-std::optional<job::StageOutJob> stage_out_of_job()
-{
-  const std::string var = std::string("SPANK_") + k_stage_out_var;
-  const std::string dir_var = std::string("SPANK_") + k_stage_out_dir_var;
-  const char* specs = ::getenv(var.c_str());
-  if (!specs || !*specs) {
-    return std::nullopt;
-  }
-  job::StageOutJob out;
-  out.specs = specs;
-  const char* dir = ::getenv(dir_var.c_str());
-  out.fallback_dir = dir ? dir : "";
-  return out;
-}
-
-// Whether the job was submitted with --stage-data: the option's value (checked at submit, put in
-// the job control environment by plugin/submit.cpp) reaches the prolog as SPANK_ + its name.
-stage::StagingAsked staging_of_job()
-{
-  const std::string var = std::string("SPANK_") + k_stage_option_env;
-  const char* v = ::getenv(var.c_str());
-  return v && *v && std::string_view(v) != "(null)" ? stage::StagingAsked::yes : stage::StagingAsked::no;
-}
-
 int run(spank_t sp, int ac, char** av, Phase phase)
 {
   const char* what = phase == Phase::start ? "prolog" : "epilog";
@@ -72,9 +48,9 @@ int run(spank_t sp, int ac, char** av, Phase phase)
     return 0;
   }
   auto done = phase == Phase::start
-                ? job::job_start(*config, job, staging_of_job())
+                ? job::job_start(*config, job, job::staging_of_job())
                 : job::job_end(*config, job, tmpdir::effective_request(*config, tmpdir_option_of_job()),
-                               job::k_epilog_removal_budget, stage_out_of_job());
+                               job::k_epilog_removal_budget, job::stage_out_of_job());
   if (!done) {
     slurm_error("stagehand: %s: job %u: %s", what, job.owner.job_id, escape_control(done.error().message).c_str());
     return 0;

@@ -57,11 +57,6 @@ inline constexpr const char* k_stage_env = "STAGEHAND_STAGE_DATA";
 // with SLURM_SPANK_ in the job's control environment, which survives --export=NONE).
 inline constexpr const char* k_stage_option_env = "_SLURM_SPANK_OPTION_stagehand_stage_data";
 
-// Job control variables (spank_job_control_setenv) carrying --stage-out from sbatch/salloc/srun to
-// the epilog, which sees them with a "SPANK_" prefix: the canonical entries (absolute DESTs) and
-// the submit directory (where the log goes when DEST cannot take it).
-inline constexpr const char* k_stage_out_var = "STAGEHAND_STAGE_OUT";
-inline constexpr const char* k_stage_out_dir_var = "STAGEHAND_STAGE_OUT_DIR";
 
 
 // Per-context handlers (submit.cpp, slurmstepd.cpp, job_script.cpp).

@@ -1,6 +1,7 @@
 // sbatch/salloc (allocator) and srun (local): checks at submit time, before anything is queued.
 #include "plugin.hpp"
 
+#include "stagehand/job/job_env.hpp"
 #include "stagehand/stage/spec.hpp"
 #include "stagehand/stageout/spec.hpp"
 #include "stagehand/util/escape.hpp"
@@ -42,8 +43,8 @@ int stage_out_at_submit(spank_t sp)
     return -1;
   }
   const std::string canonical = stageout::canonical_option(*specs, dir);
-  if (spank_job_control_setenv(sp, k_stage_out_var, canonical.c_str(), 1) != ESPANK_SUCCESS ||
-      spank_job_control_setenv(sp, k_stage_out_dir_var, cwd, 1) != ESPANK_SUCCESS) {
+  if (spank_job_control_setenv(sp, job::k_stage_out_var, canonical.c_str(), 1) != ESPANK_SUCCESS ||
+      spank_job_control_setenv(sp, job::k_stage_out_dir_var, cwd, 1) != ESPANK_SUCCESS) {
     slurm_error("stagehand: --stage-out: cannot hand the entries to the job's epilog");
     return -1;
   }
@@ -89,6 +90,8 @@ int submit_init_post_opt(spank_t sp, int ac, char** av)
     // all of them, checked, where the batch step reads the option, with or without --export=NONE.
     ::setenv(k_stage_option_env, canonical.c_str(), 1);
     spank_job_control_setenv(sp, k_stage_option_env, canonical.c_str(), 1);
+    // For a Prolog= script too (`stagehand prolog`), whose environment has no option variable.
+    spank_job_control_setenv(sp, job::k_stage_data_var, "1", 1);
   }
   return 0;
 }

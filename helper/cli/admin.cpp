@@ -7,6 +7,7 @@
 #include "stagehand/gc/collect.hpp"
 #include "stagehand/ipc/client.hpp"
 #include "stagehand/job/hooks.hpp"
+#include "stagehand/job/job_env.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
 #include "stagehand/util/units.hpp"
 
@@ -121,11 +122,6 @@ int local_gc(const Config& config, const CommonArgs& common)
 // --tmpdir=keep from the environment. So each command first looks at what the plugin left, and
 // does the plugin's work only where the plugin's hook did not.
 
-// The job control variables the plugin's sbatch side sets for --stage-out (plugin/plugin.hpp:
-// k_stage_out_var, k_stage_out_dir_var), as slurmd hands them to job scripts (SPANK_ prefix).
-constexpr const char* k_stage_out_env = "SPANK_STAGEHAND_STAGE_OUT";
-constexpr const char* k_stage_out_dir_env = "SPANK_STAGEHAND_STAGE_OUT_DIR";
-
 enum class JobDirState {
   absent, // no base/job_<id>
   fresh,  // as a job start makes it: a real directory (not a mount), the job's uid and gid, 0700,
@@ -179,17 +175,6 @@ JobDirState inspect_job_dir(const Config& config, const tmpdir::JobContext& job,
     }
   }
   return JobDirState::fresh;
-}
-
-// The job's --stage-out, as the plugin's epilog reads it (plugin/job_script.cpp).
-std::optional<job::StageOutJob> stage_out_of_job()
-{
-  const char* specs = std::getenv(k_stage_out_env);
-  if (!specs || !*specs) {
-    return std::nullopt;
-  }
-  const char* dir = std::getenv(k_stage_out_dir_env);
-  return job::StageOutJob{specs, dir ? dir : ""};
 }
 
 } // namespace
@@ -303,9 +288,9 @@ int cmd_job_script(const std::vector<std::string>& args, Hook hook)
   // Otherwise the plugin's hook did not do it here: the same work as the plugin's, --stage-out
   // included.
   auto done = hook == Hook::prolog
-                ? job::job_start(*config, job)
+                ? job::job_start(*config, job, job::staging_of_job())
                 : job::job_end(*config, job, tmpdir::effective_request(*config, option), job::k_epilog_removal_budget,
-                               stage_out_of_job());
+                               job::stage_out_of_job());
   if (!done) {
     spdlog::error("{}: job {}: {}", what, *job_id, done.error().message);
     return 0;

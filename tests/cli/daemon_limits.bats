@@ -1,8 +1,9 @@
 #!/usr/bin/env bats
 # stagehandd run directly on a socket of its own (no Slurm; root plays the prolog): the node
 # cache's limits as a user meets them: many tiny sources, the number of entries, the cache's size
-# against entries running jobs use, and [stage] max_bytes per job. Run by ctest with
-# STAGEHAND_DAEMON_BIN set; needs root.
+# against entries running jobs use, and [stage] max_bytes per job; and what `stagehand prolog`, as
+# a Prolog= script, tells it of a job. Run by ctest with STAGEHAND_DAEMON_BIN and STAGEHAND_BIN
+# set; needs root.
 
 bats_require_minimum_version 1.5.0
 
@@ -285,4 +286,20 @@ from client import call
 print(call({"v": 1, "op": "status"}, timeout=20).get("ok"))
 '
   [ "$output" = True ]
+}
+
+@test "stagehand prolog (a Prolog= script) tells the daemon whether the job was submitted with --stage-data" {
+  start_daemon
+  # slurmd's environment for a Prolog= script: the job control variables with SPANK_, no option
+  # variable (slurmd clears those before the script). The plugin's sbatch side sets this one for
+  # --stage-data; a job that asked for none has none. (The daemon waits a moment at a cache view
+  # for jobs it was told will stage: a job told wrongly makes others wait for nothing.)
+  export SLURM_JOB_UID=4242 SLURM_JOB_GID=4242 SLURMD_NODENAME=n1
+  SLURM_JOB_ID=91 SPANK_STAGEHAND_STAGE_DATA_ASKED=1 "$STAGEHAND_BIN" prolog --config "$T/stagehand.toml"
+  SLURM_JOB_ID=92 "$STAGEHAND_BIN" prolog --config "$T/stagehand.toml"
+  [ -d "$T/scratch/n1/job_91" ]
+  [ -d "$T/scratch/n1/job_92" ]
+  cat "$T/daemon.log"
+  [ "$(grep -c "job 91: registered (uid 4242)$" "$T/daemon.log")" -eq 1 ]
+  [ "$(grep -c "job 92: registered (uid 4242, no --stage-data)$" "$T/daemon.log")" -eq 1 ]
 }

@@ -149,7 +149,7 @@ write_job_scripts() {
     cat >"$DIR/lib/$hook.sh" <<SH
 #!/bin/sh
 # slurm.conf ${hook^}= (written by tests/cluster/cluster.sh, STAGEHAND_CLUSTER_PROLOG=1)
-echo "\$(date +%T.%N) $hook script: job=\$SLURM_JOB_ID node=\$SLURMD_NODENAME uid=\$SLURM_JOB_UID tmpdir=\${SPANK__SLURM_SPANK_OPTION_stagehand_tmpdir-unset} stage_out=\${SPANK_STAGEHAND_STAGE_OUT-unset} context=\${SLURM_SCRIPT_CONTEXT-unset}" >>"$DIR/log/job-scripts.log"
+echo "\$(date +%T.%N) $hook script: job=\$SLURM_JOB_ID node=\$SLURMD_NODENAME uid=\$SLURM_JOB_UID tmpdir=\${SPANK__SLURM_SPANK_OPTION_stagehand_tmpdir-unset} stage_out=\${SPANK_STAGEHAND_STAGE_OUT-unset} stage_data=\${SPANK_STAGEHAND_STAGE_DATA_ASKED-unset} context=\${SLURM_SCRIPT_CONTEXT-unset}" >>"$DIR/log/job-scripts.log"
 exec "$cli" $hook --config "$DIR/etc/stagehand.toml" 2>>"$DIR/log/job-scripts.log"
 SH
     chmod 0755 "$DIR/lib/$hook.sh"

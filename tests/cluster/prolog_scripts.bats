@@ -85,6 +85,24 @@ wait_copied() {
   assert_nodes_idle
 }
 
+@test "a --stage-data job's scripts are told it stages (the daemon hears so from a script that makes the directory)" {
+  echo data >"$WORK/so/in.txt"
+  chown "$STAGEHAND_TEST_USER:" "$WORK/so/in.txt"
+  submit -N2 --stage-data="$WORK/so/in.txt" --wrap "'srun -N2 -n2 true'"
+  [ "$JOB_RC" -eq 0 ]
+  lines=$(script_lines "$JOB_ID")
+  echo "$lines"
+  for n in node1 node2; do
+    [ "$(grep -c " prolog script: job=$JOB_ID node=$n .* stage_data=1 " <<<"$lines")" -eq 1 ]
+  done
+  # A job without --stage-data: not told so.
+  submit --tmpdir --wrap true
+  [ "$JOB_RC" -eq 0 ]
+  script_lines "$JOB_ID"
+  [ "$(script_lines "$JOB_ID" | grep -c " prolog script: job=$JOB_ID .* stage_data=unset ")" -eq 1 ]
+  assert_nodes_idle
+}
+
 @test "a 2-node --tmpdir job: the plugin's directory is made once, usable by the job, removed once" {
   script usable.sh <<'EOF2'
 #!/bin/bash

@@ -102,7 +102,7 @@ TEST(Prolog, NeverRemovesAnotherJobsDirectory)
   write_file(n.job_dir() + "/old-run", "old");
   ::sleep(2); // keep_for (1 s) has passed for every marker
 
-  auto started = job::job_start(n.config, Node::job());
+  auto started = job::job_start(n.config, Node::job(), stage::StagingAsked::yes);
   ASSERT_TRUE(started) << started.error().message;
   EXPECT_NE(started->find("a stale entry moved to the trash"), std::string::npos) << *started;
   for (const auto& name : {"job_600", "job_601", ".trash.job_602.1.0", ".new.job_603.1.0"}) {
@@ -130,7 +130,7 @@ TEST(Epilog, WithoutADaemonStopsAtItsBudgetAndGcFinishes)
 {
   STAGEHAND_REQUIRE_ROOT();
   Node n;
-  ASSERT_TRUE(job::job_start(n.config, Node::job()));
+  ASSERT_TRUE(job::job_start(n.config, Node::job(), stage::StagingAsked::yes));
   const std::string job = n.job_dir();
   ASSERT_EQ(run_as_attacker([&] {
               for (int d = 0; d < 40; ++d) {
@@ -165,7 +165,7 @@ TEST(Gc, AMountLeftInsideIsDetachedByTheEpilogElseByGcAndAFailureIsSaidOnce)
 {
   STAGEHAND_REQUIRE_ROOT();
   Node n;
-  ASSERT_TRUE(job::job_start(n.config, Node::job()));
+  ASSERT_TRUE(job::job_start(n.config, Node::job(), stage::StagingAsked::yes));
   const std::string mnt = n.job_dir() + "/mnt";
   ::mkdir(mnt.c_str(), 0755);
   ASSERT_EQ(::mount("none", mnt.c_str(), "tmpfs", 0, "size=1m"), 0) << std::strerror(errno);
@@ -212,8 +212,8 @@ TEST(Gc, NeverAsksAHungFuseMountOnAJobDirectory)
   STAGEHAND_REQUIRE_ROOT();
   Node n;
   const tmpdir::JobOwner orphan{556, k_attacker_uid, k_attacker_gid};
-  ASSERT_TRUE(job::job_start(n.config, Node::job()));
-  ASSERT_TRUE(job::job_start(n.config, Node::job(orphan)));
+  ASSERT_TRUE(job::job_start(n.config, Node::job(), stage::StagingAsked::yes));
+  ASSERT_TRUE(job::job_start(n.config, Node::job(orphan), stage::StagingAsked::yes));
   HangingMount hang(n.job_dir());
   ASSERT_TRUE(hang.mounted()) << "hangfs did not mount (needs /dev/fuse, python3-fusepy, libfuse2)";
   HangingMount orphan_hang(n.job_dir(556)); // its epilog never runs

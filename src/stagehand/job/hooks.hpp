@@ -20,8 +20,7 @@ inline constexpr std::chrono::milliseconds k_epilog_removal_budget{3000};
 
 // Returns the sentence for the log; an error only when the directory could not be made/moved.
 // `staging`: whether the job was submitted with --stage-data, as the daemon is told.
-Result<std::string> job_start(const Config& config, const tmpdir::JobContext& job,
-                              stage::StagingAsked staging = stage::StagingAsked::yes);
+Result<std::string> job_start(const Config& config, const tmpdir::JobContext& job, stage::StagingAsked staging);
 // Without a daemon, the trash is removed for at most `budget`; the rest stays for GC.
 // With `out`, the job's --stage-out entries are copied first (as the job user, for at most
 // [stage] out_budget), while the directory is still in place.
