@@ -137,14 +137,23 @@ private:
   // Every directory is root's now: no name inside changes. (Without Landlock, a process of the
   // filler's that outlived it and holds a directory of the fill could still give one of these a
   // name outside until it is root's: docs/known-limits.md.)
+  // Each directory opened once for all its names (a tree of hard links has many).
   Status take_over_linked()
   {
+    std::stable_sort(m_linked.begin(), m_linked.end(),
+                     [](const LinkedName& a, const LinkedName& b) { return a.dir < b.dir; });
+    UniqueFd dir;
+    const std::string* open_dir = nullptr;
     for (const auto& name : m_linked) {
-      auto dir = fs::open_beneath(m_top, name.dir, O_RDONLY | O_DIRECTORY);
-      if (!dir) {
-        return dir.error();
+      if (!open_dir || *open_dir != name.dir) {
+        auto opened = fs::open_beneath(m_top, name.dir, O_RDONLY | O_DIRECTORY);
+        if (!opened) {
+          return opened.error();
+        }
+        dir = std::move(*opened);
+        open_dir = &name.dir;
       }
-      if (auto st = take_over_name(dir->get(), name.name, name.mode, name.shown); !st) {
+      if (auto st = take_over_name(dir.get(), name.name, name.mode, name.shown); !st) {
         return st;
       }
     }
