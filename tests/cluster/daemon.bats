@@ -130,6 +130,8 @@ SCRIPT
   [ "$(echo "$all" | grep -cx "step 2")" -eq 2 ]
   [ "$(echo "$all" | grep -c '(cache miss)$')" -eq 2 ]
   echo "$all" | grep -q 'tog[12].tar -> .*, read into the node cache and shown as your own files (cache view) (cache miss)$'
+  # Read straight into the cache's fill, through a pipe: no spool written first.
+  grep -q "cached .*tog[12].tar (.*; filled as it was read, " "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"
   for n in 1 2; do
     echo "$all" | grep -q "^$(sha256sum "$WORK/cache-src/tog$n/t/data.bin" | cut -c1-64)  data.bin$"
   done
@@ -191,6 +193,7 @@ SCRIPT
     echo "try $try: the jobs did not start together"
   done
   [ "$together" -eq 1 ]
+  grep -q "cached .*/$d (.*; filled as it was read, " "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log" # no spool
   # The cache holds the directory as it was, not as the jobs changed it.
   submit -N1 -w node1 --stage-data=shared/$d:dd --wrap "'cat \$SLURM_TMPDIR/dd/ckpt.pt; echo'"
   echo "$LAST_OUTPUT" | grep -q '(cache view) (cache hit)$'

@@ -2,7 +2,8 @@
 // the job user's reader, whose tar stream the service side reads), and every byte goes at once to
 // the job (unpacked or copied into its directory by a child with the job user's credentials, as
 // staging without the daemon would; a directory of large files copied by its reader itself) and to
-// a spool in the cache's fill directory.
+// a spool in the cache's fill directory. A read for the cache alone (jobs starting together, all
+// waiting for the entry) writes no spool: its bytes go straight to the cache's fill.
 // The job's reply does not wait for the cache: the spool is unpacked into an entry by a fill the
 // fill thread runs after the read, or beside it (following the spool as it grows) once another
 // job waits for this source, at a lower priority (fill_thread.cpp). Jobs asking for the same source meanwhile wait for
@@ -103,6 +104,8 @@ struct StageRequest::MissRead
   Result<Missed> run();
   void begin_spool();
   void offer_follow();
+  void hand_follow_over();
+  bool fill_reads_pipe() const; // a read for the cache alone: no spool, the fill reads the tee's pipe
   void abandon_follow();
   void drop_fill();
   Error fail(Error e)
@@ -118,6 +121,7 @@ struct StageRequest::MissRead
   proto::Progress status();
   Error reader_failure(Error seen);
   Result<proto::TreeStreamed> read_said(const Result<ipc::Message>& msg);
+  Result<proto::Teed> tee_said(const Result<ipc::Message>& msg) const;
   Result<bool> source_changed(const std::optional<Result<proto::TreeStreamed>>& read);
   Result<stage::Delivered> deliver_after(const std::string& dropped);
   void settle(bool changed, const proto::Teed& teed);
@@ -176,7 +180,7 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
     read = read_said(r.await(*reader, [&] { return status(); }, frames));
   }
   kill_all(); // each leads its own process group: whatever they forked ends here
-  auto teed = tee_msg ? proto::parse_child_message<proto::Teed>(tee_msg->text) : Result<proto::Teed>(tee_msg.error());
+  auto teed = tee_said(tee_msg);
   if (!teed && reader_copies && read && *read) { // the job has its copy from the reader: the tee was the cache's alone
     const std::string& why = (*read)->dropped;
     if (why.empty()) {
@@ -250,10 +254,24 @@ void StageRequest::MissRead::offer_follow()
   follow->room = d.room;
   follow->source = src.path;
   follow->verdict.emplace(std::move(*v));
+  if (d.into == DeliverInto::cache_only) {
+    follow->input = FollowFill::Input::read_pipe; // offered with the pipe (start_delivery)
+    return;
+  }
+  hand_follow_over();
+}
+
+void StageRequest::MissRead::hand_follow_over()
+{
   std::lock_guard lock(r.m_node.mutex);
   if (r.m_fill_wait) {
     r.m_fills.offer_follow_locked(*r.m_fill_wait, follow); // started when a second job waits for this source
   }
+}
+
+bool StageRequest::MissRead::fill_reads_pipe() const
+{
+  return follow && follow->input == FollowFill::Input::read_pipe;
 }
 
 void StageRequest::MissRead::abandon_follow()
@@ -368,8 +386,8 @@ Result<proto::TreeStreamed> StageRequest::MissRead::read_tree_as_user(const std:
 }
 
 // A zip names its entries' types at its end: it is read into the spool first and delivered from
-// there (seekable), not as it streams past. A read for the cache alone has no delivery: the tee
-// finds the pipe closed and sends everything to the spool.
+// there (seekable), not as it streams past. A read for the cache alone has no delivery: its pipe
+// goes to the cache's fill (or, without one following, the tee finds it closed and spools it all).
 Status StageRequest::MissRead::start_delivery()
 {
   if (d.into == DeliverInto::job_directory && !d.seek_first && !reader_copies) {
@@ -378,6 +396,10 @@ Status StageRequest::MissRead::start_delivery()
       return spawned.error();
     }
     delivery = std::move(*spawned);
+  }
+  if (fill_reads_pipe()) {
+    follow->pipe = std::move(feed_rd); // the tee waits on it until the fill thread starts the fill
+    hand_follow_over();
   }
   feed_rd.reset();
   return ok_status();
@@ -397,8 +419,8 @@ Status StageRequest::MissRead::start_tee()
   policy.max_bytes = cache_max;
   const int in_fd = reader ? tree_rd.get() : c.read_fd;
   std::vector<int> keep{in_fd, feed_wr.get(), counters->fd()};
-  if (fill) {
-    keep.push_back(fill->dir.get());
+  if (fill && !fill_reads_pipe()) {
+    keep.push_back(fill->dir.get()); // where the spool goes
   }
   if (!reader && ::lseek(c.read_fd, 0, SEEK_SET) != 0) {
     return Error::from_errno(src.shown + ": cannot rewind");
@@ -471,6 +493,18 @@ Error StageRequest::MissRead::reader_failure(Error seen)
     }
   }
   return seen;
+}
+
+Result<proto::Teed> StageRequest::MissRead::tee_said(const Result<ipc::Message>& msg) const
+{
+  if (!msg) {
+    return msg.error();
+  }
+  auto teed = proto::parse_child_message<proto::Teed>(msg->text);
+  if (teed && fill_reads_pipe()) {
+    teed->dropped.clear(); // ("no spool": none was asked for; the fill read the pipe, and says how it went)
+  }
+  return teed;
 }
 
 Result<proto::TreeStreamed> StageRequest::MissRead::read_said(const Result<ipc::Message>& msg)
