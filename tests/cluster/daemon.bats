@@ -241,6 +241,47 @@ SCRIPT
   run ! kill -0 "$reader" # ended with its read
 }
 
+# Jobs starting together have a fresh archive read straight into the cache's fill, with no spool to
+# fill from again: if that fill fails (here killed), no entry comes of that read, and the jobs
+# waiting for it stage the archive themselves, each with its bytes; none fails for it.
+@test "a read into the cache alone whose fill is killed: the jobs waiting for it stage the archive themselves" {
+  dpid=$(cat "$STAGEHAND_CLUSTER_DIR/stagehandd-node1.pid")
+  fusermount -u "$WORK/shared"
+  : >"$BATS_TEST_TMPDIR/held-mount" # (mounted plain again by teardown, whatever happens)
+  setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" --hold-reads "$WORK/pin.gate" \
+    >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
+  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+  as_user "mkdir -p killfill && head -c 4M /dev/urandom >killfill/blob.bin && tar -C killfill -cf cache-src/killfill.tar blob.bin"
+  settle "$WORK/cache-src/killfill.tar"
+  want=$(sha256sum <"$WORK/killfill/blob.bin")
+  ids=()
+  for n in 1 2; do # held, released at once: allocated together
+    ids+=("$(as_user "sbatch --parsable -H -N1 -n1 -w node1 -t 3 -o out.%j --stage-data=shared/killfill.tar:k --wrap 'sha256sum <\$SLURM_TMPDIR/k/blob.bin'")")
+  done
+  echo "${ids[0]}" >"$BATS_TEST_TMPDIR/held-mount"
+  touch "$WORK/pin.gate" # the read's first MiB gets through, then it waits
+  scontrol release "$(IFS=,; echo "${ids[*]}")"
+  # The cache's fill: the service user's child of the daemon holding its fill directory (the read
+  # holds the archive instead).
+  filler=""
+  for _ in $(seq 1 600); do
+    for p in $(pgrep -P "$dpid" || true); do
+      [ "$(stat -c %U "/proc/$p")" != "$STAGEHAND_TEST_USER" ] || continue
+      fds=$(ls -l "/proc/$p/fd" 2>/dev/null || true)
+      if grep -q '/tmp/fill\.' <<<"$fds" && ! grep -q 'killfill.tar' <<<"$fds"; then filler=$p; fi
+    done
+    [ -z "$filler" ] || break
+    sleep 0.1
+  done
+  [ -n "$filler" ]
+  kill -KILL "$filler"
+  rm "$WORK/pin.gate"
+  for id in "${ids[@]}"; do [ "$(job_exit_code "$id")" -eq 0 ]; done
+  all=$(for id in "${ids[@]}"; do cat "$WORK/out.$id"; done); echo "$all"
+  [ "$(echo "$all" | grep -cx "$want")" -eq 2 ]
+  grep -q "killfill.tar: not read for a view (the cache's fill: .*SIGKILL" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"
+}
+
 @test "a miss through the daemon gives the job its own files, as without it: the user's, the archive's modes, changeable in place; the cache stays as it was" {
   as_user "mkdir -p own-src/d/sub && printf weights >own-src/d/ckpt.pt && printf '#!/bin/sh\n' >own-src/d/run.sh && printf s >own-src/d/sub/secret"
   as_user "chmod 0640 own-src/d/ckpt.pt && chmod 0755 own-src/d/run.sh && chmod 0600 own-src/d/sub/secret && chmod 0750 own-src/d/sub"

@@ -2,9 +2,9 @@
 // after the read, once the node's CPUs have room for it beside the jobs (at most 5 s later); or, once
 // another job waits for the source, an archive's or a tree's spool is unpacked as it is written, by a
 // child this thread starts then (it follows the spool: the entry is ready about when the leader's own
-// copy is); a read into the cache alone (jobs starting together, each waiting for the entry) writes
-// no spool, and the fill this thread starts reads the read's pipe. A lone miss's fill never
-// competes with its job. Entries are published one at a time, as
+// copy is); a read into the cache alone (jobs starting together, each waiting for the entry) fills
+// as it reads, and its fill is only sealed and published here. A lone miss's fill never competes
+// with its job. Entries are published one at a time, as
 // the service user, measured and sealed as any fill. A fill that cannot be made (the daemon
 // stopping, too many waiting, an error) is dropped: the next job's miss reads the source again.
 #include "stagehand/service/fill_thread.hpp"
@@ -189,7 +189,7 @@ void FillThread::ask_follow_locked(FillWait& w)
   }
 }
 
-bool FillThread::urgent(const SpoolFill& t) { return t.plain || t.wait->follow_asked; }
+bool FillThread::urgent(const SpoolFill& t) { return t.plain || t.filled || t.wait->follow_asked; }
 
 bool FillThread::urgent_queued_locked() const
 {
@@ -264,21 +264,17 @@ void FillThread::start_follow_fills_locked(std::unique_lock<std::mutex>& lock)
     auto f = std::move(m_follow_starts.front());
     m_follow_starts.pop_front();
     if (f->abandoned || !m_node.service || m_stopping) {
-      f->pipe.reset(); // a read waiting on its pipe ends
       continue;
     }
     const ipc::Credentials service = *m_node.service;
     lock.unlock();
     auto child = spawn_follower(*f, service);
     lock.lock();
-    const bool piped = f->input == FollowFill::Input::read_pipe;
     if (!child) {
-      spdlog::info("{}: the cache's fill does not follow the read ({}){}", f->source, child.error().message,
-                   piped ? "" : "; it is filled after it");
+      spdlog::info("{}: the cache's fill does not follow the read ({}); it is filled after it", f->source,
+                   child.error().message);
     } else if (!f->abandoned) {
-      spdlog::info("{}: {}", f->source,
-                   piped ? "jobs wait for it: the read goes straight into the cache's fill"
-                         : "a job waits for it: the cache's fill follows the read");
+      spdlog::info("{}: a job waits for it: the cache's fill follows the read", f->source);
       f->child = std::move(*child);
     }
     // (abandoned meanwhile: the child is killed as `child` goes)
@@ -291,19 +287,6 @@ Result<ipc::Child> FillThread::spawn_follower(FollowFill& f, const ipc::Credenti
   const std::uint64_t room = f.room;
   const std::string source = f.source;
   const bool behind = f.priority == FollowFill::Priority::behind_jobs;
-  if (f.input == FollowFill::Input::read_pipe) {
-    UniqueFd pipe = std::move(f.pipe); // closed here once the child has it: the read sees the fill's end
-    return ipc::spawn_as(service, {f.dir.get(), pipe.get()}, [&](int sock, const std::vector<int>& kept) {
-      auto r = tree ? cache::fill_from_stream(kept[1], kept[0], room, source)
-                    : cache::fill_from_archive_stream(kept[1], kept[0], room, source);
-      if (!r) {
-        (void)ipc::send_message(sock, proto::child_failure(r.error()));
-        return 1;
-      }
-      (void)ipc::send_message(sock, proto::child_message(*r));
-      return 0;
-    });
-  }
   auto child = ipc::spawn_as(service, {f.dir.get(), f.verdict->fd()}, [&](int sock, const std::vector<int>& kept) {
     if (behind) {
       behind_the_jobs();
@@ -368,6 +351,9 @@ Result<cache::FillResult> FillThread::await_fill_child(ipc::Child& child)
 
 Result<cache::FillResult> FillThread::fill_from_spool(SpoolFill& task, const ipc::Credentials& service)
 {
+  if (task.filled) {
+    return *task.filled;
+  }
   if (task.plain) {
     return cache::fill_from_plain_spool(task.fill.dir.get(), cache::k_spool_name, task.mode);
   }
@@ -376,9 +362,6 @@ Result<cache::FillResult> FillThread::fill_from_spool(SpoolFill& task, const ipc
     std::lock_guard lock(m_node.mutex);
     follower = std::move(task.follow->child);
     task.follow->child.reset();
-  }
-  if (task.follow && task.follow->input == FollowFill::Input::read_pipe) { // no spool to fill from
-    return follower ? await_fill_child(*follower) : Error::io("the cache's fill did not start", ECHILD);
   }
   if (follower) {
     auto followed = await_fill_child(*follower);
@@ -455,11 +438,10 @@ FillThread::Publish FillThread::publish_spool_fill(SpoolFill& task, const cache:
   }
   task.fill.name.clear();
   task.fill.dir.reset();
-  const bool piped = task.follow && task.follow->input == FollowFill::Input::read_pipe;
   spdlog::info("job {}: cached {} ({} files, {} bytes on disk; {}, published in {:.2f} s)", task.job_id, task.source,
                fr.files, published->disk_bytes,
-               piped ? std::string("filled as it was read")
-                     : fmt::format("filled from the spool after waiting {:.2f} s for idle CPUs", task.held),
+               task.filled ? std::string("filled as it was read")
+                           : fmt::format("filled from the spool after waiting {:.2f} s for idle CPUs", task.held),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return Publish::published;
 }

@@ -19,6 +19,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -40,6 +41,9 @@ struct SpoolFill
   std::shared_ptr<FillWait> wait;
   std::uint32_t job_id = 0;
   std::shared_ptr<FollowFill> follow; // the fill already following the spool, if one started
+  // The fill made already, from the read itself (a read into the cache alone: no spool): only
+  // sealed and published here.
+  std::optional<cache::FillResult> filled;
   std::chrono::steady_clock::time_point queued{}; // when its spool was whole and handed over
   double held = 0; // seconds its fill waited for room on the CPUs
 };

@@ -35,11 +35,6 @@ struct FollowFill
   std::uint64_t room = 0;
   std::string source; // the canonical path, for messages
   std::optional<ipc::SharedMemory<cache::SpoolVerdict>> verdict;
-  // What it reads: the spool as the read writes it, or, for a read into the cache alone (no job's
-  // copy to keep pace with, the jobs wait for this fill), the read's own pipe: no spool is written.
-  enum class Input { spool, read_pipe };
-  Input input = Input::spool;
-  UniqueFd pipe; // Input::read_pipe: the pipe's read end, until the fill starts with it
   // Guarded by the lock that guards the table:
   std::optional<ipc::Child> child; // once started
   bool abandoned = false;          // the miss ended without a spool worth filling from

@@ -100,12 +100,18 @@ struct StageRequest::MissRead
   std::optional<ipc::SharedMemory<archive::WorkCounters>> counters; // the tee's bytes, for progress
   std::optional<ipc::SharedMemory<archive::WorkCounters>> copied;   // a directory's copy's, instead
   std::optional<ipc::Child> tee;       // the service user's one read, to the job and the spool
+  // A read into the cache alone (jobs starting together, all waiting for the entry) has no spool:
+  // the service user's fill reads the tee's pipe as the job's delivery would.
+  enum class CacheFill { from_spool, from_pipe };
+  CacheFill cache_fill = CacheFill::from_spool;
+  std::optional<ipc::Child> filler; // CacheFill::from_pipe: that fill
 
   Result<Missed> run();
+  Status start();
   void begin_spool();
   void offer_follow();
-  void hand_follow_over();
-  bool fill_reads_pipe() const; // a read for the cache alone: no spool, the fill reads the tee's pipe
+  Status start_filler();
+  Status await_filler();
   void abandon_follow();
   void drop_fill();
   Error fail(Error e)
@@ -139,14 +145,7 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
   if (d.into == DeliverInto::cache_only && !fill) {
     return Error::io("not read into the node cache: " + out.why_uncached, ENOSPC);
   }
-  offer_follow();
-  if (auto st = start_reader(); !st) {
-    return fail(st.error());
-  }
-  if (auto st = start_delivery(); !st) {
-    return fail(st.error());
-  }
-  if (auto st = start_tee(); !st) {
+  if (auto st = start(); !st) {
     return fail(st.error());
   }
   // The job's side first: its answer is the job's answer (a corrupt archive, out of room).
@@ -180,6 +179,9 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
     read = read_said(r.await(*reader, [&] { return status(); }, frames));
   }
   kill_all(); // each leads its own process group: whatever they forked ends here
+  if (auto made = await_filler(); !made) { // its word first: a directory's reader fails on the pipe it left
+    return fail(made.error());
+  }
   auto teed = tee_said(tee_msg);
   if (!teed && reader_copies && read && *read) { // the job has its copy from the reader: the tee was the cache's alone
     const std::string& why = (*read)->dropped;
@@ -214,6 +216,23 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
   return std::move(out);
 }
 
+// The read's children: the reader (a directory), the job's delivery or the cache's fill, the tee.
+Status StageRequest::MissRead::start()
+{
+  const bool plain = d.content == stage::StreamContent::plain_file;
+  if (d.into == DeliverInto::cache_only && cache::fill_follows_spool(plain, d.seek_first)) {
+    cache_fill = CacheFill::from_pipe;
+  }
+  offer_follow();
+  if (auto st = start_reader(); !st) {
+    return st;
+  }
+  if (auto st = start_delivery(); !st) {
+    return st;
+  }
+  return start_tee();
+}
+
 // The spool: only for what may be cached (read long enough after its last change, and not larger
 // than the whole cache).
 void StageRequest::MissRead::begin_spool()
@@ -238,7 +257,8 @@ void StageRequest::MissRead::begin_spool()
 // The cache's fill follows the spool as it is written, once a second job waits for this source.
 void StageRequest::MissRead::offer_follow()
 {
-  if (!fill || !cache::fill_follows_spool(d.content == stage::StreamContent::plain_file, d.seek_first)) {
+  const bool plain = d.content == stage::StreamContent::plain_file;
+  if (!fill || cache_fill == CacheFill::from_pipe || !cache::fill_follows_spool(plain, d.seek_first)) {
     return;
   }
   auto v = ipc::SharedMemory<cache::SpoolVerdict>::make();
@@ -254,24 +274,10 @@ void StageRequest::MissRead::offer_follow()
   follow->room = d.room;
   follow->source = src.path;
   follow->verdict.emplace(std::move(*v));
-  if (d.into == DeliverInto::cache_only) {
-    follow->input = FollowFill::Input::read_pipe; // offered with the pipe (start_delivery)
-    return;
-  }
-  hand_follow_over();
-}
-
-void StageRequest::MissRead::hand_follow_over()
-{
   std::lock_guard lock(r.m_node.mutex);
   if (r.m_fill_wait) {
     r.m_fills.offer_follow_locked(*r.m_fill_wait, follow); // started when a second job waits for this source
   }
-}
-
-bool StageRequest::MissRead::fill_reads_pipe() const
-{
-  return follow && follow->input == FollowFill::Input::read_pipe;
 }
 
 void StageRequest::MissRead::abandon_follow()
@@ -296,6 +302,9 @@ void StageRequest::MissRead::abandon_follow()
 void StageRequest::MissRead::drop_fill()
 {
   abandon_follow();
+  if (filler) {
+    filler->kill(); // before its directory goes
+  }
   if (fill) {
     std::lock_guard lock(r.m_node.mutex);
     r.m_node.keeper.remove_later_locked(r.m_store, *fill); // by the GC thread
@@ -397,11 +406,57 @@ Status StageRequest::MissRead::start_delivery()
     }
     delivery = std::move(*spawned);
   }
-  if (fill_reads_pipe()) {
-    follow->pipe = std::move(feed_rd); // the tee waits on it until the fill thread starts the fill
-    hand_follow_over();
+  if (cache_fill == CacheFill::from_pipe) {
+    if (auto st = start_filler(); !st) {
+      return st;
+    }
   }
   feed_rd.reset();
+  return ok_status();
+}
+
+// The fill of a read into the cache alone, as the service user: the pipe's bytes (an archive, or a
+// directory's tar stream) unpacked into the fill directory as they come.
+Status StageRequest::MissRead::start_filler()
+{
+  const bool tree = src.kind == stage::SourceKind::dir;
+  const std::vector<int> keep{feed_rd.get(), fill->dir.get()};
+  auto spawned = ipc::spawn_as(c.service, keep, [&](int sock, const std::vector<int>& kept) {
+    auto made = tree ? cache::fill_from_stream(kept[0], kept[1], d.room, src.path)
+                     : cache::fill_from_archive_stream(kept[0], kept[1], d.room, src.path);
+    if (!made) {
+      (void)ipc::send_message(sock, proto::child_failure(made.error()));
+      return 1;
+    }
+    (void)ipc::send_message(sock, proto::child_message(*made));
+    return 0;
+  });
+  if (!spawned) {
+    return spawned.error();
+  }
+  filler = std::move(*spawned);
+  return ok_status();
+}
+
+// That fill's word, once it has ended with all it started (nothing of it may write on into the
+// fill that is sealed next): what it made, for the fill thread to seal and publish.
+Status StageRequest::MissRead::await_filler()
+{
+  if (!filler) {
+    return ok_status();
+  }
+  auto said = r.await(*filler, [&] { return status(); }, Frames::none);
+  Result<cache::FillResult> made = said ? proto::parse_child_message<stage::Placed>(said->text)
+                                        : Result<cache::FillResult>(said.error());
+  if (auto ended = filler->wait(); made && !ended) {
+    made = ended.error();
+  }
+  if (!made) {
+    std::lock_guard lock(r.m_node.mutex);
+    ++r.m_node.counters.fills_dropped;
+    return made.error().with_context("the cache's fill");
+  }
+  out.filled = *made;
   return ok_status();
 }
 
@@ -419,7 +474,7 @@ Status StageRequest::MissRead::start_tee()
   policy.max_bytes = cache_max;
   const int in_fd = reader ? tree_rd.get() : c.read_fd;
   std::vector<int> keep{in_fd, feed_wr.get(), counters->fd()};
-  if (fill && !fill_reads_pipe()) {
+  if (fill && cache_fill == CacheFill::from_spool) {
     keep.push_back(fill->dir.get()); // where the spool goes
   }
   if (!reader && ::lseek(c.read_fd, 0, SEEK_SET) != 0) {
@@ -501,7 +556,7 @@ Result<proto::Teed> StageRequest::MissRead::tee_said(const Result<ipc::Message>&
     return msg.error();
   }
   auto teed = proto::parse_child_message<proto::Teed>(msg->text);
-  if (teed && fill_reads_pipe()) {
+  if (teed && cache_fill == CacheFill::from_pipe) {
     teed->dropped.clear(); // ("no spool": none was asked for; the fill read the pipe, and says how it went)
   }
   return teed;
@@ -560,7 +615,7 @@ void StageRequest::MissRead::settle(bool changed, const proto::Teed& teed)
   }
   if (out.why_uncached.empty() && fill) {
     out.spool = std::move(fill);
-    out.spool_bytes = teed.bytes;
+    out.spool_bytes = cache_fill == CacheFill::from_pipe ? 0 : teed.bytes; // (the fill made: no spool waits)
     if (follow) {
       follow->verdict->get()->state.store(static_cast<std::uint64_t>(cache::SpoolState::complete));
       out.follow = std::move(follow);

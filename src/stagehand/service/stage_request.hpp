@@ -131,6 +131,7 @@ private:
     std::uint64_t spool_bytes = 0;
     std::string why_uncached;
     std::shared_ptr<FollowFill> follow; // with `spool`: the fill following it, if one was asked for
+    std::optional<cache::FillResult> filled; // with `spool` (its directory, no spool in it): the fill made as read
   };
   // One source on its way (stage_source.cpp): what it is, and what became of it.
   struct Sourcing

@@ -273,6 +273,7 @@ void StageRequest::hand_spool_to_fill_locked(Sourcing& s, Missed& missed, const 
   task.wait = wait;
   task.job_id = m_job.job_id;
   task.follow = std::move(missed.follow);
+  task.filled = std::move(missed.filled);
   m_fills.queue_locked(std::move(task));
 }
 
