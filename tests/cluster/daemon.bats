@@ -241,34 +241,30 @@ SCRIPT
   run ! kill -0 "$reader" # ended with its read
 }
 
-# Jobs starting together have a fresh archive read straight into the cache's fill, with no spool to
+# Jobs starting together have a fresh source read straight into the cache's fill, with no spool to
 # fill from again: if that fill fails (here killed), no entry comes of that read, and the jobs
-# waiting for it stage the archive themselves, each with its bytes; none fails for it.
-@test "a read into the cache alone whose fill is killed: the jobs waiting for it stage the archive themselves" {
+# waiting for it stage the source themselves, each with its bytes; none fails for it. The log names
+# the fill's failure (for a directory, not the broken pipe its reader then meets).
+# $1: the source under shared/ (made by the caller in cache-src, and settled); $2: its bytes' sha256
+# as the jobs print it with `cat`.
+kill_view_fill() {
+  local dpid filler p fds id all
   dpid=$(cat "$STAGEHAND_CLUSTER_DIR/stagehandd-node1.pid")
-  fusermount -u "$WORK/shared"
-  : >"$BATS_TEST_TMPDIR/held-mount" # (mounted plain again by teardown, whatever happens)
-  setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" --hold-reads "$WORK/pin.gate" \
-    >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
-  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
-  as_user "mkdir -p killfill && head -c 4M /dev/urandom >killfill/blob.bin && tar -C killfill -cf cache-src/killfill.tar blob.bin"
-  settle "$WORK/cache-src/killfill.tar"
-  want=$(sha256sum <"$WORK/killfill/blob.bin")
   ids=()
   for n in 1 2; do # held, released at once: allocated together
-    ids+=("$(as_user "sbatch --parsable -H -N1 -n1 -w node1 -t 3 -o out.%j --stage-data=shared/killfill.tar:k --wrap 'sha256sum <\$SLURM_TMPDIR/k/blob.bin'")")
+    ids+=("$(as_user "sbatch --parsable -H -N1 -n1 -w node1 -t 3 -o out.%j --stage-data=shared/$1:k --wrap 'cd \$SLURM_TMPDIR/k && cat \$(find . -type f | sort) | sha256sum'")")
   done
   echo "${ids[0]}" >"$BATS_TEST_TMPDIR/held-mount"
   touch "$WORK/pin.gate" # the read's first MiB gets through, then it waits
   scontrol release "$(IFS=,; echo "${ids[*]}")"
-  # The cache's fill: the service user's child of the daemon holding its fill directory (the read
-  # holds the archive instead).
+  # The cache's fill: the service user's child of the daemon holding its fill directory (and
+  # nothing of the source).
   filler=""
   for _ in $(seq 1 600); do
     for p in $(pgrep -P "$dpid" || true); do
       [ "$(stat -c %U "/proc/$p")" != "$STAGEHAND_TEST_USER" ] || continue
       fds=$(ls -l "/proc/$p/fd" 2>/dev/null || true)
-      if grep -q '/tmp/fill\.' <<<"$fds" && ! grep -q 'killfill.tar' <<<"$fds"; then filler=$p; fi
+      if grep -q '/tmp/fill\.' <<<"$fds" && ! grep -q "cache-src/$1" <<<"$fds"; then filler=$p; fi
     done
     [ -z "$filler" ] || break
     sleep 0.1
@@ -278,8 +274,30 @@ SCRIPT
   rm "$WORK/pin.gate"
   for id in "${ids[@]}"; do [ "$(job_exit_code "$id")" -eq 0 ]; done
   all=$(for id in "${ids[@]}"; do cat "$WORK/out.$id"; done); echo "$all"
-  [ "$(echo "$all" | grep -cx "$want")" -eq 2 ]
-  grep -q "killfill.tar: not read for a view (the cache's fill: .*SIGKILL" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"
+  [ "$(echo "$all" | grep -cx "$2")" -eq 2 ]
+  grep -q "$1: not read for a view (the cache's fill: .*SIGKILL" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"
+}
+
+hold_share() {
+  fusermount -u "$WORK/shared"
+  : >"$BATS_TEST_TMPDIR/held-mount" # (mounted plain again by teardown, whatever happens)
+  setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" --hold-reads "$WORK/pin.gate" \
+    >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
+  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+}
+
+@test "a read into the cache alone whose fill is killed: the jobs waiting for it stage the archive themselves" {
+  hold_share
+  as_user "mkdir -p killfill && head -c 4M /dev/urandom >killfill/blob.bin && tar -C killfill -cf cache-src/killfill.tar blob.bin"
+  settle "$WORK/cache-src/killfill.tar"
+  kill_view_fill killfill.tar "$(sha256sum <"$WORK/killfill/blob.bin")"
+}
+
+@test "a read into the cache alone whose fill is killed: the jobs waiting for it stage the directory themselves" {
+  hold_share
+  as_user "mkdir -p cache-src/killfilld && head -c 4M /dev/urandom >cache-src/killfilld/a.bin && head -c 3M /dev/urandom >cache-src/killfilld/b.bin"
+  settle "$WORK/cache-src/killfilld"
+  kill_view_fill killfilld "$(cd "$WORK/cache-src/killfilld" && cat a.bin b.bin | sha256sum)"
 }
 
 @test "a miss through the daemon gives the job its own files, as without it: the user's, the archive's modes, changeable in place; the cache stays as it was" {

@@ -286,11 +286,8 @@ Result<ipc::Child> FillThread::spawn_follower(FollowFill& f, const ipc::Credenti
   const bool tree = f.tree;
   const std::uint64_t room = f.room;
   const std::string source = f.source;
-  const bool behind = f.priority == FollowFill::Priority::behind_jobs;
   auto child = ipc::spawn_as(service, {f.dir.get(), f.verdict->fd()}, [&](int sock, const std::vector<int>& kept) {
-    if (behind) {
-      behind_the_jobs();
-    }
+    behind_the_jobs(); // beside the job's own copy of the same read
     struct sigaction ign {};
     ign.sa_handler = SIG_IGN;
     ::sigaction(SIGPIPE, &ign, nullptr); // the unpacking may stop reading: the feeder's write says so

@@ -25,11 +25,11 @@
 
 namespace stagehand::service {
 
-// A miss's spool waiting to become a cache entry.
+// A miss's spool waiting to become a cache entry (or a read's fill made already, to be sealed).
 struct SpoolFill
 {
   std::shared_ptr<cache::Store> store;
-  cache::Fill fill; // its directory holds the spool
+  cache::Fill fill; // its directory holds the spool (with `filled`: the fill's data)
   std::string key;
   std::string source; // the canonical path, for the log
   bool tree = false;  // a directory's tar stream, else a file's bytes
@@ -44,7 +44,7 @@ struct SpoolFill
   // The fill made already, from the read itself (a read into the cache alone: no spool): only
   // sealed and published here.
   std::optional<cache::FillResult> filled;
-  std::chrono::steady_clock::time_point queued{}; // when its spool was whole and handed over
+  std::chrono::steady_clock::time_point queued{}; // when its spool was whole (or its fill made) and handed over
   double held = 0; // seconds its fill waited for room on the CPUs
 };
 

@@ -27,9 +27,6 @@ namespace stagehand::service {
 // or abandons it.
 struct FollowFill
 {
-  // Behind the jobs (nice 10), unless a job waits for this fill alone (cache_view's read for a view).
-  enum class Priority { behind_jobs, with_jobs };
-  Priority priority = Priority::behind_jobs;
   UniqueFd dir;       // the fill's directory (its own descriptor)
   bool tree = false;  // a directory's tar stream, else an archive's bytes
   std::uint64_t room = 0;

@@ -112,6 +112,8 @@ struct StageRequest::MissRead
   void offer_follow();
   Status start_filler();
   Status await_filler();
+  Error cause(Error read_failure, const Status& made);
+  Error fill_failed(const Error& e);
   void abandon_follow();
   void drop_fill();
   Error fail(Error e)
@@ -179,9 +181,7 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
     read = read_said(r.await(*reader, [&] { return status(); }, frames));
   }
   kill_all(); // each leads its own process group: whatever they forked ends here
-  if (auto made = await_filler(); !made) { // its word first: a directory's reader fails on the pipe it left
-    return fail(made.error());
-  }
+  const Status made = await_filler(); // (ended too, whatever the read said)
   auto teed = tee_said(tee_msg);
   if (!teed && reader_copies && read && *read) { // the job has its copy from the reader: the tee was the cache's alone
     const std::string& why = (*read)->dropped;
@@ -192,18 +192,18 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
     teed = proto::Teed{0, why.empty() ? "the read for the cache failed" : why};
   }
   if (!teed) {
-    return fail(teed.error());
+    return fail(cause(teed.error(), made));
   }
   auto changed = source_changed(read);
-  if (!changed) {
-    return fail(changed.error());
+  if (!changed || !made) {
+    return fail(changed ? fill_failed(made.error()) : cause(changed.error(), made));
   }
   if (read && teed->dropped.empty()) {
     teed->dropped = (*read)->dropped; // the reader's stream stopped: the spool is not the tree
   }
   if (d.into == DeliverInto::cache_only) {
     settle(*changed, *teed);
-    return std::move(out); // nothing delivered: the spool is all
+    return std::move(out); // nothing delivered: the cache's fill (or its spool) is all
   }
   if (!delivered) {
     delivered = deliver_after(teed->dropped);
@@ -268,9 +268,6 @@ void StageRequest::MissRead::offer_follow()
   follow = std::make_shared<FollowFill>();
   follow->dir = UniqueFd(::fcntl(fill->dir.get(), F_DUPFD_CLOEXEC, 0));
   follow->tree = src.kind == stage::SourceKind::dir;
-  if (d.into == DeliverInto::cache_only) {
-    follow->priority = FollowFill::Priority::with_jobs; // the jobs wait for this fill, not for copies of their own
-  }
   follow->room = d.room;
   follow->source = src.path;
   follow->verdict.emplace(std::move(*v));
@@ -396,7 +393,7 @@ Result<proto::TreeStreamed> StageRequest::MissRead::read_tree_as_user(const std:
 
 // A zip names its entries' types at its end: it is read into the spool first and delivered from
 // there (seekable), not as it streams past. A read for the cache alone has no delivery: its pipe
-// goes to the cache's fill (or, without one following, the tee finds it closed and spools it all).
+// goes to the cache's fill.
 Status StageRequest::MissRead::start_delivery()
 {
   if (d.into == DeliverInto::job_directory && !d.seek_first && !reader_copies) {
@@ -452,12 +449,24 @@ Status StageRequest::MissRead::await_filler()
     made = ended.error();
   }
   if (!made) {
-    std::lock_guard lock(r.m_node.mutex);
-    ++r.m_node.counters.fills_dropped;
-    return made.error().with_context("the cache's fill");
+    return made.error();
   }
   out.filled = *made;
   return ok_status();
+}
+
+// Why the read failed: its own failure, unless that is only the pipe the cache's fill closed (a
+// directory's reader writing on), when the fill's is the cause.
+Error StageRequest::MissRead::cause(Error read_failure, const Status& made)
+{
+  return !made && read_failure.code == EPIPE ? fill_failed(made.error()) : read_failure;
+}
+
+Error StageRequest::MissRead::fill_failed(const Error& e)
+{
+  std::lock_guard lock(r.m_node.mutex);
+  ++r.m_node.counters.fills_dropped;
+  return e.with_context("the cache's fill");
 }
 
 // The service user's one read of the source (or of the reader's stream), to the job and the spool.

@@ -169,7 +169,7 @@ std::optional<double> StageRequest::read_for_view(const proto::SourceSpec& src, 
   v.wait->job_id = m_job.job_id;
   m_fill_wait = v.wait;
   m_staging_id = m_node.stagings.open(m_job.uid); // `stagehand status` lists the read as the job's staging
-  m_fills.ask_follow_locked(*v.wait); // this job waits for the entry: the fill follows the read from its start
+  m_fills.ask_follow_locked(*v.wait); // this job waits for the entry (the read fills it as it reads)
   const ipc::Credentials service = *m_node.service;
   v.thread = std::thread([this, &v, service] { run_view_read(v, service); });
   // (A task gone meanwhile (scancel) stops the wait, not the read: it goes on for the node's cache.)
@@ -198,9 +198,8 @@ void StageRequest::run_view_read(ViewRead& v, const ipc::Credentials& service)
                  !missed ? missed.error().message : missed->why_uncached);
   } else {
     hand_spool_to_fill_locked(s, *missed, v.wait);
-    // The other jobs wait for this entry as long as this one does: the fill has followed the read
-    // (read_time, a quick read's, says nothing of how long the unpack takes), and a copy each
-    // from the spool would race the fill for the same cores.
+    // The other jobs wait for this entry as long as this one does: the fill was made as the read
+    // went, only its seal is left, and there is no spool to copy from.
     v.wait->patience_until = std::max(v.wait->patience_until, v.until);
     v.spooled = true;
   }
