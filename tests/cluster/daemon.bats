@@ -56,6 +56,10 @@ plain_share() {
 }
 
 bytes_read() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$WORK/shared/.sharedfs-stats"; }
+# The bytes the share delivered of one file ($1: its path under the mount, with a leading /).
+share_bytes_of() {
+  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['files'].get(sys.argv[2], 0))" "$WORK/shared/.sharedfs-stats" "$1"
+}
 
 # A fresh copy of a source under the shared mount (new inode: a guaranteed miss).
 fresh() { as_user "cp -r cache-src/$1 cache-src/$2" && settle "$WORK/cache-src/$2"; }
@@ -200,43 +204,73 @@ SCRIPT
   echo "$LAST_OUTPUT" | grep -qx weights
 }
 
-# A job user may stop (SIGSTOP) the reader the daemon runs as them for a directory's one read: the
-# service user's side of the read would wait on it for ever, and every job waiting for that source
-# with it. The daemon ends such a read (its own jobs and any other then stage it themselves).
-@test "a directory read stopped by its user (SIGSTOP) is ended: the jobs waiting for it still get their data" {
-  dpid=$(cat "$STAGEHAND_CLUSTER_DIR/stagehandd-node1.pid")
+# The share mounted with a hold: every read through an open file that has delivered $1 bytes
+# (default 1 MiB) waits while $WORK/pin.gate exists (teardown mounts it plain again).
+hold_share() {
   fusermount -u "$WORK/shared"
   : >"$BATS_TEST_TMPDIR/held-mount" # (mounted plain again by teardown, whatever happens)
   setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" --hold-reads "$WORK/pin.gate" \
-    --hold-reads-from 0 >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
+    --hold-reads-from "${1:-1048576}" >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
   for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
-  as_user "mkdir -p cache-src/stopd && for i in \$(seq 1 30); do head -c 4000 /dev/urandom >cache-src/stopd/f\$i; done"
-  settle "$WORK/cache-src/stopd"
-  want=$(cd "$WORK/cache-src/stopd" && cat f* | sha256sum)
+}
+
+# Two jobs on node1 staging shared/$1 to $2 and printing the sha256 of all its files (`cat`, in
+# name order): submitted held, the gate closed, then released at once (allocated together). Sets
+# `ids`. Each has a 3-minute bound: a read that never ends would hold them that long, no longer.
+start_pair_held() {
   ids=()
-  for n in 1 2; do # a bound: without the fix the read never ends, and these jobs with it
-    ids+=("$(as_user "sbatch --parsable -H -N1 -n1 -w node1 -t 3 -o out.%j --stage-data=shared/stopd:sd --wrap 'cd \$SLURM_TMPDIR/sd && cat f* | sha256sum'")")
+  for n in 1 2; do
+    ids+=("$(as_user "sbatch --parsable -H -N1 -n1 -w node1 -t 3 -o out.%j --stage-data=shared/$1:$2 --wrap 'cd \$SLURM_TMPDIR/$2 && cat \$(find . -type f | sort) | sha256sum'")")
   done
   echo "${ids[0]}" >"$BATS_TEST_TMPDIR/held-mount"
   touch "$WORK/pin.gate"
   scontrol release "$(IFS=,; echo "${ids[*]}")"
-  # The job user's reader of the directory: a child of the daemon holding one of its files and the
-  # pipe of its stream, its read held by the share.
-  reader=""
+}
+
+# The pid of node1's daemon's child that has a file matching $2 open (grep -E over its
+# /proc/PID/fd links) and none matching $3 (when given), running as the job user ($1 = job) or not
+# ($1 = service); waits for it up to 60 s.
+daemon_child() {
+  local dpid p fds owner
+  dpid=$(cat "$STAGEHAND_CLUSTER_DIR/stagehandd-node1.pid")
   for _ in $(seq 1 600); do
-    for p in $(pgrep -u "$STAGEHAND_TEST_USER" -P "$dpid" || true); do
+    for p in $(pgrep -P "$dpid" || true); do
+      owner=$(stat -c %U "/proc/$p" 2>/dev/null || true)
+      if [ "$1" = job ]; then [ "$owner" = "$STAGEHAND_TEST_USER" ] || continue; fi
+      if [ "$1" = service ]; then [ "$owner" != "$STAGEHAND_TEST_USER" ] || continue; fi
       fds=$(ls -l "/proc/$p/fd" 2>/dev/null || true)
-      if grep -q '/stopd/f' <<<"$fds" && grep -q 'pipe:' <<<"$fds"; then reader=$p; fi
+      grep -Eq "$2" <<<"$fds" || continue
+      if [ -n "${3:-}" ] && grep -Eq "$3" <<<"$fds"; then continue; fi
+      echo "$p"
+      return 0
     done
-    [ -z "$reader" ] || break
     sleep 0.1
   done
-  [ -n "$reader" ]
-  kill -STOP "$reader"
+  return 1
+}
+
+# The gate opened: both jobs of start_pair_held end well, each printing $1.
+pair_done_with() {
   rm "$WORK/pin.gate"
   for id in "${ids[@]}"; do [ "$(job_exit_code "$id")" -eq 0 ]; done
   all=$(for id in "${ids[@]}"; do cat "$WORK/out.$id"; done); echo "$all"
-  [ "$(echo "$all" | grep -cx "$want")" -eq 2 ]
+  [ "$(echo "$all" | grep -cx "$1")" -eq 2 ]
+}
+
+# A job user may stop (SIGSTOP) the reader the daemon runs as them for a directory's one read: the
+# service user's side of the read would wait on it for ever, and every job waiting for that source
+# with it. The daemon ends such a read (its own jobs and any other then stage it themselves).
+@test "a directory read stopped by its user (SIGSTOP) is ended: the jobs waiting for it still get their data" {
+  hold_share 0
+  as_user "mkdir -p cache-src/stopd && for i in \$(seq 1 30); do head -c 4000 /dev/urandom >cache-src/stopd/f\$i; done"
+  settle "$WORK/cache-src/stopd"
+  want=$(cd "$WORK/cache-src/stopd" && cat $(find . -type f | sort) | sha256sum)
+  start_pair_held stopd sd
+  # The job user's reader of the directory: a child of the daemon holding one of its files, its
+  # read held by the share.
+  reader=$(daemon_child job '/stopd/f')
+  kill -STOP "$reader"
+  pair_done_with "$want"
   grep -q "stopd.*the staging process was stopped (SIGSTOP)" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"
   run ! kill -0 "$reader" # ended with its read
 }
@@ -245,45 +279,15 @@ SCRIPT
 # fill from again: if that fill fails (here killed), no entry comes of that read, and the jobs
 # waiting for it stage the source themselves, each with its bytes; none fails for it. The log names
 # the fill's failure (for a directory, not the broken pipe its reader then meets).
-# $1: the source under shared/ (made by the caller in cache-src, and settled); $2: its bytes' sha256
-# as the jobs print it with `cat`.
+# $1: the source under shared/ (made by the caller in cache-src, and settled); $2: what the jobs print.
 kill_view_fill() {
-  local dpid filler p fds id all
-  dpid=$(cat "$STAGEHAND_CLUSTER_DIR/stagehandd-node1.pid")
-  ids=()
-  for n in 1 2; do # held, released at once: allocated together
-    ids+=("$(as_user "sbatch --parsable -H -N1 -n1 -w node1 -t 3 -o out.%j --stage-data=shared/$1:k --wrap 'cd \$SLURM_TMPDIR/k && cat \$(find . -type f | sort) | sha256sum'")")
-  done
-  echo "${ids[0]}" >"$BATS_TEST_TMPDIR/held-mount"
-  touch "$WORK/pin.gate" # the read's first MiB gets through, then it waits
-  scontrol release "$(IFS=,; echo "${ids[*]}")"
+  start_pair_held "$1" k # the read's first MiB gets through, then it waits
   # The cache's fill: the service user's child of the daemon holding its fill directory (and
   # nothing of the source).
-  filler=""
-  for _ in $(seq 1 600); do
-    for p in $(pgrep -P "$dpid" || true); do
-      [ "$(stat -c %U "/proc/$p")" != "$STAGEHAND_TEST_USER" ] || continue
-      fds=$(ls -l "/proc/$p/fd" 2>/dev/null || true)
-      if grep -q '/tmp/fill\.' <<<"$fds" && ! grep -q "cache-src/$1" <<<"$fds"; then filler=$p; fi
-    done
-    [ -z "$filler" ] || break
-    sleep 0.1
-  done
-  [ -n "$filler" ]
+  filler=$(daemon_child service '/tmp/fill\.' "cache-src/$1")
   kill -KILL "$filler"
-  rm "$WORK/pin.gate"
-  for id in "${ids[@]}"; do [ "$(job_exit_code "$id")" -eq 0 ]; done
-  all=$(for id in "${ids[@]}"; do cat "$WORK/out.$id"; done); echo "$all"
-  [ "$(echo "$all" | grep -cx "$2")" -eq 2 ]
+  pair_done_with "$2"
   grep -q "$1: not read for a view (the cache's fill: .*SIGKILL" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"
-}
-
-hold_share() {
-  fusermount -u "$WORK/shared"
-  : >"$BATS_TEST_TMPDIR/held-mount" # (mounted plain again by teardown, whatever happens)
-  setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" --hold-reads "$WORK/pin.gate" \
-    >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
-  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
 }
 
 @test "a read into the cache alone whose fill is killed: the jobs waiting for it stage the archive themselves" {
@@ -660,8 +664,10 @@ print(sum(x['bytes'] for x in e))" "$output")
   first=$(as_user "sbatch --parsable -H -N1 -w node1 --stage-data=shared/follow.tar:f -o out.%j --wrap 'sha256sum \$SLURM_TMPDIR/f/follow.bin'")
   second=$(as_user "sbatch --parsable -H -N1 -w node1 --stage-data=shared/follow.tar:f -o out.%j --wrap 'sha256sum \$SLURM_TMPDIR/f/follow.bin'")
   scontrol release "$first"
-  for _ in $(seq 1 1200); do ls "$STAGEHAND_CLUSTER_DIR"/cache/node1/tmp/fill.*/spool >/dev/null 2>&1 && break; sleep 0.1; done
-  ls "$STAGEHAND_CLUSTER_DIR"/cache/node1/tmp/fill.*/spool # the first job is reading
+  # The first job is reading (a spool in the cache's tmp/ may be another test's, not yet collected):
+  # 4 MiB of follow.tar read from the share, more than the submission's and the node's probes.
+  for _ in $(seq 1 1200); do [ "$(share_bytes_of /follow.tar)" -ge 4194304 ] && break; sleep 0.1; done
+  [ "$(share_bytes_of /follow.tar)" -ge 4194304 ]
   scontrol release "$second"
   wait_job_done "$first"
   wait_job_done "$second"

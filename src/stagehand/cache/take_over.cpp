@@ -140,8 +140,7 @@ private:
   // Each directory opened once for all its names (a tree of hard links has many).
   Status take_over_linked()
   {
-    std::stable_sort(m_linked.begin(), m_linked.end(),
-                     [](const LinkedName& a, const LinkedName& b) { return a.dir < b.dir; });
+    std::sort(m_linked.begin(), m_linked.end(), [](const LinkedName& a, const LinkedName& b) { return a.dir < b.dir; });
     UniqueFd dir;
     const std::string* open_dir = nullptr;
     for (const auto& name : m_linked) {
