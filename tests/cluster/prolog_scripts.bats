@@ -101,6 +101,9 @@ wait_copied() {
   script_lines "$JOB_ID"
   [ "$(script_lines "$JOB_ID" | grep -c " prolog script: job=$JOB_ID .* stage_data=unset ")" -eq 1 ]
   assert_nodes_idle
+  # The plugin's cache-view records (root's .views, made at the --stage-data job's task start):
+  # gone again, as the tests after this one find the node's base empty.
+  rm -rf "$SCRATCH/node1/.views" "$SCRATCH/node2/.views"
 }
 
 @test "a 2-node --tmpdir job: the plugin's directory is made once, usable by the job, removed once" {
