@@ -3,6 +3,7 @@
 
 #include "stagehand/config/config.hpp"
 #include "stagehand/ddp/env.hpp"
+#include "stagehand/job/job_env.hpp"
 #include "stagehand/stage/request.hpp"
 #include "stagehand/tmpdir/option.hpp"
 
@@ -55,7 +56,7 @@ Result<Config> load(int ac, char** av);
 inline constexpr const char* k_stage_env = "STAGEHAND_STAGE_DATA";
 // Where Slurm carries --stage-data's value to the remote side (sbatch's environment, and prefixed
 // with SLURM_SPANK_ in the job's control environment, which survives --export=NONE).
-inline constexpr const char* k_stage_option_env = "_SLURM_SPANK_OPTION_stagehand_stage_data";
+inline constexpr const char* k_stage_option_env = job::k_stage_option_var;
 
 
 

@@ -29,7 +29,7 @@ std::optional<StageOutJob> stage_out_of_job()
 
 stage::StagingAsked staging_of_job()
 {
-  const std::string_view option = job_control("_SLURM_SPANK_OPTION_stagehand_stage_data");
+  const std::string_view option = job_control(k_stage_option_var);
   const bool asked = !job_control(k_stage_data_var).empty() || (!option.empty() && option != "(null)");
   return asked ? stage::StagingAsked::yes : stage::StagingAsked::no;
 }

@@ -16,6 +16,9 @@ namespace stagehand::job {
 inline constexpr const char* k_stage_out_var = "STAGEHAND_STAGE_OUT";         // --stage-out's canonical entries
 inline constexpr const char* k_stage_out_dir_var = "STAGEHAND_STAGE_OUT_DIR"; // the submit directory
 inline constexpr const char* k_stage_data_var = "STAGEHAND_STAGE_DATA_ASKED"; // "1": --stage-data was given
+// --stage-data's own option variable (the plugin also sets it in the job control environment;
+// slurmd hands it to the plugin's prolog, not to a Prolog= script).
+inline constexpr const char* k_stage_option_var = "_SLURM_SPANK_OPTION_stagehand_stage_data";
 
 // The job's --stage-out, or none.
 std::optional<StageOutJob> stage_out_of_job();
