@@ -10,6 +10,7 @@
 #include "stagehand/service/fill_thread.hpp"
 
 #include "stagehand/proto/child_messages.hpp"
+#include "stagehand/service/child_reply.hpp"
 #include "stagehand/cache/fill.hpp"
 #include "stagehand/cache/spool.hpp"
 #include "stagehand/cache/stage_plan.hpp"
@@ -383,12 +384,7 @@ Result<cache::FillResult> FillThread::fill_from_spool(SpoolFill& task, const ipc
     auto r = task.tree ? cache::fill_from_stream(kept[0], kept[1], task.room, task.source)
                        : cache::fill_from_file(kept[0], kept[1], task.unpack, task.room, task.source);
     ::unlinkat(kept[1], cache::k_spool_name, 0); // the fill's room back before it is measured
-    if (!r) {
-      (void)ipc::send_message(sock, proto::child_failure(r.error()));
-      return 1;
-    }
-    (void)ipc::send_message(sock, proto::child_message(*r));
-    return 0;
+    return reply_to_parent(sock, r);
   });
   if (!child) {
     return child.error();

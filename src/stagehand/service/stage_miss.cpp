@@ -11,6 +11,7 @@
 #include "stagehand/service/stage_request.hpp"
 
 #include "stagehand/proto/child_messages.hpp"
+#include "stagehand/service/child_reply.hpp"
 #include "stagehand/cache/source.hpp"
 #include "stagehand/cache/spool.hpp"
 #include "stagehand/cache/stage_plan.hpp"
@@ -36,13 +37,7 @@ Result<ipc::Child> StageRequest::spawn_delivery(int in_fd, const Delivery& d)
   return ipc::spawn_as(m_user, {in_fd, m_job_fd.get()}, [&, to](int sock, const std::vector<int>& kept) {
     stage::DeliverTo mine = to;
     mine.tmpdir_fd = kept[1];
-    auto r = stage::deliver(kept[0], d.content, d.file_stat, mine, shown);
-    if (!r) {
-      (void)ipc::send_message(sock, proto::child_failure(r.error()));
-      return 1;
-    }
-    (void)ipc::send_message(sock, proto::child_message(*r));
-    return 0;
+    return reply_to_parent(sock, stage::deliver(kept[0], d.content, d.file_stat, mine, shown));
   });
 }
 
@@ -341,12 +336,7 @@ Status StageRequest::MissRead::start_reader()
   auto spawned = ipc::spawn_as(r.m_user, keep, [&](int sock, const std::vector<int>& kept) {
     auto s = read_tree_as_user(kept);
     ::close(kept[1]);
-    if (!s) {
-      (void)ipc::send_message(sock, proto::child_failure(s.error()));
-      return 1;
-    }
-    (void)ipc::send_message(sock, proto::child_message(*s));
-    return 0;
+    return reply_to_parent(sock, s);
   });
   if (copied) {
     copied->handed_out();
@@ -419,14 +409,8 @@ Status StageRequest::MissRead::start_filler()
   const bool tree = src.kind == stage::SourceKind::dir;
   const std::vector<int> keep{feed_rd.get(), fill->dir.get()};
   auto spawned = ipc::spawn_as(c.service, keep, [&](int sock, const std::vector<int>& kept) {
-    auto made = tree ? cache::fill_from_stream(kept[0], kept[1], d.room, src.path)
-                     : cache::fill_from_archive_stream(kept[0], kept[1], d.room, src.path);
-    if (!made) {
-      (void)ipc::send_message(sock, proto::child_failure(made.error()));
-      return 1;
-    }
-    (void)ipc::send_message(sock, proto::child_message(*made));
-    return 0;
+    return reply_to_parent(sock, tree ? cache::fill_from_stream(kept[0], kept[1], d.room, src.path)
+                                      : cache::fill_from_archive_stream(kept[0], kept[1], d.room, src.path));
   });
   if (!spawned) {
     return spawned.error();
