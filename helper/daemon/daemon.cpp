@@ -104,6 +104,9 @@ Status Daemon::reload()
   if (moved) {
     opened = cache::Store::open(cache_path);
   }
+  // The service user is looked up without the lock too: a name service (LDAP, SSSD) that hangs
+  // holds the reload, not every job's request.
+  auto service = ipc::service_credentials(config->daemon.user);
   std::lock_guard lock(m_shared.mutex);
   if (expand_node(config->daemon.socket, m_shared.name) != socket_path()) {
     spdlog::warn("reload: [daemon] socket changed; it takes effect at the next restart");
@@ -114,7 +117,7 @@ Status Daemon::reload()
   m_shared.config = std::move(*config);
   const auto& daemon = m_shared.config.daemon;
   m_shared.keeper.set_limits(cache::CacheLimits{daemon.cache_max_bytes, daemon.cache_max_entries});
-  if (auto service = ipc::service_credentials(m_shared.config.daemon.user)) {
+  if (service) {
     m_shared.service = *service;
   } else {
     spdlog::error("reload: [daemon] user: {}", service.error().message);

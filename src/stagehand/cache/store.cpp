@@ -233,7 +233,11 @@ Result<EntryMeta> Store::publish(Fill& fill, EntryMeta meta)
   if (!sealed) {
     return sealed.error();
   }
-  return publish_sealed(fill, *sealed);
+  auto published = publish_sealed(fill, *sealed);
+  if (published) {
+    sync_published();
+  }
+  return published;
 }
 
 Result<EntryMeta> Store::seal(Fill& fill, EntryMeta meta)
@@ -266,12 +270,13 @@ Result<EntryMeta> Store::publish_sealed(Fill& fill, const EntryMeta& meta)
   if (::renameat2(m_tmp.get(), fill.name.c_str(), m_entries.get(), meta.key.c_str(), RENAME_NOREPLACE) != 0) {
     return Error::from_errno("cannot publish cache entry " + meta.key);
   }
-  ::fsync(m_entries.get());
   fill.name.clear();
   std::lock_guard lock(m_indexed->mutex);
   m_indexed->index.put(meta);
   return meta;
 }
+
+void Store::sync_published() const { (void)::fsync(m_entries.get()); }
 
 void Store::discard(Fill& fill)
 {

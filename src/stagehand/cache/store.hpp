@@ -53,10 +53,14 @@ public:
   // filesystem and renames it into entries/.
   // EEXIST (another fill of the same key won) leaves the fill in place for discard().
   Result<EntryMeta> publish(Fill& fill, EntryMeta meta);
-  // The same in two steps: seal() does the slow part (take over, measure, manifest, sync: no lock
-  // needed, the fill is the caller's alone), publish_sealed() the rename (under the caller's lock).
+  // The same in steps: seal() does the slow part (take over, measure, manifest, sync: no lock
+  // needed, the fill is the caller's alone), publish_sealed() the rename (under the caller's lock),
+  // sync_published() makes the renames so far durable (an fsync of entries/, which may wait for a
+  // journal commit on a busy disk: after the caller's lock). An entry lost to a crash before that
+  // is only a miss: its data was synced before the rename.
   Result<EntryMeta> seal(Fill& fill, EntryMeta meta);
   Result<EntryMeta> publish_sealed(Fill& fill, const EntryMeta& sealed);
+  void sync_published() const;
   void discard(Fill& fill);
 
   Status touch(const std::string& key, std::int64_t now);

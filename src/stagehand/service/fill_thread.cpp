@@ -431,6 +431,8 @@ FillThread::Publish FillThread::publish_spool_fill(SpoolFill& task, const cache:
   }
   task.fill.name.clear();
   task.fill.dir.reset();
+  lock.unlock(); // the rename made durable without the node's lock (a directory fsync may wait on the disk)
+  task.store->sync_published();
   spdlog::info("job {}: cached {} ({} files, {} bytes on disk; {}, published in {:.2f} s)", task.job_id, task.source,
                fr.files, published->disk_bytes,
                task.filled ? std::string("filled as it was read")

@@ -133,11 +133,19 @@ std::optional<double> StageRequest::read_for_view(const proto::SourceSpec& src, 
                                                   const struct timespec& started,
                                                   std::chrono::seconds progress_interval)
 {
+  struct stat file_stat {}; // before the node's lock: an fstat on a share that hangs holds only this job
+  (void)::fstat(found.fd.get(), &file_stat);
   std::unique_lock lock(m_node.mutex);
   if (m_view_read && !m_view_read->finished) {
     return std::nullopt; // one at a time: the job's staging reads the others
   }
   if (!m_node.service) {
+    return std::nullopt;
+  }
+  if (m_node.reads.find(found.identity.key)) {
+    // Another job's read of it began meanwhile (this job's claim ran out first): one read of a
+    // source at a time; this job's staging waits for that one.
+    spdlog::info("job {}: cache view: {}: another job reads it", m_job.job_id, src.path);
     return std::nullopt;
   }
   if (m_view_read) {
@@ -156,7 +164,7 @@ std::optional<double> StageRequest::read_for_view(const proto::SourceSpec& src, 
   s.delivery.into = DeliverInto::cache_only;
   s.delivery.src = &v.src;
   s.delivery.content = found.dir ? stage::StreamContent::tree : stage::StreamContent::archive;
-  (void)::fstat(s.src_fd.get(), &s.delivery.file_stat);
+  s.delivery.file_stat = file_stat;
   s.delivery.unpack = src.unpack;
   s.delivery.room = s.room;
   // As long as the job would stage before its first progress line: past that, its staging waits
@@ -188,6 +196,7 @@ void StageRequest::run_view_read(ViewRead& v, const ipc::Credentials& service)
   Sourcing& s = v.s;
   const MissContext context{s.identity, s.started, service, [&] { return s.seconds(); }, s.src_fd.get(), s.own_key};
   auto missed = miss(s.delivery, s.src_fd.get(), context);
+  s.src_fd.reset(); // closed (a FLUSH to a FUSE share, a CLOSE to NFS) without the node's lock
   std::lock_guard lock(m_node.mutex);
   m_fill_wait.reset();
   v.wait->follow.reset();
