@@ -196,8 +196,9 @@ SCRIPT
     for id in "${ids[@]}"; do wait_job_done "$id"; done
     # What a failing count needs first (a failure's output is shown from its start): the bytes of
     # this source read, who read from the share, and what node1's daemon said of the source.
-    read -r read_bytes readers < <(share_read_since "$BATS_TEST_TMPDIR/share-before" "/$d" 2>&1 |
-      tee /dev/stderr | tail -n1)
+    said=$(share_read_since "$BATS_TEST_TMPDIR/share-before" "/$d" 2>&1)
+    echo "$said"
+    read -r read_bytes readers <<<"$(echo "$said" | tail -n1)"
     echo "shared storage read: $read_bytes bytes of $d's $(du -sb "$WORK/cache-src/$d" | cut -f1), by $readers processes"
     grep -F "/$d" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log" | cut -c1-240 | tail -n 16
     all=$(for id in "${ids[@]}"; do cat "$WORK/out.$id"; done); echo "$all"

@@ -8,7 +8,10 @@ every read that staging makes from "the shared filesystem":
               [--hold-reads PATH [--hold-reads-from BYTES]] [--nonempty]   # runs in the foreground
 
 - Every byte goes through this process: files are opened with direct_io (no page cache), so a
-  second read of the same file is counted, and slowed, again.
+  second read of the same file is counted, and slowed, again. (A splice() read still goes through
+  the page cache on recent kernels, and every open, without keep_cache, drops a file's cached
+  pages: another process opening a file while it is spliced makes the reader fetch again what it
+  had read ahead, counted twice.)
 - Bytes read and opens are counted in total, per file and per reading process, and published as
   JSON in the virtual file MOUNT/.sharedfs-stats:
     bytes_read  int   bytes delivered from all files since the mount

@@ -139,6 +139,12 @@ std::optional<double> StageRequest::read_for_view(const proto::SourceSpec& src, 
   if (m_view_read && !m_view_read->finished) {
     return std::nullopt; // one at a time: the job's staging reads the others
   }
+  if (m_view_read) {
+    lock.unlock();
+    m_view_read->thread.join();
+    lock.lock();
+  }
+  // Checked with the lock held from here to the read's begin (a reload may have come meanwhile).
   if (!m_node.service) {
     return std::nullopt;
   }
@@ -147,11 +153,6 @@ std::optional<double> StageRequest::read_for_view(const proto::SourceSpec& src, 
     // source at a time; this job's staging waits for that one.
     spdlog::info("job {}: cache view: {}: another job reads it", m_job.job_id, src.path);
     return std::nullopt;
-  }
-  if (m_view_read) {
-    lock.unlock();
-    m_view_read->thread.join();
-    lock.lock();
   }
   m_view_read = std::make_unique<ViewRead>(src, found.dir ? stage::SourceKind::dir : stage::SourceKind::file);
   ViewRead& v = *m_view_read;
