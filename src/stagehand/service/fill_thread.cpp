@@ -160,7 +160,9 @@ void FillThread::loop()
     const std::optional<ipc::Credentials> service = m_node.service;
     lock.unlock();
     Result<cache::FillResult> filled = Error::io("the node cache is off", ENOENT);
-    if (service) {
+    if (task.filled) {
+      filled = *task.filled; // made as it was read: only sealed and published here
+    } else if (service) {
       filled = fill_from_spool(task, *service);
     }
     Publish outcome = Publish::not_cached;
@@ -349,9 +351,6 @@ Result<cache::FillResult> FillThread::await_fill_child(ipc::Child& child)
 
 Result<cache::FillResult> FillThread::fill_from_spool(SpoolFill& task, const ipc::Credentials& service)
 {
-  if (task.filled) {
-    return *task.filled;
-  }
   if (task.plain) {
     return cache::fill_from_plain_spool(task.fill.dir.get(), cache::k_spool_name, task.mode);
   }
