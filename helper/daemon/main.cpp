@@ -3,6 +3,7 @@
 #include "sd_notify.hpp"
 
 #include "stagehand/config/config.hpp"
+#include "stagehand/service/reload_thread.hpp"
 #include "stagehand/service/server.hpp"
 #include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/util/priority.hpp"
@@ -103,23 +104,28 @@ int serve(daemon::Daemon& d, UniqueFd listen, int signal_fd)
                d.socket_path(), limits.max_in_flight, limits.max_in_flight_per_uid,
                std::chrono::duration_cast<std::chrono::seconds>(limits.queue_wait).count());
   daemon::sd_notify("READY=1\nSTATUS=serving on " + d.socket_path());
-  server.run(signal_fd, [&] {
+  // SIGHUP: a reload on a thread of its own, so that one that waits holds up no request.
+  service::ReloadThread reloads([&d] {
     daemon::sd_notify("RELOADING=1");
     if (auto st = d.reload(); !st) {
       spdlog::error("reload: {} (keeping the previous configuration)", st.error().message);
     }
     daemon::sd_notify("READY=1");
   });
+  server.run(signal_fd, [&reloads] { reloads.ask(); });
   daemon::sd_notify("STOPPING=1");
   ::unlink(d.socket_path().c_str());
-  // Requests in progress get a moment to finish; a staging cut short falls back in the job.
-  for (int i = 0; i < 100 && server.in_flight() > 0; ++i) {
+  // Requests in progress (and a reload) get a moment to finish; a staging cut short falls back in
+  // the job.
+  for (int i = 0; i < 100 && (server.in_flight() > 0 || reloads.busy()); ++i) {
     ::usleep(100000);
   }
-  if (server.in_flight() > 0) {
-    // Workers still run: save the state and leave without running destructors under them.
+  const bool reload_ended = reloads.stop();
+  if (server.in_flight() > 0 || !reload_ended) {
+    // Workers or a reload still run: save the state and leave without running destructors under them.
     d.save_state();
-    spdlog::info("stopped ({} requests cut short)", server.in_flight());
+    spdlog::info("stopped ({} requests cut short{})", server.in_flight(),
+                 reload_ended ? "" : ", a reload left unfinished");
     spdlog::default_logger()->flush();
     ::_exit(0);
   }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bats
 # stagehandd run directly on a socket of its own (no Slurm; root plays the prolog): the node
 # cache's limits as a user meets them: many tiny sources, the number of entries, the cache's size
-# against entries running jobs use, and [stage] max_bytes per job; and what `stagehand prolog`, as
-# a Prolog= script, tells it of a job. Run by ctest with STAGEHAND_DAEMON_BIN and STAGEHAND_BIN
+# against entries running jobs use, and [stage] max_bytes per job; what `stagehand prolog`, as
+# a Prolog= script, tells it of a job; and a reload that hangs. Run by ctest with STAGEHAND_DAEMON_BIN and STAGEHAND_BIN
 # set; needs root.
 
 bats_require_minimum_version 1.5.0
@@ -75,6 +75,13 @@ PY
 }
 
 teardown() {
+  if [ -n "${STUCKFS:-}" ]; then # the FUSE server first: what waits on it (the daemon too) then ends
+    kill -9 "$STUCKFS" 2>/dev/null || true
+    wait "$STUCKFS" 2>/dev/null || true
+    if grep -q " $T/stuck " /proc/self/mountinfo; then
+      fusermount -u -z "$T/stuck" 2>/dev/null || umount -l "$T/stuck" || true
+    fi
+  fi
   [ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
   [ -z "${DAEMON:-}" ] || wait "$DAEMON" 2>/dev/null || true
   rm -rf "$T"
@@ -302,4 +309,55 @@ print(call({"v": 1, "op": "status"}, timeout=20).get("ok"))
   cat "$T/daemon.log"
   [ "$(grep -c "job 91: registered (uid 4242)$" "$T/daemon.log")" -eq 1 ]
   [ "$(grep -c "job 92: registered (uid 4242, no --stage-data)$" "$T/daemon.log")" -eq 1 ]
+}
+
+@test "a reload that hangs (cache_dir moved onto a filesystem that stopped answering) holds up no request" {
+  # A FUSE server that stops answering once its trigger exists (tests/tools/stuckfs.py).
+  stuckfs=$BATS_TEST_DIRNAME/../tools/stuckfs.py
+  mkdir -p "$T/stuck"
+  setsid /usr/bin/python3 "$stuckfs" "$T/stuck" "$T/stuck-now" 4242 "$T/stuckfs.log" >"$T/stuckfs.out" 2>&1 </dev/null &
+  STUCKFS=$!
+  for _ in $(seq 1 100); do grep -q " $T/stuck " /proc/self/mountinfo && break; sleep 0.1; done
+  grep -q " $T/stuck " /proc/self/mountinfo
+  make_sources 1 10
+  start_daemon
+  sed -i "s|^cache_dir = .*|cache_dir = \"$T/stuck/cache/%n\"|" "$T/stagehand.toml"
+  touch "$T/stuck-now" # from now on the server answers nothing
+  kill -HUP "$DAEMON"
+  # The reload now waits on the server (the cache's new place looked up in it).
+  for _ in $(seq 1 100); do grep -q "^hung " "$T/stuckfs.log" 2>/dev/null && break; sleep 0.1; done
+  cat "$T/stuckfs.log"
+  grep -q "^hung " "$T/stuckfs.log"
+  # Requests go on meanwhile: status answers, and a job's staging goes through the cache in use.
+  run timeout -s KILL 60 python3 -c '
+import sys
+from client import call, register, source, stage
+print("status:", call({"v": 1, "op": "status"}, timeout=20).get("ok"))
+register(77)
+r = stage(77, [source(sys.argv[1], "f00000")], timeout=30); assert r["ok"], r
+print("staged:", [s["cache"] for s in r["staged"]])
+' "$T/src"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"status: True"* ]]
+  [[ "$output" == *"staged: ['cache miss']"* ]]
+  [ "$(cat "$T/scratch/n1/job_77/d/f00000")" = 0000000000 ]
+  # The server goes: the reload fails, says so, and the daemon keeps the cache it had.
+  kill -9 "$STUCKFS"
+  wait "$STUCKFS" 2>/dev/null || true
+  fusermount -u -z "$T/stuck" 2>/dev/null || umount -l "$T/stuck" || true
+  for _ in $(seq 1 100); do grep -q "reload: \[daemon\] cache_dir" "$T/daemon.log" && break; sleep 0.1; done
+  cat "$T/daemon.log"
+  grep -q "reload: \[daemon\] cache_dir" "$T/daemon.log"
+  run timeout -s KILL 60 python3 -c '
+import sys
+from client import register, settled, source, stage
+settled(1)
+register(78)
+r = stage(78, [source(sys.argv[1], "f00000")], timeout=30); assert r["ok"], r
+print("staged:", [s["cache"] for s in r["staged"]])
+' "$T/src"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"staged: ['cache hit']"* ]]
 }

@@ -238,6 +238,7 @@ PartitionName=debug Nodes=node[1-2] Default=YES MaxTime=INFINITE State=UP
 CONF
   write_job_scripts "$mode" >>"$DIR/etc/slurm.conf"
   chmod 0644 "$DIR/etc/slurm.conf"
+  printf "IgnoreSystemd=yes\n" >"$DIR/etc/cgroup.conf"
 }
 
 start_munge() {
