@@ -38,13 +38,12 @@ template<typename... Ts> Overloaded(Ts...) -> Overloaded<Ts...>;
 
 Daemon::Daemon(Config config, std::string config_path, std::string node)
   : m_config_path(std::move(config_path)),
-    m_shared(std::move(node), std::move(config), [this] { m_gc_cv.notify_all(); })
+    m_shared(std::move(node), std::move(config), [this] { m_gc_cv.notify_all(); }),
+    m_socket_path(expand_node(m_shared.config.daemon.socket, m_shared.name))
 {
 }
 
 Daemon::~Daemon() { stop(); }
-
-std::string Daemon::socket_path() const { return expand_node(m_shared.config.daemon.socket, m_shared.name); }
 
 Status Daemon::start()
 {
@@ -107,7 +106,7 @@ Status Daemon::reload()
   // The service user is looked up without the lock too: a name service (LDAP, SSSD) that hangs
   // holds the reload, not every job's request.
   auto service = ipc::service_credentials(config->daemon.user);
-  std::lock_guard lock(m_shared.mutex);
+  std::unique_lock lock(m_shared.mutex);
   if (expand_node(config->daemon.socket, m_shared.name) != socket_path()) {
     spdlog::warn("reload: [daemon] socket changed; it takes effect at the next restart");
   }
@@ -130,6 +129,11 @@ Status Daemon::reload()
   }
   m_gc_kicked = true;
   m_gc_cv.notify_all();
+  const Config now = m_shared.config;
+  lock.unlock();
+  if (m_stage_out) { // --stage-out copies from now on, as the jobs' own epilogs copy
+    m_stage_out->set_config(now);
+  }
   spdlog::info("reloaded {}", m_config_path);
   return ok_status();
 }

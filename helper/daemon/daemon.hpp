@@ -50,7 +50,8 @@ public:
   // Persists the registry now (at shutdown, when workers may still run).
   void save_state();
 
-  std::string socket_path() const;
+  // Fixed at start (a reload that changes it takes effect at the next start): read without a lock.
+  const std::string& socket_path() const { return m_socket_path; }
   void handle(const proto::Request& request, const Peer& peer, Responder& out);
 
   // Runs one garbage collection now (also what `stagehand gc` asks for).
@@ -94,6 +95,7 @@ private:
   // What the pieces share: the node, its configuration, the keepers, the reads under way; its
   // mutex guards the members below too, and is taken before any piece's own lock.
   service::Node m_shared;
+  const std::string m_socket_path; // the socket this daemon listens on, from the start's configuration
   service::FillThread m_fills{m_shared}; // spools become entries, after their jobs have their data
 
   UniqueFd m_state_dir;

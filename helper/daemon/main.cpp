@@ -22,6 +22,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <functional>
 #include <optional>
@@ -105,14 +106,19 @@ int serve(daemon::Daemon& d, UniqueFd listen, int signal_fd)
                std::chrono::duration_cast<std::chrono::seconds>(limits.queue_wait).count());
   daemon::sd_notify("READY=1\nSTATUS=serving on " + d.socket_path());
   // SIGHUP: a reload on a thread of its own, so that one that waits holds up no request.
-  service::ReloadThread reloads([&d] {
+  std::atomic<bool> stopping{false};
+  service::ReloadThread reloads([&d, &stopping] {
     daemon::sd_notify("RELOADING=1");
     if (auto st = d.reload(); !st) {
       spdlog::error("reload: {} (keeping the previous configuration)", st.error().message);
     }
-    daemon::sd_notify("READY=1");
+    if (!stopping) {
+      daemon::sd_notify("READY=1");
+    }
   });
   server.run(signal_fd, [&reloads] { reloads.ask(); });
+  stopping = true;
+  reloads.close(); // a reload asked and not begun is not begun now
   daemon::sd_notify("STOPPING=1");
   ::unlink(d.socket_path().c_str());
   // Requests in progress (and a reload) get a moment to finish; a staging cut short falls back in

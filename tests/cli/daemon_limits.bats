@@ -75,13 +75,7 @@ PY
 }
 
 teardown() {
-  if [ -n "${STUCKFS:-}" ]; then # the FUSE server first: what waits on it (the daemon too) then ends
-    kill -9 "$STUCKFS" 2>/dev/null || true
-    wait "$STUCKFS" 2>/dev/null || true
-    if grep -q " $T/stuck " /proc/self/mountinfo; then
-      fusermount -u -z "$T/stuck" 2>/dev/null || umount -l "$T/stuck" || true
-    fi
-  fi
+  stop_stuckfs # the FUSE server first: what waits on it (the daemon too) then ends
   [ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
   [ -z "${DAEMON:-}" ] || wait "$DAEMON" 2>/dev/null || true
   rm -rf "$T"
@@ -93,6 +87,44 @@ start_daemon() {
   for _ in $(seq 1 100); do grep -q "listening on" "$T/daemon.log" && return 0; sleep 0.1; done
   cat "$T/daemon.log"
   false
+}
+
+# A FUSE server at $T/stuck that answers until $T/stuck-now exists, then nothing
+# (tests/tools/stuckfs.py; each request it holds is a line "hung OP PATH pid TID" in $T/stuckfs.log).
+start_stuckfs() {
+  mkdir -p "$T/stuck"
+  setsid /usr/bin/python3 "$BATS_TEST_DIRNAME/../tools/stuckfs.py" "$T/stuck" "$T/stuck-now" 4242 "$T/stuckfs.log" \
+    >"$T/stuckfs.out" 2>&1 </dev/null &
+  STUCKFS=$!
+  for _ in $(seq 1 300); do grep -q " $T/stuck " /proc/self/mountinfo && return 0; sleep 0.1; done
+  echo "stuckfs did not mount (needs /dev/fuse, python3-fusepy, libfuse2):" >&2
+  cat "$T/stuckfs.out" >&2
+  return 1
+}
+
+# The server killed (what it held fails, so its sleepers end), then its mount detached.
+stop_stuckfs() {
+  [ -n "${STUCKFS:-}" ] || return 0
+  kill -9 "$STUCKFS" 2>/dev/null || true
+  wait "$STUCKFS" 2>/dev/null || true
+  STUCKFS=
+  if grep -q " $T/stuck " /proc/self/mountinfo; then
+    fusermount -u -z "$T/stuck" 2>/dev/null || umount -l "$T/stuck" || true
+  fi
+}
+
+# cache_dir moved onto the FUSE server, which then stops answering, and SIGHUP: waits until the
+# daemon's reload is held there, by a thread of the daemon's that is not its main one (the server
+# loop's); prints the server's log.
+reload_into_stuckfs() {
+  sed -i "s|^cache_dir = .*|cache_dir = \"$T/stuck/cache/%n\"|" "$T/stagehand.toml"
+  touch "$T/stuck-now"
+  kill -HUP "$DAEMON"
+  for _ in $(seq 1 300); do grep -q "^hung " "$T/stuckfs.log" 2>/dev/null && break; sleep 0.1; done
+  cat "$T/stuckfs.log"
+  local tid
+  tid=$(sed -n 's/^hung .* pid \([0-9]*\)$/\1/p' "$T/stuckfs.log" | head -n1)
+  [ -n "$tid" ] && [ -d "/proc/$DAEMON/task/$tid" ] && [ "$tid" != "$DAEMON" ]
 }
 
 # $1 files of $2 bytes each, f00000..., owned by the job user.
@@ -312,29 +344,17 @@ print(call({"v": 1, "op": "status"}, timeout=20).get("ok"))
 }
 
 @test "a reload that hangs (cache_dir moved onto a filesystem that stopped answering) holds up no request" {
-  # A FUSE server that stops answering once its trigger exists (tests/tools/stuckfs.py).
-  stuckfs=$BATS_TEST_DIRNAME/../tools/stuckfs.py
-  mkdir -p "$T/stuck"
-  setsid /usr/bin/python3 "$stuckfs" "$T/stuck" "$T/stuck-now" 4242 "$T/stuckfs.log" >"$T/stuckfs.out" 2>&1 </dev/null &
-  STUCKFS=$!
-  for _ in $(seq 1 100); do grep -q " $T/stuck " /proc/self/mountinfo && break; sleep 0.1; done
-  grep -q " $T/stuck " /proc/self/mountinfo
+  start_stuckfs
   make_sources 1 10
   start_daemon
-  sed -i "s|^cache_dir = .*|cache_dir = \"$T/stuck/cache/%n\"|" "$T/stagehand.toml"
-  touch "$T/stuck-now" # from now on the server answers nothing
-  kill -HUP "$DAEMON"
-  # The reload now waits on the server (the cache's new place looked up in it).
-  for _ in $(seq 1 100); do grep -q "^hung " "$T/stuckfs.log" 2>/dev/null && break; sleep 0.1; done
-  cat "$T/stuckfs.log"
-  grep -q "^hung " "$T/stuckfs.log"
+  reload_into_stuckfs
   # Requests go on meanwhile: status answers, and a job's staging goes through the cache in use.
-  run timeout -s KILL 60 python3 -c '
+  run timeout -s KILL 300 python3 -c '
 import sys
 from client import call, register, source, stage
-print("status:", call({"v": 1, "op": "status"}, timeout=20).get("ok"))
+print("status:", call({"v": 1, "op": "status"}, timeout=120).get("ok"))
 register(77)
-r = stage(77, [source(sys.argv[1], "f00000")], timeout=30); assert r["ok"], r
+r = stage(77, [source(sys.argv[1], "f00000")], timeout=120); assert r["ok"], r
 print("staged:", [s["cache"] for s in r["staged"]])
 ' "$T/src"
   echo "$output"
@@ -342,22 +362,42 @@ print("staged:", [s["cache"] for s in r["staged"]])
   [[ "$output" == *"status: True"* ]]
   [[ "$output" == *"staged: ['cache miss']"* ]]
   [ "$(cat "$T/scratch/n1/job_77/d/f00000")" = 0000000000 ]
+  # A second SIGHUP meanwhile follows the one held, and says so.
+  kill -HUP "$DAEMON"
+  for _ in $(seq 1 300); do grep -q "reload: the one before has run for" "$T/daemon.log" && break; sleep 0.1; done
+  grep -q "reload: the one before has run for .* s; this one follows it" "$T/daemon.log"
   # The server goes: the reload fails, says so, and the daemon keeps the cache it had.
-  kill -9 "$STUCKFS"
-  wait "$STUCKFS" 2>/dev/null || true
-  fusermount -u -z "$T/stuck" 2>/dev/null || umount -l "$T/stuck" || true
-  for _ in $(seq 1 100); do grep -q "reload: \[daemon\] cache_dir" "$T/daemon.log" && break; sleep 0.1; done
+  stop_stuckfs
+  for _ in $(seq 1 300); do grep -q "reload: \[daemon\] cache_dir" "$T/daemon.log" && break; sleep 0.1; done
   cat "$T/daemon.log"
   grep -q "reload: \[daemon\] cache_dir" "$T/daemon.log"
-  run timeout -s KILL 60 python3 -c '
+  run timeout -s KILL 300 python3 -c '
 import sys
 from client import register, settled, source, stage
 settled(1)
 register(78)
-r = stage(78, [source(sys.argv[1], "f00000")], timeout=30); assert r["ok"], r
+r = stage(78, [source(sys.argv[1], "f00000")], timeout=120); assert r["ok"], r
 print("staged:", [s["cache"] for s in r["staged"]])
 ' "$T/src"
   echo "$output"
   [ "$status" -eq 0 ]
   [[ "$output" == *"staged: ['cache hit']"* ]]
+}
+
+@test "SIGTERM while a reload hangs: the daemon stops serving within its 10 s, and is gone once the filesystem is" {
+  start_stuckfs
+  start_daemon
+  reload_into_stuckfs
+  kill -TERM "$DAEMON"
+  # Requests in progress and the reload get 10 s; the reload is then left to end with the process.
+  for _ in $(seq 1 600); do grep -q "a reload left unfinished" "$T/daemon.log" && break; sleep 0.1; done
+  cat "$T/daemon.log"
+  grep -q "stopped (0 requests cut short, a reload left unfinished)" "$T/daemon.log"
+  [ ! -e "$T/run/n1.sock" ]
+  # Its thread in the FUSE request holds the process until the server goes (the kernel's doing).
+  stop_stuckfs
+  run timeout -s KILL 120 tail --pid="$DAEMON" -f /dev/null
+  [ "$status" -eq 0 ]
+  wait "$DAEMON" || true
+  DAEMON=
 }

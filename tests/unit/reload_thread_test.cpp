@@ -6,6 +6,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -37,6 +39,13 @@ struct Gate
   }
 };
 
+// Opens the gate however the test ends (a failed assertion leaves no thread waiting on it).
+struct Opens
+{
+  std::shared_ptr<Gate> gate;
+  ~Opens() { gate->release(); }
+};
+
 bool eventually(const std::function<bool()>& cond)
 {
   for (int i = 0; i < 2000; ++i) {
@@ -48,22 +57,38 @@ bool eventually(const std::function<bool()>& cond)
   return cond();
 }
 
+// `call` returns within 5 s (a reload run in the caller, or a stop that waits for one, would not:
+// then the gate is opened, to let it end, and the answer is no).
+template<typename F> bool returns_soon(Gate& gate, F call)
+{
+  auto f = std::async(std::launch::async, call);
+  if (f.wait_for(5s) != std::future_status::ready) {
+    gate.release();
+    f.wait();
+    return false;
+  }
+  return true;
+}
+
 } // namespace
 
 TEST(ReloadThread, AskReturnsWhileTheReloadWaitsAndAsksMadeMeanwhileCoalesce)
 {
-  Gate gate;
-  ReloadThread reloads([&] { gate.pass(); });
-  reloads.ask(); // returns at once though the reload waits
-  ASSERT_TRUE(eventually([&] { return gate.entered == 1; }));
+  auto gate = std::make_shared<Gate>();
+  ReloadThread reloads([gate] { gate->pass(); });
+  Opens opens{gate};
+  EXPECT_TRUE(returns_soon(*gate, [&] { reloads.ask(); })); // though the reload waits
+  ASSERT_TRUE(eventually([&] { return gate->entered == 1; }));
   EXPECT_TRUE(reloads.busy());
-  reloads.ask();
-  reloads.ask();
-  reloads.ask(); // three asks while one runs: one more reload, not three
-  gate.release();
-  ASSERT_TRUE(eventually([&] { return gate.done == 2 && !reloads.busy(); }));
+  EXPECT_TRUE(returns_soon(*gate, [&] {
+    reloads.ask();
+    reloads.ask();
+    reloads.ask(); // three asks while one runs: one more reload, not three
+  }));
+  gate->release();
+  ASSERT_TRUE(eventually([&] { return gate->done == 2 && !reloads.busy(); }));
   std::this_thread::sleep_for(50ms);
-  EXPECT_EQ(gate.entered, 2);
+  EXPECT_EQ(gate->entered, 2);
   EXPECT_TRUE(reloads.stop());
 }
 
@@ -81,13 +106,38 @@ TEST(ReloadThread, StopJoinsAnIdleThreadAndLeavesAStuckReloadBehind)
     EXPECT_EQ(runs, 1);
   }
   auto gate = std::make_shared<Gate>();
+  Opens opens{gate};
+  auto sentinel = std::make_shared<int>(0); // held by the reload's function, so by the thread's state
+  std::weak_ptr<int> held = sentinel;
   {
-    ReloadThread stuck([gate] { gate->pass(); });
+    ReloadThread stuck([gate, sentinel] { gate->pass(); });
+    sentinel.reset();
     stuck.ask();
     ASSERT_TRUE(eventually([&] { return gate->entered == 1; }));
-    EXPECT_FALSE(stuck.stop()); // a reload under way: not waited for
+    stuck.ask(); // asked while stuck: dropped by the stop below, never run
+    bool stopped = true;
+    EXPECT_TRUE(returns_soon(*gate, [&] { stopped = stuck.stop(); })); // a reload under way: not waited for
+    EXPECT_FALSE(stopped);
   } // and destroyed, its thread still in the reload
-  gate->release(); // the left thread ends on its own, touching nothing destroyed
-  ASSERT_TRUE(eventually([&] { return gate->done == 1; }));
+  EXPECT_FALSE(held.expired()); // the left thread still holds what it runs
+  gate->release();
+  // It ends on its own, runs nothing more, and frees its state (ASan checks it touches nothing freed).
+  ASSERT_TRUE(eventually([&] { return held.expired(); }));
+  EXPECT_EQ(gate->entered, 1);
+}
+
+TEST(ReloadThread, CloseDropsAReloadAskedAndNotBegun)
+{
+  auto gate = std::make_shared<Gate>();
+  Opens opens{gate};
+  ReloadThread reloads([gate] { gate->pass(); });
+  reloads.ask();
+  ASSERT_TRUE(eventually([&] { return gate->entered == 1; }));
+  reloads.ask(); // would follow the one under way
+  reloads.close();
+  gate->release();
+  ASSERT_TRUE(eventually([&] { return !reloads.busy(); }));
   std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(gate->entered, 1);
+  EXPECT_TRUE(reloads.stop());
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ctime>
 #include <functional>
 #include <memory>
 #include <string>
@@ -144,6 +145,23 @@ TEST(StageOutQueue, AFailingCopyStaysListedWhileRetriedThenItsResultsAreKeptWith
   EXPECT_NE(kept[0].reason.find(h.dest), std::string::npos) << kept[0].reason;
   EXPECT_TRUE(exists_nofollow(h.n.base + "/" + h.end.pending + "/result")) << "never deleted because a copy failed";
   EXPECT_FALSE(exists_nofollow(h.dest + "/result"));
+}
+
+TEST(StageOutQueue, AReloadsConfigurationIsWhatTheCopiesUseFromThenOn)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  HandedOver h; // DEST stays root's: every attempt fails, and the results are kept for keep_for
+  ASSERT_EQ(h.n.config.tmpdir.keep_for, std::chrono::seconds(1));
+  auto q = h.queue(std::chrono::milliseconds(300));
+  ASSERT_TRUE(q->take(h.end, k_job));
+  Config reloaded = h.n.config;
+  reloaded.tmpdir.keep_for = std::chrono::hours(3); // the daemon's SIGHUP, while the copy is retried
+  q->set_config(reloaded);
+  const auto now = static_cast<std::int64_t>(std::time(nullptr));
+  EXPECT_TRUE(wait_until([&] { return q->pending().empty(); }, std::chrono::seconds(60)));
+  auto kept = stageout::load_kept(h.n.base_fd().get());
+  ASSERT_EQ(kept.size(), 1U);
+  EXPECT_GE(kept[0].until, now + 3 * 3600 - 5) << "kept for the reloaded keep_for, not the start's 1 s";
 }
 
 TEST(StageOutQueue, TakesOnlyTheJobsOwnStageOutDirectory)

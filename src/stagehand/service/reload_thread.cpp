@@ -1,6 +1,9 @@
 // stagehandd's reloads on a thread of their own.
 #include "stagehand/service/reload_thread.hpp"
 
+#include <spdlog/spdlog.h>
+
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <system_error>
@@ -16,6 +19,7 @@ struct ReloadThread::State
   bool asked = false;
   bool running = false;
   bool stopping = false;
+  std::chrono::steady_clock::time_point began{}; // the reload under way
 };
 
 ReloadThread::ReloadThread(std::function<void()> reload) : m_state(std::make_shared<State>(std::move(reload)))
@@ -38,7 +42,19 @@ void ReloadThread::ask()
     m_state->reload();
     return;
   }
+  if (m_state->running && !m_state->asked) {
+    const std::chrono::duration<double> so_far = std::chrono::steady_clock::now() - m_state->began;
+    spdlog::info("reload: the one before has run for {:.1f} s; this one follows it", so_far.count());
+  }
   m_state->asked = true;
+  m_state->cv.notify_all();
+}
+
+void ReloadThread::close()
+{
+  std::lock_guard lock(m_state->mutex);
+  m_state->stopping = true;
+  m_state->asked = false;
   m_state->cv.notify_all();
 }
 
@@ -50,19 +66,17 @@ bool ReloadThread::busy() const
 
 bool ReloadThread::stop()
 {
+  close();
   bool running = false;
   {
     std::lock_guard lock(m_state->mutex);
-    m_state->stopping = true;
-    m_state->asked = false;
     running = m_state->running;
-    m_state->cv.notify_all();
   }
   if (!m_thread.joinable()) {
     return true;
   }
   if (running) {
-    m_thread.detach(); // its reload ends with the process (the thread holds the state it needs)
+    m_thread.detach(); // its reload ends with the process (the thread holds State; see the header)
     return false;
   }
   m_thread.join();
@@ -79,6 +93,7 @@ void ReloadThread::loop(const std::shared_ptr<State>& state)
     }
     state->asked = false;
     state->running = true;
+    state->began = std::chrono::steady_clock::now();
     lock.unlock();
     state->reload();
     lock.lock();

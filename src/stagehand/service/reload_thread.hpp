@@ -10,6 +10,8 @@
 
 namespace stagehand::service {
 
+// Its calls come from one thread (the server's loop, then the shutdown after it). What `reload`
+// refers to must outlive a thread stop() leaves running: the daemon exits (_exit) right after.
 class ReloadThread
 {
 public:
@@ -19,12 +21,15 @@ public:
   ReloadThread(const ReloadThread&) = delete;
   ReloadThread& operator=(const ReloadThread&) = delete;
 
-  // A reload, after the one under way if any (asks coalesce); none once stopped.
+  // A reload, after the one under way if any (asks coalesce, and one asked while a reload runs
+  // says so in the log); none once closed.
   void ask();
+  // No reload from now on: one asked and not begun is dropped; one under way goes on.
+  void close();
   // Whether a reload runs or waits to.
   bool busy() const;
-  // Ends the thread: joined when no reload runs, and true; else left to end with the process (a
-  // reload stuck in the kernel cannot be cut short), and false.
+  // close(), and the thread ended: joined when no reload runs, and true; else left to end with the
+  // process (a reload stuck in the kernel cannot be cut short), and false.
   bool stop();
 
 private:

@@ -52,7 +52,7 @@ Status StageOutQueue::take(const proto::EndJob& end, std::optional<tmpdir::JobOw
   if (!job || *job != end.job_id || end.pending.find('/') != std::string::npos) {
     return Error::refused("stage-out: \"" + end.pending + "\" is not job " + std::to_string(end.job_id) + "'s directory");
   }
-  auto base_fd = tmpdir::open_base(m_config, m_node);
+  auto base_fd = tmpdir::open_base(config(), m_node);
   if (!base_fd) {
     return base_fd.error();
   }
@@ -87,6 +87,18 @@ std::vector<stageout::PendingCopy> StageOutQueue::pending() const
   return m_pending;
 }
 
+void StageOutQueue::set_config(const Config& config)
+{
+  std::lock_guard lock(m_mutex);
+  m_config = config;
+}
+
+Config StageOutQueue::config() const
+{
+  std::lock_guard lock(m_mutex);
+  return m_config;
+}
+
 void StageOutQueue::start_worker(const stageout::PendingCopy& p)
 {
   // Detached: the thread holds the queue alive; at exit the copying child dies with it
@@ -113,7 +125,7 @@ void StageOutQueue::work(stageout::PendingCopy p)
       }
       save_locked();
     }
-    r = job::stage_out(m_config, job, out, p.dir, std::chrono::duration_cast<std::chrono::milliseconds>(k_copy_budget));
+    r = job::stage_out(config(), job, out, p.dir, std::chrono::duration_cast<std::chrono::milliseconds>(k_copy_budget));
     const auto next = stageout::after_attempt(r.outcome == job::CopyOutcome::complete, p.attempts);
     if (next == stageout::AfterAttempt::done) {
       spdlog::info("job {}: {}", p.job_id, r.said);
@@ -129,13 +141,14 @@ void StageOutQueue::work(stageout::PendingCopy p)
   }
   if (r.outcome != job::CopyOutcome::complete) {
     // Never deleted because a copy failed: kept under a record, said where, until keep_for is up.
-    const std::string line = job::keep_results(m_config, job, out, p.dir, r.reason(), r.copier);
+    const std::string line = job::keep_results(config(), job, out, p.dir, r.reason(), r.copier);
     forget(p.dir);
     spdlog::error("job {}: {}", p.job_id, line);
     return;
   }
   // Copied: to the trash, removed now.
-  auto base_fd = tmpdir::open_base(m_config, m_node);
+  const Config cfg = config();
+  auto base_fd = tmpdir::open_base(cfg, m_node);
   auto trash = base_fd ? tmpdir::stage_out_to_trash(base_fd->get(), p.dir) : Result<std::string>(base_fd.error());
   forget(p.dir);
   if (!trash) {
@@ -143,7 +156,7 @@ void StageOutQueue::work(stageout::PendingCopy p)
     return;
   }
   spdlog::info("job {}: stage-out done; {}", p.job_id,
-               tmpdir::remove_trash(m_config, m_node, *trash, std::chrono::minutes(10)));
+               tmpdir::remove_trash(cfg, m_node, *trash, std::chrono::minutes(10)));
 }
 
 void StageOutQueue::forget(const std::string& dir)

@@ -36,6 +36,8 @@ public:
   Status take(const proto::EndJob& end, std::optional<tmpdir::JobOwner> registered);
   // The pending copies, for `stagehand status`.
   std::vector<stageout::PendingCopy> pending() const;
+  // A reload's configuration, for what the copies do from now on (an attempt under way keeps its own).
+  void set_config(const Config& config);
 
   // Pause between attempts of a failed copy.
   static constexpr std::chrono::seconds k_retry_pause{5};
@@ -47,8 +49,9 @@ private:
   void work(stageout::PendingCopy p);
   void save_locked();
   void forget(const std::string& dir); // off the persisted list
+  Config config() const; // a copy, taken under the lock (a reload replaces it)
 
-  Config m_config;
+  Config m_config; // guarded by m_mutex
   std::string m_node;
   std::chrono::milliseconds m_retry_pause;
   UniqueFd m_state_dir;
