@@ -127,6 +127,20 @@ reload_into_stuckfs() {
   [ -n "$tid" ] && [ -d "/proc/$DAEMON/task/$tid" ] && [ "$tid" != "$DAEMON" ]
 }
 
+# Registers job $1 and stages $T/src/f00000 for it through the daemon (with "settled" as $2: once
+# the fills under way are done); prints "staged: [its outcome]".
+stage_first_source() {
+  timeout -s KILL 300 python3 -c '
+import sys
+from client import register, settled, source, stage
+if sys.argv[3] == "settled":
+    settled(1)
+register(int(sys.argv[2]))
+r = stage(int(sys.argv[2]), [source(sys.argv[1], "f00000")], timeout=120); assert r["ok"], r
+print("staged:", [s["cache"] for s in r["staged"]])
+' "$T/src" "$1" "${2:-}"
+}
+
 # $1 files of $2 bytes each, f00000..., owned by the job user.
 make_sources() {
   setpriv --reuid 4242 --regid 4242 --clear-groups /usr/bin/python3 -c '
@@ -350,16 +364,12 @@ print(call({"v": 1, "op": "status"}, timeout=20).get("ok"))
   reload_into_stuckfs
   # Requests go on meanwhile: status answers, and a job's staging goes through the cache in use.
   run timeout -s KILL 300 python3 -c '
-import sys
-from client import call, register, source, stage
-print("status:", call({"v": 1, "op": "status"}, timeout=120).get("ok"))
-register(77)
-r = stage(77, [source(sys.argv[1], "f00000")], timeout=120); assert r["ok"], r
-print("staged:", [s["cache"] for s in r["staged"]])
-' "$T/src"
+from client import call
+print("status:", call({"v": 1, "op": "status"}, timeout=120).get("ok"))'
+  [ "$output" = "status: True" ]
+  run stage_first_source 77
   echo "$output"
   [ "$status" -eq 0 ]
-  [[ "$output" == *"status: True"* ]]
   [[ "$output" == *"staged: ['cache miss']"* ]]
   [ "$(cat "$T/scratch/n1/job_77/d/f00000")" = 0000000000 ]
   # A second SIGHUP meanwhile follows the one held, and says so.
@@ -371,14 +381,7 @@ print("staged:", [s["cache"] for s in r["staged"]])
   for _ in $(seq 1 300); do grep -q "reload: \[daemon\] cache_dir" "$T/daemon.log" && break; sleep 0.1; done
   cat "$T/daemon.log"
   grep -q "reload: \[daemon\] cache_dir" "$T/daemon.log"
-  run timeout -s KILL 300 python3 -c '
-import sys
-from client import register, settled, source, stage
-settled(1)
-register(78)
-r = stage(78, [source(sys.argv[1], "f00000")], timeout=120); assert r["ok"], r
-print("staged:", [s["cache"] for s in r["staged"]])
-' "$T/src"
+  run stage_first_source 78 settled
   echo "$output"
   [ "$status" -eq 0 ]
   [[ "$output" == *"staged: ['cache hit']"* ]]
