@@ -1,6 +1,8 @@
 // stagehandd's reloads on a thread of their own: the caller (the server's loop) never waits for one.
 #include "stagehand/service/reload_thread.hpp"
 
+#include "test_support.hpp"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -12,6 +14,7 @@
 #include <thread>
 
 using namespace stagehand::service;
+using stagehand::test::wait_until;
 using namespace std::chrono_literals;
 
 namespace {
@@ -46,17 +49,6 @@ struct Opens
   ~Opens() { gate->release(); }
 };
 
-bool eventually(const std::function<bool()>& cond)
-{
-  for (int i = 0; i < 2000; ++i) {
-    if (cond()) {
-      return true;
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  return cond();
-}
-
 // `call` returns within 5 s (a reload run in the caller, or a stop that waits for one, would not:
 // then the gate is opened, to let it end, and the answer is no).
 template<typename F> bool returns_soon(Gate& gate, F call)
@@ -78,7 +70,7 @@ TEST(ReloadThread, AskReturnsWhileTheReloadWaitsAndAsksMadeMeanwhileCoalesce)
   ReloadThread reloads([gate] { gate->pass(); });
   Opens opens{gate};
   EXPECT_TRUE(returns_soon(*gate, [&] { reloads.ask(); })); // though the reload waits
-  ASSERT_TRUE(eventually([&] { return gate->entered == 1; }));
+  ASSERT_TRUE(wait_until([&] { return gate->entered == 1; }, 10s));
   EXPECT_TRUE(reloads.busy());
   EXPECT_TRUE(returns_soon(*gate, [&] {
     reloads.ask();
@@ -86,7 +78,7 @@ TEST(ReloadThread, AskReturnsWhileTheReloadWaitsAndAsksMadeMeanwhileCoalesce)
     reloads.ask(); // three asks while one runs: one more reload, not three
   }));
   gate->release();
-  ASSERT_TRUE(eventually([&] { return gate->done == 2 && !reloads.busy(); }));
+  ASSERT_TRUE(wait_until([&] { return gate->done == 2 && !reloads.busy(); }, 10s));
   std::this_thread::sleep_for(50ms);
   EXPECT_EQ(gate->entered, 2);
   EXPECT_TRUE(reloads.stop());
@@ -98,7 +90,7 @@ TEST(ReloadThread, StopJoinsAnIdleThreadAndLeavesAStuckReloadBehind)
     int runs = 0;
     ReloadThread idle([&] { ++runs; });
     idle.ask();
-    ASSERT_TRUE(eventually([&] { return !idle.busy(); }));
+    ASSERT_TRUE(wait_until([&] { return !idle.busy(); }, 10s));
     EXPECT_EQ(runs, 1);
     EXPECT_TRUE(idle.stop());
     idle.ask(); // stopped: no reload any more
@@ -113,7 +105,7 @@ TEST(ReloadThread, StopJoinsAnIdleThreadAndLeavesAStuckReloadBehind)
     ReloadThread stuck([gate, sentinel] { gate->pass(); });
     sentinel.reset();
     stuck.ask();
-    ASSERT_TRUE(eventually([&] { return gate->entered == 1; }));
+    ASSERT_TRUE(wait_until([&] { return gate->entered == 1; }, 10s));
     stuck.ask(); // asked while stuck: dropped by the stop below, never run
     bool stopped = true;
     EXPECT_TRUE(returns_soon(*gate, [&] { stopped = stuck.stop(); })); // a reload under way: not waited for
@@ -122,7 +114,7 @@ TEST(ReloadThread, StopJoinsAnIdleThreadAndLeavesAStuckReloadBehind)
   EXPECT_FALSE(held.expired()); // the left thread still holds what it runs
   gate->release();
   // It ends on its own, runs nothing more, and frees its state (ASan checks it touches nothing freed).
-  ASSERT_TRUE(eventually([&] { return held.expired(); }));
+  ASSERT_TRUE(wait_until([&] { return held.expired(); }, 10s));
   EXPECT_EQ(gate->entered, 1);
 }
 
@@ -132,11 +124,11 @@ TEST(ReloadThread, CloseDropsAReloadAskedAndNotBegun)
   Opens opens{gate};
   ReloadThread reloads([gate] { gate->pass(); });
   reloads.ask();
-  ASSERT_TRUE(eventually([&] { return gate->entered == 1; }));
+  ASSERT_TRUE(wait_until([&] { return gate->entered == 1; }, 10s));
   reloads.ask(); // would follow the one under way
   reloads.close();
   gate->release();
-  ASSERT_TRUE(eventually([&] { return !reloads.busy(); }));
+  ASSERT_TRUE(wait_until([&] { return !reloads.busy(); }, 10s));
   std::this_thread::sleep_for(50ms);
   EXPECT_EQ(gate->entered, 1);
   EXPECT_TRUE(reloads.stop());

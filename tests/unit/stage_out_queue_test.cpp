@@ -33,18 +33,6 @@ using service::StageOutQueue;
 
 namespace {
 
-bool wait_until(const std::function<bool()>& done, std::chrono::seconds limit)
-{
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > until) {
-      return false;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
-}
-
 // A job on node n1 whose epilog renamed its directory aside for the daemon's copy of `result`
 // (42) to DEST, a directory root's until the test gives it to the job user.
 struct HandedOver

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <new>
 #include <sstream>
+#include <thread>
 
 namespace {
 
@@ -134,6 +135,18 @@ void fail_nth_allocation(std::uint64_t n)
 }
 
 bool allocation_failure_used() { return t_alloc_failed; }
+
+bool wait_until(const std::function<bool()>& done, std::chrono::seconds limit)
+{
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) {
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
 
 std::optional<std::string> run_with_watchdog(const std::function<std::string()>& fn, std::chrono::seconds limit,
                                              const std::function<void()>& on_hang)

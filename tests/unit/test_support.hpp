@@ -44,6 +44,9 @@ void write_file(const std::string& path, const std::string& content);
 std::string read_file(const std::string& path);
 bool exists_nofollow(const std::string& path);
 
+// Polls `done` every 20 ms until it is true (true) or `limit` has passed (false).
+bool wait_until(const std::function<bool()>& done, std::chrono::seconds limit);
+
 // Runs `fn` in a forked child and returns what it returned. A child still running after `limit`
 // is a hang: `on_hang` runs (to unblock it), the child is killed, and the result is nullopt.
 std::optional<std::string> run_with_watchdog(const std::function<std::string()>& fn, std::chrono::seconds limit,
