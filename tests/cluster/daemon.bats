@@ -107,6 +107,7 @@ assert_empty_dir() {
   [ "$(echo "$LAST_OUTPUT" | grep part)" = "$first" ]
   # The other node has its own cache: a miss there.
   submit -N1 -w node2 --stage-data=shared/big.tar:big --wrap true
+  echo "node2's job: $LAST_OUTPUT" # (what it said, where a failure's output begins)
   echo "$LAST_OUTPUT" | grep -q '(cache miss)$'
 }
 
