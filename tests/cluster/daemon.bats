@@ -88,12 +88,21 @@ assert_empty_dir() {
 }
 
 @test "a second job on the node is a cache hit with identical content and reads (almost) nothing from shared storage" {
-  before=$(bytes_read)
-  submit -N1 -w node1 --stage-data=shared/big.tar:big --wrap "'cd \$SLURM_TMPDIR/big/ds && sha256sum part*.bin'"
-  [ "$JOB_RC" -eq 0 ]
-  echo "$LAST_OUTPUT" | grep -q 'unpacked .*shared/big.tar -> .*/big: 8 files, 256.0 MiB in .* s (cache miss)$'
+  local big_line='unpacked .*shared/big.tar -> .*/big: 8 files, 256.0 MiB in .* s'
+  local not_kept_up="not cached: the node cache's disk could not keep up \\(no cache\\)"
+  # A miss fills the node's cache. On a loaded machine the fill may be dropped instead (the job is
+  # not held back for the cache's disk, by design): then the next job reads it again.
+  for _ in 1 2 3; do
+    before=$(bytes_read)
+    submit -N1 -w node1 --stage-data=shared/big.tar:big --wrap "'cd \$SLURM_TMPDIR/big/ds && sha256sum part*.bin'"
+    [ "$JOB_RC" -eq 0 ]
+    cold=$(( $(bytes_read) - before ))
+    echo "node1's job: $LAST_OUTPUT"
+    echo "$LAST_OUTPUT" | grep -Eq "$big_line \(cache miss\)\$" && break
+    echo "$LAST_OUTPUT" | grep -Eq "$big_line, $not_kept_up\$"
+  done
+  echo "$LAST_OUTPUT" | grep -Eq "$big_line \(cache miss\)\$"
   first=$(echo "$LAST_OUTPUT" | grep part)
-  cold=$(( $(bytes_read) - before ))
   cached node1 big.tar
   before=$(bytes_read)
   submit -N1 -w node1 --stage-data=shared/big.tar:big --wrap "'cd \$SLURM_TMPDIR/big/ds && sha256sum part*.bin'"
@@ -105,10 +114,11 @@ assert_empty_dir() {
   [ "$cold" -le $(( $(stat -c %s "$WORK/cache-src/big.tar") * 105 / 100 )) ] # read once: the job's copy and the cache's
   [ "$warm" -lt 2684354 ] # under 1% of the archive
   [ "$(echo "$LAST_OUTPUT" | grep part)" = "$first" ]
-  # The other node has its own cache: a miss there.
+  # The other node has its own cache: a miss there (its fill dropped, on a loaded machine).
   submit -N1 -w node2 --stage-data=shared/big.tar:big --wrap true
-  echo "node2's job: $LAST_OUTPUT" # (what it said, where a failure's output begins)
-  echo "$LAST_OUTPUT" | grep -q '(cache miss)$'
+  [ "$JOB_RC" -eq 0 ]
+  echo "node2's job: $LAST_OUTPUT"
+  echo "$LAST_OUTPUT" | grep -Eq "$big_line( \(cache miss\)|, $not_kept_up)\$"
 }
 
 # Issue 25, items 2 and 3: jobs starting together on a node (here two, each asking at task start
