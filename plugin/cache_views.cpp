@@ -195,8 +195,8 @@ struct ViewsPlace
   const std::string& record;
 };
 
-// Records the views `made` (under the lock): what views_for returns.
-Result<std::vector<tmpdir::View>> write_record(const ViewsPlace& at, const std::vector<tmpdir::View>& made)
+// Records the views made (under the lock): what views_for returns.
+Result<tmpdir::ViewRecord> write_record(const ViewsPlace& at, const tmpdir::ViewRecord& made)
 {
   auto text = tmpdir::format_view_record(made);
   if (!text) {
@@ -209,8 +209,10 @@ Result<std::vector<tmpdir::View>> write_record(const ViewsPlace& at, const std::
 }
 
 // The daemon's word on which of `sources` are cache hits, one entry each; nullopt when there is
-// none to go by (said, unless no daemon runs here).
-std::optional<proto::CacheViewReply> ask_daemon(const ViewsPlace& at, const std::vector<proto::SourceSpec>& sources)
+// none to go by (said, unless no daemon runs here). A daemon that did not answer in time: why, in
+// `silent` (the job's staging does not wait for it a second time).
+std::optional<proto::CacheViewReply> ask_daemon(const ViewsPlace& at, const std::vector<proto::SourceSpec>& sources,
+                                                std::string& silent)
 {
   ipc::CallOptions options;
   options.connect_deadline = std::chrono::milliseconds(1000);
@@ -223,6 +225,9 @@ std::optional<proto::CacheViewReply> ask_daemon(const ViewsPlace& at, const std:
       return std::nullopt; // no daemon here: nothing is cached
     }
     say("job " + std::to_string(at.job.id) + ": the node daemon did not answer (" + why + "); no views");
+    if (!reply && reply.error().code == ETIMEDOUT) {
+      silent = why + " at task start";
+    }
     return std::nullopt;
   }
   auto hits = proto::parse_cache_view_reply(reply->result_json);
@@ -234,9 +239,9 @@ std::optional<proto::CacheViewReply> ask_daemon(const ViewsPlace& at, const std:
 }
 
 // Mounts a view of each source of `specs` that is a cache hit, and records them.
-Result<std::vector<tmpdir::View>> make_views(const ViewsPlace& at, const std::string& specs)
+Result<tmpdir::ViewRecord> make_views(const ViewsPlace& at, const std::string& specs)
 {
-  std::vector<tmpdir::View> made;
+  tmpdir::ViewRecord made;
   auto parsed = stage::parse_stage_option(specs);
   if (!parsed) {
     return write_record(at, made);
@@ -254,7 +259,7 @@ Result<std::vector<tmpdir::View>> make_views(const ViewsPlace& at, const std::st
   if (!supported(at.views_fd, cache->get(), at.mine_fd)) {
     return write_record(at, made);
   }
-  auto hits = ask_daemon(at, sources);
+  auto hits = ask_daemon(at, sources, made.daemon_silent);
   if (!hits) {
     return write_record(at, made);
   }
@@ -266,14 +271,14 @@ Result<std::vector<tmpdir::View>> make_views(const ViewsPlace& at, const std::st
                       read_ms};
     if (valid_key(hit.entry) && view_line(view) &&
         mount_view(cache_dir, at.job, at.job_fd, at.mine_fd, hit.entry, view.dest)) {
-      made.push_back(view);
+      made.views.push_back(view);
     }
   }
   return write_record(at, made);
 }
 
 // The views of this job on this node for `specs`, made now or by an earlier task.
-Result<std::vector<tmpdir::View>> views_for(const Config& config, const Job& job, const std::string& node,
+Result<tmpdir::ViewRecord> views_for(const Config& config, const Job& job, const std::string& node,
                                            const std::string& specs, proto::ClaimedMisses claimed)
 {
   auto base = tmpdir::open_base(config, node);
@@ -357,9 +362,17 @@ std::vector<std::string>& task_views_store()
   return v;
 }
 
+std::string& task_daemon_silence_store()
+{
+  static std::string why; // the ViewRecord's daemon_silent
+  return why;
+}
+
 } // namespace
 
 const std::vector<std::string>& task_views() { return task_views_store(); }
+
+const std::string& task_daemon_silence() { return task_daemon_silence_store(); }
 
 int stepd_task_init_privileged(spank_t sp, const Config* config)
 {
@@ -399,9 +412,10 @@ int stepd_task_init_privileged(spank_t sp, const Config* config)
     return 0;
   }
   task_views_store().clear();
-  for (const auto& v : *views) {
+  for (const auto& v : views->views) {
     task_views_store().push_back(*tmpdir::view_line(v)); // checked when the record was read or made
   }
+  task_daemon_silence_store() = views->daemon_silent;
   return 0;
 }
 

@@ -75,9 +75,11 @@ std::optional<std::string> base_hidden_by_job_namespace(const Config& config, st
 
 // task_init_privileged (cache_views.cpp, root): shows this job's cache hits on this node as its
 // user's own files (once per node per job); never fails the task. task_views(): the destinations
-// shown so, for this task's staging helper.
+// shown so, for this task's staging helper; task_daemon_silence(): why the node daemon is not to be
+// asked again (it did not answer then), or empty.
 int stepd_task_init_privileged(spank_t sp, const Config* config);
 const std::vector<std::string>& task_views();
+const std::string& task_daemon_silence();
 
 // A variable of the task's environment, in slurmstepd (any length).
 std::optional<std::string> task_env(spank_t sp, const std::string& name);

@@ -76,6 +76,9 @@ int stage_data(spank_t sp, const Config& config, const Args& args, const std::st
     return 0;
   }
   request.views = task_views();
+  if (!request.socket.empty()) {
+    request.daemon_silent = task_daemon_silence();
+  }
   broadcast_role(sp, config, request);
   if (auto rc = shown_as_views(request)) {
     return *rc;

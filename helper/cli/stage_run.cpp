@@ -129,6 +129,14 @@ void remove_left_behind(int root_fd, const std::vector<std::string>& missing_bef
   }
 }
 
+// The line before a staging without the daemon that a daemon was asked for.
+void say_without_daemon(const stage::StageRequest& a, const std::string& why)
+{
+  std::printf("stagehand: %s: the node daemon could not stage (%s); staging without the cache\n", a.node.c_str(),
+              why.c_str());
+  std::fflush(stdout);
+}
+
 // Stages through the daemon. `unavailable` means: stage in-process instead (a line said why, and
 // `failure` holds it for the summary lines when a daemon was there: busy, stuck, refused).
 DaemonOutcome stage_via_daemon(const stage::StageRequest& a, const std::vector<stage::CheckedSource>& sources,
@@ -160,9 +168,7 @@ DaemonOutcome stage_via_daemon(const stage::StageRequest& a, const std::vector<s
     return DaemonOutcome::staged;
   }
   remove_left_behind(root_fd, missing_before);
-  std::printf("stagehand: %s: the node daemon could not stage (%s); staging without the cache\n", a.node.c_str(),
-              why.c_str());
-  std::fflush(stdout);
+  say_without_daemon(a, why);
   if (listening) {
     failure = std::move(why); // busy, stuck, refused: each summary says why too
   }
@@ -473,7 +479,11 @@ struct NodeStaging
     broadcasts = a.bcast != stage::BcastRole::none && std::any_of(sources.begin(), sources.end(), [](const auto& s) {
                    return s.kind == stage::SourceKind::file;
                  });
-    if (daemon && anything_todo()) {
+    if (daemon && anything_todo() && !a.daemon_silent.empty()) {
+      // It kept the task start waiting for its deadline: not asked (and waited for) again.
+      say_without_daemon(a, a.daemon_silent);
+      without_daemon = shortened(a.daemon_silent);
+    } else if (daemon && anything_todo()) {
       if (auto rc = stage_first_through_daemon()) {
         return *rc;
       }

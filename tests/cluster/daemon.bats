@@ -34,6 +34,9 @@ teardown_file() {
 }
 
 teardown() {
+  if [ -f "$BATS_TEST_TMPDIR/stopped" ]; then # a daemon stopped (SIGSTOP): woken
+    kill -CONT "$(cat "$BATS_TEST_TMPDIR/stopped")" 2>/dev/null || true
+  fi
   if [ -f "$BATS_TEST_TMPDIR/hogs" ]; then
     kill $(cat "$BATS_TEST_TMPDIR/hogs") 2>/dev/null || true
   fi
@@ -750,6 +753,33 @@ print(sum(x['bytes'] for x in e))" "$output")
   "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-start node1
   for _ in $(seq 1 50); do [ -e "$SCRATCH/node1/.trash.job_424242.1" ] || break; sleep 0.2; done
   [ ! -e "$SCRATCH/node1/.trash.job_424242.1" ]
+}
+
+# A daemon that stops answering (stopped here, as one blocked in the kernel would be) fails no job:
+# the prolog gives up on it after 1 s and the task start after 15 s; the job's staging then does not
+# wait for it again (the task start's record says why) and stages without the cache, saying so.
+# Woken, the daemon answers what the ended job left queued without making anything for it.
+@test "a daemon that stops answering fails no job: it stages without the cache, saying why; woken, it serves on" {
+  as_user "tar -C cache-src -cf cache-src/frozen.tar tree"
+  settle "$WORK/cache-src/frozen.tar"
+  pid=$(cat "$STAGEHAND_CLUSTER_DIR/stagehandd-node1.pid")
+  echo "$pid" >"$BATS_TEST_TMPDIR/stopped" # (teardown wakes it, whatever happens)
+  kill -STOP "$pid"
+  submit -N1 -w node1 --stage-data=shared/frozen.tar:f --wrap "'cat \$SLURM_TMPDIR/f/tree/sub/f7'"
+  kill -CONT "$pid"
+  echo "$LAST_OUTPUT"
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -qx 'line 7'
+  local why='no answer from the daemon in time \(reply\) at task start'
+  echo "$LAST_OUTPUT" | grep -Eq "^stagehand: node1: the node daemon could not stage \($why\); staging without the cache$"
+  echo "$LAST_OUTPUT" | grep -Eq "shared/frozen.tar -> .*/f: 50 files, .*, not through the node daemon: $why \(no cache\)$"
+  # Woken: the same daemon serves the next job, and made nothing for the ended one.
+  kill -0 "$pid"
+  submit -N1 -w node1 --stage-data=shared/frozen.tar:f --wrap "'cat \$SLURM_TMPDIR/f/tree/sub/f7'"
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -qx 'line 7'
+  echo "$LAST_OUTPUT" | grep -q 'shared/frozen.tar -> .*/f: 50 files, .* (cache miss)$'
+  [ -z "$(find "$SCRATCH/node1" -maxdepth 1 -name 'job_*')" ]
 }
 
 # Issue 25, item 1: a stage request may name a broadcast's delivered copy to read in the source's

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 using namespace stagehand;
 using namespace stagehand::stage;
 
@@ -43,6 +45,13 @@ TEST(StageRequest, ArgsAsTheHelperSeesThem)
   r.socket = "/run/stagehand/n1.sock";
   r.progress_interval = 0;
   auto back = parse_request_args(request_args(r));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(*back, r);
+  // A daemon that did not answer at task start: why, so that the helper does not wait for it again.
+  r.daemon_silent = "no answer from the daemon in time (reply) at task start";
+  auto args = request_args(r);
+  EXPECT_NE(std::find(args.begin(), args.end(), "--daemon-silent"), args.end());
+  back = parse_request_args(args);
   ASSERT_TRUE(back) << back.error().message;
   EXPECT_EQ(*back, r);
   // Each part in a broadcast survives too; a reader carries sbcast's job (or job.step) id.

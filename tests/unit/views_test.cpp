@@ -18,12 +18,13 @@ TEST(ViewRecord, RoundTrips)
 {
   const std::vector<View> views = {{"imagenet", 60000, 123456789, stage::Placement::unpacked}, {"a b", 1, 0, stage::Placement::copied},
                                    {"x:y,z 1 2", 3, 4, stage::Placement::unpacked}};
-  auto text = format_view_record(views);
+  auto text = format_view_record({views, ""});
   ASSERT_TRUE(text) << text.error().message;
   EXPECT_EQ(*text, "view 60000 123456789 unpacked imagenet\nview 1 0 copied a b\nview 3 4 unpacked x:y,z 1 2\n");
   auto back = parse_view_record(*text);
   ASSERT_TRUE(back) << back.error().message;
-  EXPECT_EQ(*back, views);
+  EXPECT_EQ(back->views, views);
+  EXPECT_EQ(back->daemon_silent, "");
   auto line = view_line(views[0]);
   ASSERT_TRUE(line);
   EXPECT_EQ(*parse_view_line(*line), views[0]); // the helper's --view value
@@ -43,13 +44,31 @@ TEST(ViewRecord, RoundTrips)
   EXPECT_NE(view_summary(views[0], "/shared/imagenet.tar", "/tmp/job").find("(cache hit)"), std::string::npos);
   auto empty = parse_view_record(*format_view_record({}));
   ASSERT_TRUE(empty);
-  EXPECT_TRUE(empty->empty());
+  EXPECT_TRUE(empty->views.empty());
+}
+
+// A daemon that did not answer at task start: the record says why, for the job's other tasks too
+// (their staging helper then does not wait for it again); a control character cannot forge a line.
+TEST(ViewRecord, SaysWhyTheDaemonWasSilent)
+{
+  const ViewRecord silent{{}, "no answer from the daemon in time (reply) at task start"};
+  auto text = format_view_record(silent);
+  ASSERT_TRUE(text) << text.error().message;
+  EXPECT_EQ(*text, "silent no answer from the daemon in time (reply) at task start\n");
+  EXPECT_EQ(*parse_view_record(*text), silent);
+  auto forged = format_view_record({{}, "x\nview 1 1 unpacked b"});
+  ASSERT_TRUE(forged);
+  EXPECT_EQ(*forged, "silent x?view 1 1 unpacked b\n");
+  EXPECT_TRUE(parse_view_record(*forged)->views.empty());
+  EXPECT_FALSE(parse_view_record("silent a\nview 1 1 unpacked b\n")); // the last line only
+  EXPECT_FALSE(parse_view_record("silent a\nsilent b\n"));
+  EXPECT_FALSE(parse_view_record("silent \n"));
 }
 
 TEST(ViewRecord, RefusesWhatItCannotWriteOrRead)
 {
-  EXPECT_FALSE(format_view_record({View{"a\nview 1 1 unpacked b", 1, 1, stage::Placement::unpacked}})); // would forge a line
-  EXPECT_FALSE(format_view_record({View{"", 1, 1, stage::Placement::unpacked}}));
+  EXPECT_FALSE(format_view_record({{View{"a\nview 1 1 unpacked b", 1, 1, stage::Placement::unpacked}}, ""})); // would forge a line
+  EXPECT_FALSE(format_view_record({{View{"", 1, 1, stage::Placement::unpacked}}, ""}));
   EXPECT_FALSE(parse_view_record("view 1 1 linked a\n")); // another HOW
   EXPECT_FALSE(parse_view_record("view 1 1 unpacked a"));   // cut
   EXPECT_FALSE(parse_view_record("link 1 1 unpacked a\n")); // not a view line

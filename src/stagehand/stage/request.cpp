@@ -40,6 +40,9 @@ std::vector<std::string> request_args(const StageRequest& r)
   }
   if (!r.socket.empty()) {
     args.insert(args.end(), {"--job", std::to_string(r.job_id), "--socket", r.socket});
+    if (!r.daemon_silent.empty()) {
+      args.insert(args.end(), {"--daemon-silent", r.daemon_silent});
+    }
   }
   args.insert(args.end(), {"--progress-interval", std::to_string(r.progress_interval)});
   for (const auto& v : r.views) {
@@ -88,6 +91,8 @@ Result<StageRequest> parse_request_args(const std::vector<std::string>& args)
       r.allowed_roots.push_back(args[++i]);
     } else if (a == "--socket" && has_value) {
       r.socket = args[++i];
+    } else if (a == "--daemon-silent" && has_value) {
+      r.daemon_silent = args[++i];
     } else if (a == "--view" && has_value) {
       r.views.push_back(args[++i]);
     } else if ((a == "--job" || a == "--progress-interval") && has_value) {

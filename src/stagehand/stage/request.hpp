@@ -42,7 +42,8 @@ enum class BcastRole { none, reader, receiver, delivered };
 inline constexpr const char* k_stage_run_command = "stage-run";
 inline constexpr const char* k_stage_run_usage =
   "usage: stagehand stage-run --tmpdir DIR --node NAME [--job ID] [--socket PATH] [--progress-interval SECONDS] "
-  "[--base DIR] [--max-bytes SIZE] [--allowed-root DIR]... [--bcast reader:JOB[.STEP]|receiver|delivered] [--] SPECS";
+  "[--daemon-silent REASON] [--base DIR] [--max-bytes SIZE] [--allowed-root DIR]... "
+  "[--bcast reader:JOB[.STEP]|receiver|delivered] [--] SPECS";
 
 struct StageRequest
 {
@@ -54,6 +55,8 @@ struct StageRequest
   std::string specs;                      // canonical specs (or the raw option value)
   std::uint32_t job_id = 0;               // with `socket`: stage through the node daemon's cache
   std::string socket;                     // [daemon] socket, %n expanded; empty: no daemon
+  std::string daemon_silent;              // with `socket`: the daemon did not answer at task start
+                                          // (why): staged without it, not asked again
   std::uint32_t progress_interval = 30;   // seconds between progress lines; 0: none
   BcastRole bcast = BcastRole::none;
   std::string bcast_scope;                // reader: sbcast's --jobid ("42" or "42.0")

@@ -96,22 +96,27 @@ Result<View> parse_view_line(std::string_view line)
   return v;
 }
 
-Result<std::string> format_view_record(const std::vector<View>& views)
+Result<std::string> format_view_record(const ViewRecord& record)
 {
   std::string out;
-  for (const auto& v : views) {
+  for (const auto& v : record.views) {
     auto line = view_line(v);
     if (!line) {
       return line.error();
     }
     out += "view " + *line + "\n";
   }
+  if (!record.daemon_silent.empty()) {
+    std::string why = record.daemon_silent;
+    std::replace_if(why.begin(), why.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }, '?');
+    out += "silent " + why + "\n";
+  }
   return out;
 }
 
-Result<std::vector<View>> parse_view_record(const std::string& text)
+Result<ViewRecord> parse_view_record(const std::string& text)
 {
-  std::vector<View> views;
+  ViewRecord record;
   std::size_t at = 0;
   while (at < text.size()) {
     const auto nl = text.find('\n', at);
@@ -119,6 +124,11 @@ Result<std::vector<View>> parse_view_record(const std::string& text)
       return Error::corrupt("view record: the last line is cut");
     }
     const std::string_view line = std::string_view(text).substr(at, nl - at);
+    at = nl + 1;
+    if (line.starts_with("silent ") && line.size() > 7 && record.daemon_silent.empty() && at == text.size()) {
+      record.daemon_silent = line.substr(7);
+      continue;
+    }
     if (!line.starts_with("view ")) {
       return Error::corrupt("view record: unreadable line");
     }
@@ -126,10 +136,9 @@ Result<std::vector<View>> parse_view_record(const std::string& text)
     if (!v) {
       return v.error();
     }
-    views.push_back(*v);
-    at = nl + 1;
+    record.views.push_back(*v);
   }
-  return views;
+  return record;
 }
 
 std::optional<std::string> view_dest(const stage::StageSpec& spec)

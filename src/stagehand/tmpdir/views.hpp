@@ -1,5 +1,5 @@
 // Cache views (issue 25 item 4): where root keeps what it mounted for a job's hits, and the record
-// that tells the job's tasks which sources are shown as views. Layout under the tmpdir base:
+// that tells the job's tasks which sources are shown as views (and whether the daemon answered). Layout under the tmpdir base:
 // `.views/` (root's, 0700), `.views/job_<id>/` (root's, 0700) holding `lock` (flock: the tasks of a
 // job run task_init_privileged at once), one record per --stage-data value (`record.<hash>`) and
 // `<n>/` per view (the overlay's upper/ and work/). Never in the user's directory; removed after
@@ -46,9 +46,19 @@ struct View
 Result<std::string> view_line(const View& v);
 Result<View> parse_view_line(std::string_view line);
 
-// The record: one line "view FILES BYTES HOW DEST" per view.
-Result<std::string> format_view_record(const std::vector<View>& views);
-Result<std::vector<View>> parse_view_record(const std::string& text);
+// What task start leaves for the job's tasks on this node: the views it made, and, when the node
+// daemon did not answer it, why (the staging helper then does not ask the daemon again).
+struct ViewRecord
+{
+  std::vector<View> views;
+  std::string daemon_silent; // empty: the daemon answered, or none runs here
+  bool operator==(const ViewRecord&) const = default;
+};
+
+// The record: one line "view FILES BYTES HOW DEST" per view, then "silent REASON" if the daemon
+// did not answer (a control character in REASON is written as '?').
+Result<std::string> format_view_record(const ViewRecord& record);
+Result<ViewRecord> parse_view_record(const std::string& text);
 
 // Where a view of `spec`'s source would be mounted, relative to SLURM_TMPDIR; nullopt for a spec
 // no view may stand for. Only a canonical (absolute) source whose destination is one name in the
