@@ -758,7 +758,7 @@ print(sum(x['bytes'] for x in e))" "$output")
 # A daemon that stops answering (stopped here, as one blocked in the kernel would be) fails no job:
 # the prolog gives up on it after 1 s and the task start after 15 s; the job's staging then does not
 # wait for it again (the task start's record says why) and stages without the cache, saying so.
-# Woken, the daemon answers what the ended job left queued without making anything for it.
+# Woken, the daemon drops what the ended job asked meanwhile: it was done without it.
 @test "a daemon that stops answering fails no job: it stages without the cache, saying why; woken, it serves on" {
   as_user "tar -C cache-src -cf cache-src/frozen.tar tree"
   settle "$WORK/cache-src/frozen.tar"
@@ -767,19 +767,27 @@ print(sum(x['bytes'] for x in e))" "$output")
   kill -STOP "$pid"
   submit -N1 -w node1 --stage-data=shared/frozen.tar:f --wrap "'cat \$SLURM_TMPDIR/f/tree/sub/f7'"
   kill -CONT "$pid"
+  stopped_job=$JOB_ID
   echo "$LAST_OUTPUT"
   [ "$JOB_RC" -eq 0 ]
   echo "$LAST_OUTPUT" | grep -qx 'line 7'
   local why='no answer from the daemon in time \(reply\) at task start'
   echo "$LAST_OUTPUT" | grep -Eq "^stagehand: node1: the node daemon could not stage \($why\); staging without the cache$"
   echo "$LAST_OUTPUT" | grep -Eq "shared/frozen.tar -> .*/f: 50 files, .*, not through the node daemon: $why \(no cache\)$"
-  # Woken: the same daemon serves the next job, and made nothing for the ended one.
+  # Woken: the same daemon serves the next job.
   kill -0 "$pid"
   submit -N1 -w node1 --stage-data=shared/frozen.tar:f --wrap "'cat \$SLURM_TMPDIR/f/tree/sub/f7'"
   [ "$JOB_RC" -eq 0 ]
   echo "$LAST_OUTPUT" | grep -qx 'line 7'
   echo "$LAST_OUTPUT" | grep -q 'shared/frozen.tar -> .*/f: 50 files, .* (cache miss)$'
   [ -z "$(find "$SCRATCH/node1" -maxdepth 1 -name 'job_*')" ]
+  # What the prolog, the task start and the epilog asked while it was stopped, each given up on
+  # and done without it, it dropped unseen: it never heard of the ended job.
+  log=$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log
+  for op in register cache_view end_job; do
+    grep -q "a $op request of uid 0 dropped: its client gave up waiting before it started" "$log"
+  done
+  [ -z "$(grep "job $stopped_job:" "$log")" ]
 }
 
 # Issue 25, item 1: a stage request may name a broadcast's delivered copy to read in the source's

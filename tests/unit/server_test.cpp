@@ -163,15 +163,22 @@ private:
 };
 
 // The server on a socket in a temporary directory, running on its own thread until the end of the
-// test (held requests are released first, as a server waits for its requests to end).
+// test (held requests are released first, as a server waits for its requests to end). `before`
+// runs on that thread once the socket listens, before the server looks at it.
 class RunningServer
 {
 public:
-  RunningServer(FakeHandler& handler, service::ServerLimits limits)
+  RunningServer(FakeHandler& handler, service::ServerLimits limits,
+                std::function<void(const std::string&)> before = nullptr)
     : m_handler(handler), m_socket(m_dir / "run/stagehandd.sock"),
       m_server([&handler](const proto::Request& r, const service::Peer& p, service::Responder& out) { handler(r, p, out); },
                listening(m_socket), limits),
-      m_thread([this] { m_server.run(); })
+      m_thread([this, before = std::move(before)] {
+        if (before) {
+          before(m_socket);
+        }
+        m_server.run();
+      })
   {
   }
   ~RunningServer()
@@ -412,6 +419,27 @@ TEST(Server, ARequestThatFindsNoTurnInTimeIsAnsweredBusy)
   handler.release();
   EXPECT_EQ(held.get(), "ok");
   EXPECT_EQ(handler.entries(), (std::vector<std::string>{"gc 4242"})); // the busy request never reached it
+}
+
+// A daemon stopped or stuck: requests wait in the socket's queue, and their clients give up and do
+// the work without it (stage, copy, clean up). Woken, it must not do the same work beside them:
+// a request whose client is gone before it starts is dropped, never handled, and the log says so.
+TEST(Server, ARequestWhoseClientGaveUpBeforeItStartedIsNeverHandled)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  LogCapture log;
+  FakeHandler handler;
+  bool sent = false;
+  RunningServer s(handler, small_limits(), [&](const std::string& socket) {
+    UniqueFd gave_up = connect_to(socket);
+    const std::string frame = proto::encode_frame(proto::serialize(proto::Request{proto::CacheEvict{"/gone", false}}));
+    sent = gave_up.valid() && ::send(gave_up.get(), frame.data(), frame.size(), MSG_NOSIGNAL) ==
+                                static_cast<ssize_t>(frame.size());
+  });
+  EXPECT_TRUE(log.logged("a cache_evict request of uid 0 dropped: its client gave up waiting before it started"));
+  EXPECT_TRUE(sent);
+  EXPECT_EQ(call(s.socket(), proto::StatusQuery{}).rfind("ok uid 0", 0), 0u); // it goes on
+  EXPECT_EQ(handler.entries(), (std::vector<std::string>{"status 0"}));
 }
 
 TEST(Server, RequestsAtOnceAreSharedByAllUsersButNeverRefuseRoot)

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -38,6 +39,27 @@ struct Conn
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Whether the client of connection `fd` has closed it: no client waits for its answer.
+bool client_gone(int fd)
+{
+  struct pollfd p {fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+// A request whose client gave up waiting for it before it started (the daemon was stopped, or
+// stuck): that client stages, copies or cleans up without the daemon by now, and the daemon must
+// not do the same work beside it. Logs it.
+bool abandoned(int fd, uid_t uid, const std::string& payload)
+{
+  if (!client_gone(fd)) {
+    return false;
+  }
+  auto request = proto::parse_request(payload);
+  spdlog::info("a {} request of uid {} dropped: its client gave up waiting before it started",
+               request ? proto::op_name(*request) : "malformed", uid);
+  return true;
+}
 
 // Best effort, never blocking: a final word to a client we are about to drop.
 void refuse_now(int fd, const Error& e)
@@ -324,6 +346,10 @@ void Server::read_request(Loop& loop, int fd)
   if (!payload) {
     return;
   }
+  if (abandoned(fd, it->second.peer.uid, *payload)) {
+    loop.drop(it);
+    return;
+  }
   // Root (the prolog and epilog, an admin) never waits; a user's request starts when there is
   // room, else it waits its turn (start_waiting).
   if (!has_room(it->second.peer.uid, it->second.peer.root())) {
@@ -347,7 +373,9 @@ void Server::start_waiting(Loop& loop)
   }
   std::sort(waiting.begin(), waiting.end(), [](auto a, auto b) { return a->second.order < b->second.order; });
   for (auto it : waiting) {
-    if (has_room(it->second.peer.uid, false)) {
+    if (abandoned(it->first, it->second.peer.uid, *it->second.queued)) {
+      loop.drop(it);
+    } else if (has_room(it->second.peer.uid, false)) {
       std::string payload = std::move(*it->second.queued);
       start(loop.take(it), std::move(payload));
     }
