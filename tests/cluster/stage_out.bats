@@ -35,6 +35,9 @@ setup() {
 }
 
 teardown() {
+  if [ -f "$BATS_TEST_TMPDIR/stopped" ]; then # a daemon stopped (SIGSTOP): woken
+    kill -CONT "$(cat "$BATS_TEST_TMPDIR/stopped")" 2>/dev/null || true
+  fi
   if [ -f "$BATS_TEST_TMPDIR/watcher" ]; then # a test's background watcher, ended with it
     kill "$(cat "$BATS_TEST_TMPDIR/watcher")" 2>/dev/null || true
   fi
@@ -302,6 +305,30 @@ assert any(j['job_id'] == $JOB_ID and j['dir'] == '$KEPT' and j['state'].startsw
   assert_same_out "$WORK/so/nodaemon"
   [ ! -e "$(job_dir node1 "$JOB_ID")" ]
   "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-start node1
+}
+
+# A daemon that stops answering (stopped here, as one stuck in the kernel would be): the epilog
+# gives up on it after 1 s and copies itself. Woken, the daemon drops the hand-over it was sent
+# meanwhile: it never copies beside the epilog, nor reports a copy that failed.
+@test "with the node's daemon stopped, the epilog copies; woken, the daemon drops the hand-over it was sent meanwhile" {
+  pid=$(cat "$STAGEHAND_CLUSTER_DIR/stagehandd-node1.pid")
+  echo "$pid" >"$BATS_TEST_TMPDIR/stopped" # (teardown wakes it, whatever happens)
+  kill -STOP "$pid"
+  submit -N1 -w node1 --stage-out=out:so/stopped --wrap "'\$PWD/write-out.sh \$SLURM_TMPDIR'"
+  kill -CONT "$pid"
+  [ "$JOB_RC" -eq 0 ]
+  assert_same_out "$WORK/so/stopped"
+  [ "$(grep -c "job $JOB_ID node node1: out -> $WORK/so/stopped: 5 files" "$WORK/so/stopped/$LOG")" -eq 1 ]
+  grep "job $JOB_ID: .*stage-out: out -> .*; no daemon (no answer from the daemon in time (reply))" \
+    "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log"
+  log=$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log
+  for _ in $(seq 1 100); do grep -q "a end_job request of uid 0 dropped" "$log" && break; sleep 0.1; done
+  grep -q "a end_job request of uid 0 dropped: its client gave up waiting before it started" "$log"
+  "$STAGEHAND_BUILD_DIR/helper/stagehand" status --config "$STAGEHAND_TEST_CONFIG" --node node1 # it answers
+  [ -z "$(grep "job $JOB_ID:" "$log")" ]
+  assert_same_out "$WORK/so/stopped"
+  [ ! -e "$(job_dir node1 "$JOB_ID")" ]
+  [ -z "$(ls -a "$SCRATCH/node1" | grep "job_$JOB_ID")" ]
 }
 
 @test "the daemon finishes the copy after the job; killed with kill -9 mid-copy, it resumes after its restart and only then removes the directory" {
