@@ -779,13 +779,13 @@ print(sum(x['bytes'] for x in e))" "$output")
   submit -N1 -w node1 --stage-data=shared/frozen.tar:f --wrap "'cat \$SLURM_TMPDIR/f/tree/sub/f7'"
   [ "$JOB_RC" -eq 0 ]
   echo "$LAST_OUTPUT" | grep -qx 'line 7'
-  echo "$LAST_OUTPUT" | grep -q 'shared/frozen.tar -> .*/f: 50 files, .* (cache miss)$'
+  echo "$LAST_OUTPUT" | grep -Eq "shared/frozen.tar -> .*/f: 50 files, .*( \(cache miss\)|, not cached: the node cache's disk could not keep up \(no cache\))\$"
   [ -z "$(find "$SCRATCH/node1" -maxdepth 1 -name 'job_*')" ]
   # What the prolog, the task start and the epilog asked while it was stopped, each given up on
   # and done without it, it dropped unseen: it never heard of the ended job.
   log=$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log
   for op in register cache_view end_job; do
-    grep -q "a $op request of uid 0 dropped: its client gave up waiting before it started" "$log"
+    grep -q "a $op request of uid 0 (job $stopped_job) dropped: its client gave up waiting before it started" "$log"
   done
   [ -z "$(grep "job $stopped_job:" "$log")" ]
 }

@@ -322,8 +322,9 @@ assert any(j['job_id'] == $JOB_ID and j['dir'] == '$KEPT' and j['state'].startsw
   grep "job $JOB_ID: .*stage-out: out -> .*; no daemon (no answer from the daemon in time (reply))" \
     "$STAGEHAND_CLUSTER_DIR/log/slurmd-node1.log"
   log=$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log
-  for _ in $(seq 1 100); do grep -q "a end_job request of uid 0 dropped" "$log" && break; sleep 0.1; done
-  grep -q "a end_job request of uid 0 dropped: its client gave up waiting before it started" "$log"
+  local dropped="a end_job request of uid 0 (job $JOB_ID) dropped: its client gave up waiting before it started"
+  for _ in $(seq 1 100); do grep -q "$dropped" "$log" && break; sleep 0.1; done
+  grep -q "$dropped" "$log"
   "$STAGEHAND_BUILD_DIR/helper/stagehand" status --config "$STAGEHAND_TEST_CONFIG" --node node1 # it answers
   [ -z "$(grep "job $JOB_ID:" "$log")" ]
   assert_same_out "$WORK/so/stopped"

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -440,6 +441,37 @@ TEST(Server, ARequestWhoseClientGaveUpBeforeItStartedIsNeverHandled)
   EXPECT_TRUE(sent);
   EXPECT_EQ(call(s.socket(), proto::StatusQuery{}).rfind("ok uid 0", 0), 0u); // it goes on
   EXPECT_EQ(handler.entries(), (std::vector<std::string>{"status 0"}));
+}
+
+// A client that shut down only its writing after its request (as socat does) still reads: it is
+// answered, not dropped.
+TEST(Server, AClientThatOnlyStopsWritingIsStillAnswered)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  FakeHandler handler;
+  RunningServer s(handler, small_limits());
+  UniqueFd c = connect_to(s.socket());
+  ASSERT_TRUE(c.valid());
+  const std::string frame = proto::encode_frame(proto::serialize(proto::Request{proto::CacheEvict{"/x", false}}));
+  ASSERT_EQ(::send(c.get(), frame.data(), frame.size(), MSG_NOSIGNAL), static_cast<ssize_t>(frame.size()));
+  ASSERT_EQ(::shutdown(c.get(), SHUT_WR), 0);
+  proto::FrameReader reader(proto::k_max_response_bytes);
+  char buf[4096];
+  std::optional<std::string> payload;
+  for (;;) {
+    struct pollfd p {c.get(), POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(k_hang).count())), 1);
+    const ssize_t n = ::recv(c.get(), buf, sizeof buf, 0);
+    ASSERT_GT(n, 0) << "closed without an answer";
+    ASSERT_TRUE(reader.feed(buf, static_cast<std::size_t>(n)));
+    if ((payload = reader.next())) {
+      break;
+    }
+  }
+  auto reply = proto::parse_reply_frame(*payload);
+  ASSERT_TRUE(reply);
+  EXPECT_EQ(frame_line(*reply), "ok");
+  EXPECT_EQ(handler.entries(), (std::vector<std::string>{"cache_evict 0"}));
 }
 
 TEST(Server, RequestsAtOnceAreSharedByAllUsersButNeverRefuseRoot)

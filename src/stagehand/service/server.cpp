@@ -23,6 +23,7 @@
 #include <optional>
 #include <system_error>
 #include <thread>
+#include <variant>
 
 namespace stagehand::service {
 
@@ -40,11 +41,26 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Whether the client of connection `fd` has closed it: no client waits for its answer.
+// Whether the client of connection `fd` has closed it: no client waits for its answer. (A
+// client that only shut down its writing, as socat does, still reads: POLLRDHUP alone is not it.)
 bool client_gone(int fd)
 {
-  struct pollfd p {fd, POLLRDHUP, 0};
-  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  struct pollfd p {fd, 0, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR)) != 0;
+}
+
+// " (job N)" for a request about a job, else "".
+std::string job_of(const proto::Request& r)
+{
+  return std::visit(
+    [](const auto& op) {
+      if constexpr (requires { op.job_id; }) {
+        return " (job " + std::to_string(op.job_id) + ")";
+      } else {
+        return std::string();
+      }
+    },
+    r);
 }
 
 // A request whose client gave up waiting for it before it started (the daemon was stopped, or
@@ -56,8 +72,8 @@ bool abandoned(int fd, uid_t uid, const std::string& payload)
     return false;
   }
   auto request = proto::parse_request(payload);
-  spdlog::info("a {} request of uid {} dropped: its client gave up waiting before it started",
-               request ? proto::op_name(*request) : "malformed", uid);
+  spdlog::info("a {} request of uid {}{} dropped: its client gave up waiting before it started",
+               request ? proto::op_name(*request) : "malformed", uid, request ? job_of(*request) : "");
   return true;
 }
 
