@@ -206,7 +206,9 @@ void Daemon::on_end_job(const proto::EndJob& r, const Peer&, Responder& out)
     if (auto rec = m_shared.registry.find(r.job_id)) {
       registered = tmpdir::JobOwner{r.job_id, rec->uid, rec->gid};
     }
-    if (auto taken = m_stage_out ? m_stage_out->take(r, registered) : Status(Error::internal("not started")); !taken) {
+    auto asked = [&out] { return !out.client_gone(); };
+    if (auto taken = m_stage_out ? m_stage_out->take(r, registered, asked) : Status(Error::internal("not started"));
+        !taken) {
       spdlog::error("job {}: cannot take its stage-out: {}", r.job_id, taken.error().message);
       out.error(taken.error());
       return;

@@ -152,6 +152,33 @@ TEST(StageOutQueue, AReloadsConfigurationIsWhatTheCopiesUseFromThenOn)
   EXPECT_GE(kept[0].until, now + 3 * 3600 - 5) << "kept for the reloaded keep_for, not the start's 1 s";
 }
 
+// The epilog waits 1 s for the hand-over, which is persisted first: on a slow disk it may give up
+// meanwhile and copy itself. Then the hand-over is undone (off the list, on disk too, no worker
+// started), so that only the epilog copies; its directory is left to it.
+TEST(StageOutQueue, AHandOverTheEpilogStoppedWaitingForIsUndone)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  HandedOver h;
+  ASSERT_EQ(::chown(h.dest.c_str(), k_attacker_uid, k_attacker_gid), 0); // a worker would copy now
+  auto q = h.queue(std::chrono::milliseconds(10));
+  bool asked = false;
+  auto taken = q->take(h.end, k_job, [&] {
+    asked = true;
+    EXPECT_EQ(h.on_disk().size(), 1U) << "persisted before the epilog is asked after";
+    return false;
+  });
+  ASSERT_FALSE(taken);
+  EXPECT_TRUE(asked);
+  EXPECT_NE(taken.error().message.find("the epilog stopped waiting"), std::string::npos) << taken.error().message;
+  EXPECT_TRUE(q->pending().empty());
+  EXPECT_TRUE(h.on_disk().empty());
+  EXPECT_TRUE(exists_nofollow(h.n.base + "/" + h.end.pending)) << "the epilog's to copy and remove";
+  // Still waiting: taken as before, and copied.
+  ASSERT_TRUE(q->take(h.end, k_job, [] { return true; }));
+  EXPECT_TRUE(wait_until([&] { return q->pending().empty(); }, std::chrono::seconds(60)));
+  EXPECT_EQ(read_file(h.dest + "/result"), "42");
+}
+
 TEST(StageOutQueue, TakesOnlyTheJobsOwnStageOutDirectory)
 {
   STAGEHAND_REQUIRE_ROOT();

@@ -85,6 +85,12 @@ std::vector<int> job_cpus(const Peer& peer)
   return both == mine ? std::vector<int>{} : both;
 }
 
+bool client_gone(int fd)
+{
+  struct pollfd p {fd, 0, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR)) != 0;
+}
+
 void Responder::send(const std::string& payload)
 {
   std::lock_guard lock(m_mutex);

@@ -33,6 +33,10 @@ Peer peer_of(int fd);
 // user's (reused): a job's work never lands on another job's cores through a reused pid.
 std::vector<int> job_cpus(const Peer& peer);
 
+// Whether the client of connection `fd` has closed it: no client waits for an answer. (A client
+// that only shut down its writing, as socat does, still reads: it has not.)
+bool client_gone(int fd);
+
 // Writes reply frames to one client, each within a deadline; a client that stops reading is
 // dropped (later frames are discarded), never waited on forever.
 class Responder
@@ -46,6 +50,7 @@ public:
   void result(const proto::Reply& r);
   void error(const Error& e);
   bool broken() const { return m_broken; }
+  bool client_gone() const { return service::client_gone(m_fd); }
 
 private:
   void send(const std::string& payload);

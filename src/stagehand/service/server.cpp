@@ -41,14 +41,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Whether the client of connection `fd` has closed it: no client waits for its answer. (A
-// client that only shut down its writing, as socat does, still reads: POLLRDHUP alone is not it.)
-bool client_gone(int fd)
-{
-  struct pollfd p {fd, 0, 0};
-  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR)) != 0;
-}
-
 // " (job N)" for a request about a job, else "".
 std::string job_of(const proto::Request& r)
 {

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <thread>
 
 namespace stagehand::service {
@@ -46,7 +47,8 @@ void StageOutQueue::resume()
   }
 }
 
-Status StageOutQueue::take(const proto::EndJob& end, std::optional<tmpdir::JobOwner> registered)
+Status StageOutQueue::take(const proto::EndJob& end, std::optional<tmpdir::JobOwner> registered,
+                           const std::function<bool()>& still_asked)
 {
   auto job = tmpdir::job_of_stage_out(end.pending);
   if (!job || *job != end.job_id || end.pending.find('/') != std::string::npos) {
@@ -76,6 +78,10 @@ Status StageOutQueue::take(const proto::EndJob& end, std::optional<tmpdir::JobOw
       m_pending.pop_back();
       return saved.error(); // not persisted: the epilog copies itself
     }
+  }
+  if (still_asked && !still_asked()) {
+    forget(p.dir);
+    return Error::io("stage-out: the epilog stopped waiting while the hand-over was saved: it copies itself", ETIMEDOUT);
   }
   start_worker(p);
   return ok_status();

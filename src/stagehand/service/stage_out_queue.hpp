@@ -13,6 +13,7 @@
 #include "stagehand/util/fd.hpp"
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -33,7 +34,10 @@ public:
   // Records the epilog's hand-over (persisted before it returns) and starts its worker.
   // `registered`: the job's user from the registry (the directory is root's by then: taken from
   // its user at job end); without it, an older epilog's directory still owned by the user.
-  Status take(const proto::EndJob& end, std::optional<tmpdir::JobOwner> registered);
+  // `still_asked`, once it is persisted: whether the epilog still waits for the answer; if it gave
+  // up meanwhile (a slow disk), it copies itself, and the hand-over is undone.
+  Status take(const proto::EndJob& end, std::optional<tmpdir::JobOwner> registered,
+              const std::function<bool()>& still_asked = nullptr);
   // The pending copies, for `stagehand status`.
   std::vector<stageout::PendingCopy> pending() const;
   // A reload's configuration, for what the copies do from now on (an attempt under way keeps its own).
