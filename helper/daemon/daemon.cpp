@@ -200,12 +200,20 @@ void Daemon::on_register(const proto::RegisterJob& r, const Peer&, Responder& ou
 
 void Daemon::on_end_job(const proto::EndJob& r, const Peer&, Responder& out)
 {
+  std::optional<tmpdir::JobOwner> registered;
+  if (auto rec = m_shared.registry.find(r.job_id); rec && !r.pending.empty()) {
+    registered = tmpdir::JobOwner{r.job_id, rec->uid, rec->gid};
+  }
+  m_shared.registry.change(
+    [&](registry::Registry& reg) {
+      reg.end_job(r.job_id, now_s(), r.keep_until);
+      return RegistryKeeper::Changed::yes;
+    },
+    RegistryKeeper::Save::now);
   if (!r.pending.empty()) {
-    // Persisted before the answer: once the epilog hears "done", the copy is the daemon's.
-    std::optional<tmpdir::JobOwner> registered;
-    if (auto rec = m_shared.registry.find(r.job_id)) {
-      registered = tmpdir::JobOwner{r.job_id, rec->uid, rec->gid};
-    }
+    // Persisted before the answer, and taken only if the epilog still waits once everything is
+    // saved (a slow disk may outlast its 1 s): once it hears "done", the copy is the daemon's;
+    // if it stopped waiting, it copies itself, alone.
     auto asked = [&out] { return !out.client_gone(); };
     if (auto taken = m_stage_out ? m_stage_out->take(r, registered, asked) : Status(Error::internal("not started"));
         !taken) {
@@ -215,12 +223,6 @@ void Daemon::on_end_job(const proto::EndJob& r, const Peer&, Responder& out)
     }
     spdlog::info("job {}: stage-out handed over ({})", r.job_id, r.pending);
   }
-  m_shared.registry.change(
-    [&](registry::Registry& reg) {
-      reg.end_job(r.job_id, now_s(), r.keep_until);
-      return RegistryKeeper::Changed::yes;
-    },
-    RegistryKeeper::Save::now);
   spdlog::info("job {}: ended{}", r.job_id,
                !r.trash.empty() ? ", trash " + r.trash : r.keep_until > 0 ? std::string(", directory kept") : std::string());
   out.result(proto::Done{});
