@@ -211,11 +211,10 @@ void Daemon::on_end_job(const proto::EndJob& r, const Peer&, Responder& out)
     },
     RegistryKeeper::Save::now);
   if (!r.pending.empty()) {
-    // Persisted before the answer, and taken only if the epilog still waits once everything is
-    // saved (a slow disk may outlast its 1 s): once it hears "done", the copy is the daemon's;
-    // if it stopped waiting, it copies itself, alone.
-    auto asked = [&out] { return !out.client_gone(); };
-    if (auto taken = m_stage_out ? m_stage_out->take(r, registered, asked) : Status(Error::internal("not started"));
+    // Persisted, then answered, last (after every save: a slow disk may outlast the epilog's 1 s)
+    // and only while the epilog still waits: once it hears "done", the copy is the daemon's; if
+    // it stopped waiting, it copies itself, alone.
+    if (auto taken = m_stage_out ? m_stage_out->take(r, registered, &out) : Status(Error::internal("not started"));
         !taken) {
       spdlog::error("job {}: cannot take its stage-out: {}", r.job_id, taken.error().message);
       out.error(taken.error());
@@ -225,7 +224,9 @@ void Daemon::on_end_job(const proto::EndJob& r, const Peer&, Responder& out)
   }
   spdlog::info("job {}: ended{}", r.job_id,
                !r.trash.empty() ? ", trash " + r.trash : r.keep_until > 0 ? std::string(", directory kept") : std::string());
-  out.result(proto::Done{});
+  if (r.pending.empty()) {
+    out.result(proto::Done{});
+  }
   kick_gc(); // the trash goes now, in the background
 }
 

@@ -5,6 +5,8 @@
 // its directory is removed.
 #include "stagehand/service/stage_out_queue.hpp"
 
+#include "stagehand/proto/frame.hpp"
+
 #include "stagehand/stageout/copy.hpp"
 #include "stagehand/stageout/kept.hpp"
 #include "stagehand/stageout/pending.hpp"
@@ -15,6 +17,7 @@
 #include "test_support.hpp"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -152,29 +155,45 @@ TEST(StageOutQueue, AReloadsConfigurationIsWhatTheCopiesUseFromThenOn)
   EXPECT_GE(kept[0].until, now + 3 * 3600 - 5) << "kept for the reloaded keep_for, not the start's 1 s";
 }
 
-// The epilog waits 1 s for the hand-over, which is persisted first: on a slow disk it may give up
-// meanwhile and copy itself. Then the hand-over is undone (off the list, on disk too, no worker
-// started), so that only the epilog copies; its directory is left to it.
-TEST(StageOutQueue, AHandOverTheEpilogStoppedWaitingForIsUndone)
+// The epilog waits 1 s for the hand-over, which is persisted before it is answered: on a slow disk
+// it may give up meanwhile and copy itself. Then the hand-over is not kept (off the list, on disk
+// too, no worker started), so that only the epilog copies; its directory is left to it. While it
+// waits, the queue answers it "done" itself, right after the last save, and copies.
+TEST(StageOutQueue, AHandOverTheEpilogStoppedWaitingForIsNotKept)
 {
   STAGEHAND_REQUIRE_ROOT();
   HandedOver h;
   ASSERT_EQ(::chown(h.dest.c_str(), k_attacker_uid, k_attacker_gid), 0); // a worker would copy now
   auto q = h.queue(std::chrono::milliseconds(10));
-  bool asked = false;
-  auto taken = q->take(h.end, k_job, [&] {
-    asked = true;
-    EXPECT_EQ(h.on_disk().size(), 1U) << "persisted before the epilog is asked after";
-    return false;
-  });
+  int gave_up[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, gave_up), 0);
+  UniqueFd daemon_end(gave_up[0]);
+  ::close(gave_up[1]); // the epilog's end: it stopped waiting
+  service::Responder to_gone(daemon_end.get());
+  auto taken = q->take(h.end, k_job, &to_gone);
   ASSERT_FALSE(taken);
-  EXPECT_TRUE(asked);
   EXPECT_NE(taken.error().message.find("the epilog stopped waiting"), std::string::npos) << taken.error().message;
   EXPECT_TRUE(q->pending().empty());
   EXPECT_TRUE(h.on_disk().empty());
   EXPECT_TRUE(exists_nofollow(h.n.base + "/" + h.end.pending)) << "the epilog's to copy and remove";
-  // Still waiting: taken as before, and copied.
-  ASSERT_TRUE(q->take(h.end, k_job, [] { return true; }));
+
+  int waits[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, waits), 0);
+  UniqueFd daemon_side(waits[0]);
+  UniqueFd epilog_side(waits[1]);
+  service::Responder to_epilog(daemon_side.get());
+  ASSERT_TRUE(q->take(h.end, k_job, &to_epilog));
+  char buf[4096];
+  const ssize_t n = ::recv(epilog_side.get(), buf, sizeof buf, MSG_DONTWAIT); // answered before take returned
+  ASSERT_GT(n, 0);
+  proto::FrameReader reader(proto::k_max_response_bytes);
+  ASSERT_TRUE(reader.feed(buf, static_cast<std::size_t>(n)));
+  auto payload = reader.next();
+  ASSERT_TRUE(payload);
+  auto reply = proto::parse_reply_frame(*payload);
+  ASSERT_TRUE(reply);
+  EXPECT_FALSE(reply->error);
+  EXPECT_FALSE(reply->progress);
   EXPECT_TRUE(wait_until([&] { return q->pending().empty(); }, std::chrono::seconds(60)));
   EXPECT_EQ(read_file(h.dest + "/result"), "42");
 }

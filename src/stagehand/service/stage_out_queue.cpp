@@ -47,8 +47,7 @@ void StageOutQueue::resume()
   }
 }
 
-Status StageOutQueue::take(const proto::EndJob& end, std::optional<tmpdir::JobOwner> registered,
-                           const std::function<bool()>& still_asked)
+Status StageOutQueue::take(const proto::EndJob& end, std::optional<tmpdir::JobOwner> registered, Responder* epilog)
 {
   auto job = tmpdir::job_of_stage_out(end.pending);
   if (!job || *job != end.job_id || end.pending.find('/') != std::string::npos) {
@@ -71,6 +70,12 @@ Status StageOutQueue::take(const proto::EndJob& end, std::optional<tmpdir::JobOw
   p.dir = end.pending;
   p.specs = end.stage_out;
   p.fallback_dir = end.stage_out_dir;
+  const auto gave_up = [] {
+    return Error::io("stage-out: the epilog stopped waiting for the hand-over: it copies itself", ETIMEDOUT);
+  };
+  if (epilog && epilog->client_gone()) {
+    return gave_up(); // (not even saved)
+  }
   {
     std::lock_guard lock(m_mutex);
     m_pending.push_back(p);
@@ -79,9 +84,12 @@ Status StageOutQueue::take(const proto::EndJob& end, std::optional<tmpdir::JobOw
       return saved.error(); // not persisted: the epilog copies itself
     }
   }
-  if (still_asked && !still_asked()) {
+  if (epilog && epilog->client_gone()) { // it gave up while the disk saved it
     forget(p.dir);
-    return Error::io("stage-out: the epilog stopped waiting while the hand-over was saved: it copies itself", ETIMEDOUT);
+    return gave_up();
+  }
+  if (epilog) {
+    epilog->result(proto::Done{}); // at once: the window where it could still give up is this send
   }
   start_worker(p);
   return ok_status();

@@ -8,12 +8,12 @@
 
 #include "stagehand/config/config.hpp"
 #include "stagehand/proto/messages.hpp"
+#include "stagehand/service/peer.hpp"
 #include "stagehand/stageout/pending.hpp"
 #include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/util/fd.hpp"
 
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -34,10 +34,10 @@ public:
   // Records the epilog's hand-over (persisted before it returns) and starts its worker.
   // `registered`: the job's user from the registry (the directory is root's by then: taken from
   // its user at job end); without it, an older epilog's directory still owned by the user.
-  // `still_asked`, once it is persisted: whether the epilog still waits for the answer; if it gave
-  // up meanwhile (a slow disk), it copies itself, and the hand-over is undone.
-  Status take(const proto::EndJob& end, std::optional<tmpdir::JobOwner> registered,
-              const std::function<bool()>& still_asked = nullptr);
+  // With `epilog` (its connection), the hand-over is answered "done" here, once persisted and only
+  // while the epilog still waits; if it gave up meanwhile (a slow disk), it copies itself, and the
+  // hand-over is undone (an error, which nobody reads). Without, the caller answers.
+  Status take(const proto::EndJob& end, std::optional<tmpdir::JobOwner> registered, Responder* epilog = nullptr);
   // The pending copies, for `stagehand status`.
   std::vector<stageout::PendingCopy> pending() const;
   // A reload's configuration, for what the copies do from now on (an attempt under way keeps its own).
