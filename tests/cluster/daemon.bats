@@ -840,7 +840,7 @@ PY
   grep -q '(cache miss)$' /tmp/deliv-other.out
 }
 
-@test "another user: random bytes, truncated and huge requests, 200 idle connections; gc and evict refused" {
+@test "another user: random bytes, truncated and huge requests, 500 given up on, 200 idle connections; gc and evict refused" {
   sock="$STAGEHAND_CLUSTER_DIR/run/node1.sock"
   cat >"$WORK/hostile.py" <<'PY'
 import json, os, socket, struct, sys, time
@@ -879,6 +879,15 @@ print('gc:', ask({'v': 1, 'op': 'gc', 'dry_run': False}))
 print('evict:', ask({'v': 1, 'op': 'cache_evict', 'all': True}))
 print('register:', ask({'v': 1, 'op': 'register', 'job_id': 1, 'uid': 0, 'gid': 0}))
 print('stage for job 1:', ask({'v': 1, 'op': 'stage', 'job_id': 1, 'max_bytes': 1, 'sources': [{'shown': 'x', 'path': '/etc/shadow', 'dest': 'x', 'kind': 'file', 'unpack': 'auto'}]}))
+# 500 whole requests, each connection closed at once (given up on: dropped, or refused unread).
+for i in range(500):
+    s = conn(); b = json.dumps({'v': 1, 'op': 'end_job', 'job_id': 4000000000 + i, 'trash': '../../etc', 'keep_until': 0}).encode()
+    try:
+        s.sendall(struct.pack('>I', len(b)) + b)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    s.close()
+print('after 500 abandoned:', ask({'v': 1, 'op': 'status'}))
 PY
   chmod 0644 "$WORK/hostile.py"
   run as_user "python3 hostile.py '$sock' garbage"
@@ -892,6 +901,8 @@ PY
   echo "$output" | grep -q "^evict: {.*'error': 'cache evict is for root only'"
   echo "$output" | grep -q "^register: {.*'error': 'registering a job is for root only'"
   echo "$output" | grep -q "^stage for job 1: {.*'ok': False"
+  echo "$output" | grep -q "^after 500 abandoned: {.*'ok': True"
+  [ -z "$(grep -E 'job 4[0-9]{9}: ended' "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log")" ] # root's alone
   # 200 idle connections of one user: everyone else is still answered at once.
   as_user "python3 hostile.py '$sock' idle" >"$WORK/idle.out" 2>&1 &
   idler=$!
