@@ -479,12 +479,11 @@ struct NodeStaging
     broadcasts = a.bcast != stage::BcastRole::none && std::any_of(sources.begin(), sources.end(), [](const auto& s) {
                    return s.kind == stage::SourceKind::file;
                  });
-    if (daemon && anything_todo() && !a.daemon_silent.empty()) {
-      // It kept the task start waiting for its deadline: not asked (and waited for) again.
-      say_without_daemon(a, a.daemon_silent);
-      without_daemon = shortened(a.daemon_silent);
-    } else if (daemon && anything_todo()) {
-      if (auto rc = stage_first_through_daemon()) {
+    if (daemon && anything_todo()) {
+      if (!a.daemon_silent.empty()) { // it kept the task start waiting its deadline: not waited for again
+        say_without_daemon(a, a.daemon_silent);
+        without_daemon = shortened(a.daemon_silent);
+      } else if (auto rc = stage_first_through_daemon()) {
         return *rc;
       }
     }

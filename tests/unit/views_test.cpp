@@ -67,7 +67,8 @@ TEST(ViewRecord, SaysWhyTheDaemonWasSilent)
 
 TEST(ViewRecord, RefusesWhatItCannotWriteOrRead)
 {
-  EXPECT_FALSE(format_view_record({{View{"a\nview 1 1 unpacked b", 1, 1, stage::Placement::unpacked}}, ""})); // would forge a line
+  // A destination that would forge a line, and an empty one.
+  EXPECT_FALSE(format_view_record({{View{"a\nview 1 1 unpacked b", 1, 1, stage::Placement::unpacked}}, ""}));
   EXPECT_FALSE(format_view_record({{View{"", 1, 1, stage::Placement::unpacked}}, ""}));
   EXPECT_FALSE(parse_view_record("view 1 1 linked a\n")); // another HOW
   EXPECT_FALSE(parse_view_record("view 1 1 unpacked a"));   // cut

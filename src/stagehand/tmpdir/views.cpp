@@ -108,7 +108,8 @@ Result<std::string> format_view_record(const ViewRecord& record)
   }
   if (!record.daemon_silent.empty()) {
     std::string why = record.daemon_silent;
-    std::replace_if(why.begin(), why.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; }, '?');
+    const auto control = [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; };
+    std::replace_if(why.begin(), why.end(), control, '?');
     out += "silent " + why + "\n";
   }
   return out;

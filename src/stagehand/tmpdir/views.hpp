@@ -1,9 +1,10 @@
 // Cache views (issue 25 item 4): where root keeps what it mounted for a job's hits, and the record
-// that tells the job's tasks which sources are shown as views (and whether the daemon answered). Layout under the tmpdir base:
-// `.views/` (root's, 0700), `.views/job_<id>/` (root's, 0700) holding `lock` (flock: the tasks of a
-// job run task_init_privileged at once), one record per --stage-data value (`record.<hash>`) and
-// `<n>/` per view (the overlay's upper/ and work/). Never in the user's directory; removed after
-// the views are detached (epilog, GC), fd-relative, never through a mount.
+// that tells the job's tasks which sources are shown as views (and whether the daemon answered).
+// Layout under the tmpdir base: `.views/` (root's, 0700), `.views/job_<id>/` (root's, 0700)
+// holding `lock` (flock: the tasks of a job run task_init_privileged at once), one record per
+// --stage-data value (`record.<hash>`) and `<n>/` per view (the overlay's upper/ and work/). Never
+// in the user's directory; removed after the views are detached (epilog, GC), fd-relative, never
+// through a mount.
 #pragma once
 
 #include "stagehand/stage/kinds.hpp"
