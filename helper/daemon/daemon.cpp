@@ -23,6 +23,8 @@
 
 #include <algorithm>
 #include <ctime>
+#include <string>
+#include <vector>
 
 namespace stagehand::daemon {
 
@@ -116,16 +118,21 @@ Status Daemon::reload()
   m_shared.config = std::move(*config);
   const auto& daemon = m_shared.config.daemon;
   m_shared.keeper.set_limits(cache::CacheLimits{daemon.cache_max_bytes, daemon.cache_max_entries});
+  // What did not take is said once more in the last line, which otherwise reads "reloaded FILE".
+  std::vector<std::string> not_taken;
   if (service) {
     m_shared.service = *service;
   } else {
     spdlog::error("reload: [daemon] user: {}", service.error().message);
     m_shared.service.reset();
+    not_taken.push_back("[daemon] user (the cache is off until a reload finds it)");
   }
   if (moved && opened) {
     m_shared.keeper.use_store(std::make_shared<cache::Store>(std::move(*opened)));
   } else if (moved) {
     spdlog::error("reload: [daemon] cache_dir: {}", opened.error().message);
+    not_taken.push_back(in_use ? "[daemon] cache_dir (the cache stays at " + in_use->path() + ")"
+                               : std::string("[daemon] cache_dir (the cache stays off)"));
   }
   m_gc_kicked = true;
   m_gc_cv.notify_all();
@@ -134,7 +141,15 @@ Status Daemon::reload()
   if (m_stage_out) { // --stage-out copies from now on, as the jobs' own epilogs copy
     m_stage_out->set_config(now);
   }
-  spdlog::info("reloaded {}", m_config_path);
+  if (not_taken.empty()) {
+    spdlog::info("reloaded {}", m_config_path);
+  } else {
+    std::string except = not_taken.front();
+    for (std::size_t i = 1; i < not_taken.size(); ++i) {
+      except += " and " + not_taken[i];
+    }
+    spdlog::warn("reloaded {}, except {}", m_config_path, except);
+  }
   return ok_status();
 }
 
