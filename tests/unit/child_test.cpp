@@ -172,6 +172,36 @@ TEST(ChildWait, AChildThatOutlivesSigkillIsLeftToTheReaperAndKillReturnsWithinIt
   proc::set_reaper_log(nullptr);
 }
 
+// The daemon kills a cache fill's follower while it holds the node's lock (every request waits
+// meanwhile): it waits a shorter grace, and a survivor goes to the reaper as it would after 3 s.
+TEST(ChildWait, AKillWithAShorterGraceLeavesASurvivorToTheReaperAfterThatGrace)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  proc::enable_reaper_thread();
+  ASSERT_TRUE(stuck_becomes(0));
+  pid_t pid = -1;
+  {
+    SurvivesSigkill immortal;
+    auto child = pausing_child();
+    ASSERT_TRUE(child);
+    ASSERT_TRUE(ipc::receive_message(child->sock(), 10s));
+    pid = child->pid();
+    const auto t0 = Clock::now();
+    child->kill(200ms);
+    EXPECT_LT(seconds_since(t0), 30.0);
+    EXPECT_EQ(proc::stuck_children(), 1U);
+    auto said = child->wait();
+    ASSERT_FALSE(said);
+    EXPECT_EQ(said.error().code, ETIMEDOUT);
+    EXPECT_EQ(said.error().message, "a child of user attacker (pid " + std::to_string(pid) +
+                                      ") did not end 200 ms after SIGKILL: it is blocked in the kernel (a "
+                                      "filesystem that does not answer?); left behind");
+  }
+  EXPECT_TRUE(stuck_becomes(0));
+  EXPECT_EQ(::kill(pid, 0), -1);
+  EXPECT_EQ(errno, ESRCH);
+}
+
 TEST(ChildWait, TheDestructorOfAStuckChildReturnsToo)
 {
   STAGEHAND_REQUIRE_ROOT();

@@ -375,10 +375,10 @@ Result<int> child_ending(const proc::Ended& ended, const std::string& who)
 
 } // namespace
 
-void Child::kill()
+void Child::kill(std::chrono::milliseconds grace)
 {
   if (m_process.running()) {
-    auto ended = m_process.kill(); // its process group too: whatever it forked
+    auto ended = m_process.kill(grace); // its process group too: whatever it forked
     m_ended = ended ? child_ending(*ended, m_process.who()) : Result<int>(ended.error());
   }
 }

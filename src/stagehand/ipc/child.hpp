@@ -61,10 +61,10 @@ public:
   // or that it could not be killed. After kill(), what the kill found.
   Result<int> wait(std::chrono::milliseconds bound = k_exit_bound);
   // SIGKILL to the child and its process group (whatever it forked), and a bounded wait
-  // (proc::k_kill_grace). A child blocked in the kernel on a filesystem that never answers
-  // outlives SIGKILL: it is handed to the reaper (see util/process_wait.hpp), and the next
-  // wait() says so.
-  void kill();
+  // (`grace`; shorter where a lock is held meanwhile). A child blocked in the kernel on a
+  // filesystem that never answers outlives SIGKILL: it is handed to the reaper (see
+  // util/process_wait.hpp), and the next wait() says so.
+  void kill(std::chrono::milliseconds grace = proc::k_kill_grace);
   // Whether the child is stopped (SIGSTOP, a tracer): it would never answer.
   bool stopped() const;
   // The child closed its socket without a word (`seen`): its own reason when it gave one by its

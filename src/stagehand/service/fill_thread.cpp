@@ -38,6 +38,7 @@ constexpr std::size_t k_max_waiting_fills = 64; // spools on the cache's disk, e
 constexpr auto k_fill_poll = std::chrono::milliseconds(100); // also how soon a follower starts meanwhile
 constexpr std::size_t k_follow_pipe = 1U << 20; // the spool's pages to a following fill, as the tee's to a delivery
 constexpr auto k_room_look = std::chrono::milliseconds(100); // how long a look at the CPUs' idle time lasts
+constexpr auto k_kill_under_lock = std::chrono::milliseconds(200); // a follower killed under the node's lock
 
 // In a fill child: behind the jobs for CPU and disk (nice 10, the lowest best-effort I/O
 // priority), yet never starved on a busy node (best effort).
@@ -87,7 +88,10 @@ void FillThread::end_locked(SpoolFill& task, bool published)
 {
   if (task.follow) {
     task.follow->abandoned = true;
-    task.follow->child.reset(); // killed, if it still runs
+    if (task.follow->child) { // killed, if it still runs; one stuck in the kernel is left to the reaper soon
+      task.follow->child->kill(k_kill_under_lock); // (the node's lock is held: every request waits meanwhile)
+    }
+    task.follow->child.reset();
   }
   if (task.fill.dir.valid() || !task.fill.name.empty()) {
     m_node.keeper.remove_later_locked(task.store, task.fill); // by the GC thread

@@ -372,9 +372,11 @@ Result<int> kill_and_wait(pid_t pid, const std::string& who, std::chrono::millis
   if (ended || ended.error().code != ETIMEDOUT) {
     return ended;
   }
-  const std::string why = who + " (pid " + std::to_string(pid) + ") did not end " +
-                          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(grace).count()) +
-                          " s after SIGKILL: it is blocked in the kernel (a filesystem that does not answer?)";
+  const std::string waited = grace < std::chrono::seconds(1)
+                               ? std::to_string(grace.count()) + " ms"
+                               : std::to_string(std::chrono::duration_cast<std::chrono::seconds>(grace).count()) + " s";
+  const std::string why = who + " (pid " + std::to_string(pid) + ") did not end " + waited +
+                          " after SIGKILL: it is blocked in the kernel (a filesystem that does not answer?)";
   reaper().hand_over(pid, who, why);
   return Error::io(why + std::string(k_left_behind), ETIMEDOUT);
 }

@@ -126,7 +126,7 @@ Result<Ended> Process::wait(std::optional<Clock::time_point> until)
   return killed_at_bound(*this);
 }
 
-Result<Ended> Process::kill()
+Result<Ended> Process::kill(std::chrono::milliseconds grace)
 {
   if (!running()) {
     return Error::internal("no child to kill");
@@ -139,7 +139,7 @@ Result<Ended> Process::kill()
   }
   // Its group is waited for too (what it forked may be blocked in a system call).
   const LeftInGroup left = m_group == Group::own ? LeftInGroup::killed : LeftInGroup::kept;
-  auto ended = kill_and_wait(m_pid, m_who, k_kill_grace, left);
+  auto ended = kill_and_wait(m_pid, m_who, grace, left);
   m_pid = -1;
   if (!ended) {
     return ended.error();

@@ -68,10 +68,10 @@ public:
   // Waits for it to end, past `until` (none: without a bound) killed: an Ended of kind timed_out
   // (its bound left 0 for the caller, who knows it). An error only when it cannot be waited for.
   Result<Ended> wait(std::optional<Clock::time_point> until);
-  // SIGKILL (to its group too, when it leads one) and up to k_kill_grace for it to end: how it
+  // SIGKILL (to its group too, when it leads one) and up to `grace` for it to end: how it
   // ended. A survivor goes to the reaper: kill_and_wait's error (ETIMEDOUT; left_behind() says so).
   // Without a child, an internal error.
-  Result<Ended> kill();
+  Result<Ended> kill(std::chrono::milliseconds grace = k_kill_grace);
   // Whether it is stopped (SIGSTOP, a tracer): it would never answer. Asked of the kernel as its
   // parent (WNOWAIT: the state stays for wait()), not read in /proc, which a unit's ProtectProc=
   // may hide from a daemon whose child runs as another user.
