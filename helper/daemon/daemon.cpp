@@ -226,9 +226,9 @@ void Daemon::on_end_job(const proto::EndJob& r, const Peer&, Responder& out)
     },
     RegistryKeeper::Save::now);
   if (!r.pending.empty()) {
-    // Persisted, then answered, last (after every save: a slow disk may outlast the epilog's 1 s)
-    // and only while the epilog still waits: once it hears "done", the copy is the daemon's; if
-    // it stopped waiting, it copies itself, alone.
+    // Claimed, persisted, then answered, last (after every save: a slow disk may outlast the
+    // epilog's 1 s): an epilog that stopped waiting claims the directory before it copies, so
+    // that whichever claims it first copies, alone.
     if (auto taken = m_stage_out ? m_stage_out->take(r, registered, &out) : Status(Error::internal("not started"));
         !taken) {
       spdlog::error("job {}: cannot take its stage-out: {}", r.job_id, taken.error().message);

@@ -11,6 +11,7 @@
 #include "stagehand/stageout/kept.hpp"
 #include "stagehand/stageout/pending.hpp"
 #include "stagehand/stageout/spec.hpp"
+#include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/tmpdir/lifecycle.hpp"
 
 #include "node_fixture.hpp"
@@ -94,7 +95,11 @@ TEST(StageOutQueue, AHandedOverCopyIsPersistedAndTheNextQueueFinishesIt)
   ASSERT_EQ(said, "taken");
   auto listed = h.on_disk();
   ASSERT_EQ(listed.size(), 1U);
-  EXPECT_EQ(listed[0].dir, h.end.pending);
+  // Claimed: renamed to a name of the daemon's own, which the list holds.
+  EXPECT_NE(listed[0].dir, h.end.pending);
+  EXPECT_EQ(tmpdir::job_of_stage_out(listed[0].dir), k_job.job_id) << listed[0].dir;
+  EXPECT_FALSE(exists_nofollow(h.n.base + "/" + h.end.pending));
+  EXPECT_EQ(read_file(h.n.base + "/" + listed[0].dir + "/result"), "42");
   EXPECT_EQ(listed[0].job_id, k_job.job_id);
   EXPECT_EQ(listed[0].uid, k_attacker_uid) << "the job user's, though the directory is root's by then";
   EXPECT_EQ(listed[0].specs, h.end.stage_out);
@@ -107,7 +112,7 @@ TEST(StageOutQueue, AHandedOverCopyIsPersistedAndTheNextQueueFinishesIt)
   EXPECT_TRUE(wait_until([&] { return q->pending().empty(); }, std::chrono::seconds(60)));
   EXPECT_EQ(read_file(h.dest + "/result"), "42");
   EXPECT_TRUE(h.on_disk().empty()) << "a finished copy leaves the persisted list";
-  EXPECT_FALSE(exists_nofollow(h.n.base + "/" + h.end.pending));
+  EXPECT_FALSE(exists_nofollow(h.n.base + "/" + listed[0].dir));
   EXPECT_TRUE(wait_until([&] { return h.n.trash().empty(); }, std::chrono::seconds(60))) << "removed, not left as trash";
   EXPECT_TRUE(stageout::load_kept(h.n.base_fd().get()).empty());
 }
@@ -118,11 +123,13 @@ TEST(StageOutQueue, AFailingCopyStaysListedWhileRetriedThenItsResultsAreKeptWith
   HandedOver h; // DEST stays root's: every attempt fails
   auto q = h.queue(std::chrono::milliseconds(300));
   ASSERT_TRUE(q->take(h.end, k_job));
-  EXPECT_EQ(h.on_disk().size(), 1U) << "persisted before the epilog hears back";
+  const auto listed = h.on_disk();
+  ASSERT_EQ(listed.size(), 1U) << "persisted before the epilog hears back";
+  const std::string claimed = listed[0].dir;
   EXPECT_TRUE(wait_until(
     [&] {
       auto p = q->pending();
-      return p.size() == 1 && p[0].dir == h.end.pending && p[0].attempts >= 2;
+      return p.size() == 1 && p[0].dir == claimed && p[0].attempts >= 2;
     },
     std::chrono::seconds(60)))
     << "a failed attempt is retried and the copy stays pending";
@@ -131,10 +138,10 @@ TEST(StageOutQueue, AFailingCopyStaysListedWhileRetriedThenItsResultsAreKeptWith
   EXPECT_TRUE(h.on_disk().empty());
   auto kept = stageout::load_kept(h.n.base_fd().get());
   ASSERT_EQ(kept.size(), 1U) << "after the last attempt the results are kept under a record";
-  EXPECT_EQ(kept[0].dir, h.end.pending);
+  EXPECT_EQ(kept[0].dir, claimed);
   EXPECT_EQ(kept[0].uid, k_attacker_uid);
   EXPECT_NE(kept[0].reason.find(h.dest), std::string::npos) << kept[0].reason;
-  EXPECT_TRUE(exists_nofollow(h.n.base + "/" + h.end.pending + "/result")) << "never deleted because a copy failed";
+  EXPECT_TRUE(exists_nofollow(h.n.base + "/" + claimed + "/result")) << "never deleted because a copy failed";
   EXPECT_FALSE(exists_nofollow(h.dest + "/result"));
 }
 
@@ -196,6 +203,38 @@ TEST(StageOutQueue, AHandOverTheEpilogStoppedWaitingForIsNotKept)
   EXPECT_FALSE(reply->progress);
   EXPECT_TRUE(wait_until([&] { return q->pending().empty(); }, std::chrono::seconds(60)));
   EXPECT_EQ(read_file(h.dest + "/result"), "42");
+}
+
+// A daemon stuck past the epilog's wait, then woken, may answer after the epilog gave up. Both claim
+// the directory (rename it to a name of their own) before they copy: whichever comes second finds
+// nothing, so one copy is made, never two (two would race to the destination, and the second would
+// report a failure, or keep "results" whose directory the first had removed).
+TEST(StageOutQueue, AHandOverAndTheEpilogsOwnCopyClaimTheDirectoryOnlyOnce)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  HandedOver h;
+  ASSERT_EQ(::chown(h.dest.c_str(), k_attacker_uid, k_attacker_gid), 0);
+  auto q = h.queue(std::chrono::milliseconds(10));
+  // The epilog claimed it first: the daemon finds nothing under the name it was handed.
+  auto epilogs = tmpdir::renew_stage_out(h.n.base_fd().get(), k_job.job_id, h.end.pending);
+  ASSERT_TRUE(epilogs) << epilogs.error().message;
+  auto taken = q->take(h.end, k_job);
+  ASSERT_FALSE(taken);
+  EXPECT_TRUE(q->pending().empty());
+  EXPECT_TRUE(h.on_disk().empty());
+  EXPECT_TRUE(exists_nofollow(h.n.base + "/" + *epilogs + "/result")) << "the epilog's to copy";
+  EXPECT_FALSE(exists_nofollow(h.dest + "/result"));
+
+  // The daemon claimed it first: the epilog's claim finds nothing, and the daemon's copy is made.
+  proto::EndJob again = h.end;
+  again.pending = *epilogs; // (the same directory, under the name it has now)
+  ASSERT_TRUE(q->take(again, k_job));
+  auto late = tmpdir::renew_stage_out(h.n.base_fd().get(), k_job.job_id, again.pending);
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error().code, ENOENT);
+  EXPECT_TRUE(wait_until([&] { return q->pending().empty(); }, std::chrono::seconds(60)));
+  EXPECT_EQ(read_file(h.dest + "/result"), "42");
+  EXPECT_TRUE(stageout::load_kept(h.n.base_fd().get()).empty()) << "nothing kept: the copy is complete";
 }
 
 TEST(StageOutQueue, TakesOnlyTheJobsOwnStageOutDirectory)

@@ -11,6 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+
 namespace stagehand::job {
 
 namespace {
@@ -107,13 +109,21 @@ Result<std::string> job_end(const Config& config, const tmpdir::JobContext& job,
     if (taken) {
       return ended->summary + "; " + said + ", it copies the stage-out entries";
     }
-    auto r = stage_out(config, job, *out, *ended->pending, config.stage.out_budget);
+    // Claimed first, as the daemon claims what it takes: a daemon that answered too late (stuck,
+    // then woken) has renamed it, and copies it alone.
+    auto base_fd = tmpdir::open_base(config, job.node);
+    auto claimed = base_fd ? tmpdir::renew_stage_out(base_fd->get(), job.owner.job_id, *ended->pending)
+                           : Result<std::string>(base_fd.error());
+    if (!claimed && claimed.error().code == ENOENT) {
+      return ended->summary + "; " + said + "; the node daemon took the stage-out after all, it copies the entries";
+    }
+    const std::string pending = claimed ? *claimed : *ended->pending; // (not renamed: copied where it is)
+    auto r = stage_out(config, job, *out, pending, config.stage.out_budget);
     std::string line = r.said + "; " + ended->summary + "; " + said;
     if (r.outcome != CopyOutcome::complete) {
-      return line + "; " + keep_results(config, job, *out, *ended->pending, r.reason(), r.copier); // never deleted
+      return line + "; " + keep_results(config, job, *out, pending, r.reason(), r.copier); // never deleted
     }
-    auto base_fd = tmpdir::open_base(config, job.node);
-    auto trash = base_fd ? tmpdir::stage_out_to_trash(base_fd->get(), *ended->pending) : Result<std::string>(base_fd.error());
+    auto trash = base_fd ? tmpdir::stage_out_to_trash(base_fd->get(), pending) : Result<std::string>(base_fd.error());
     if (!trash) {
       return line + "; " + trash.error().message;
     }

@@ -67,29 +67,37 @@ Status StageOutQueue::take(const proto::EndJob& end, std::optional<tmpdir::JobOw
   // Root's since the epilog took it from its user: the user the prolog registered.
   p.uid = st.st_uid != 0 ? st.st_uid : registered->uid;
   p.gid = st.st_uid != 0 ? st.st_gid : registered->gid;
-  p.dir = end.pending;
   p.specs = end.stage_out;
   p.fallback_dir = end.stage_out_dir;
   const auto gave_up = [] {
     return Error::io("stage-out: the epilog stopped waiting for the hand-over: it copies itself", ETIMEDOUT);
   };
   if (epilog && epilog->client_gone()) {
-    return gave_up(); // (not even saved)
+    return gave_up(); // (not even claimed)
   }
+  // The claim: the directory renamed to a name only this daemon knows. An epilog that gave up
+  // waiting claims it the same way before it copies, so exactly one of the two copies: from here
+  // on the copy is the daemon's, whether the epilog still waits or not.
+  auto claimed = tmpdir::renew_stage_out(base_fd->get(), end.job_id, end.pending);
+  if (!claimed) {
+    if (claimed.error().code == ENOENT) {
+      return gave_up(); // the epilog claimed it first
+    }
+    return claimed.error().with_context("stage-out"); // the epilog copies from where it is
+  }
+  p.dir = *claimed;
   {
     std::lock_guard lock(m_mutex);
     m_pending.push_back(p);
     if (auto saved = stageout::save_pending(m_state_dir.get(), m_pending); !saved) {
-      m_pending.pop_back();
-      return saved.error(); // not persisted: the epilog copies itself
+      // Copied all the same; a restart before it is done leaves the directory to GC, which keeps
+      // it as results (a stray stage-out directory is never deleted unrecorded).
+      spdlog::error("job {}: stage-out: cannot save the list of pending copies: {}; copying all the same", p.job_id,
+                    saved.error().message);
     }
   }
-  if (epilog && epilog->client_gone()) { // it gave up while the disk saved it
-    forget(p.dir);
-    return gave_up();
-  }
   if (epilog) {
-    epilog->result(proto::Done{}); // at once: the window where it could still give up is this send
+    epilog->result(proto::Done{}); // it may have stopped waiting: its own claim then finds nothing
   }
   start_worker(p);
   return ok_status();

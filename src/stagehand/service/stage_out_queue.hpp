@@ -34,9 +34,10 @@ public:
   // Records the epilog's hand-over (persisted before it returns) and starts its worker.
   // `registered`: the job's user from the registry (the directory is root's by then: taken from
   // its user at job end); without it, an older epilog's directory still owned by the user.
-  // With `epilog` (its connection), the hand-over is answered "done" here, once persisted and only
-  // while the epilog still waits; if it gave up meanwhile (a slow disk), it copies itself, and the
-  // hand-over is undone (an error, which nobody reads). Without, the caller answers.
+  // The directory is claimed first (renamed to a name only the daemon knows; the epilog's fallback
+  // claims it the same way before it copies): exactly one of the two copies. With `epilog` (its
+  // connection), an epilog that gave up before the claim is left to copy (an error, which nobody
+  // reads); after it, the hand-over is answered "done" here. Without, the caller answers.
   Status take(const proto::EndJob& end, std::optional<tmpdir::JobOwner> registered, Responder* epilog = nullptr);
   // The pending copies, for `stagehand status`.
   std::vector<stageout::PendingCopy> pending() const;
