@@ -110,6 +110,36 @@ Result<ipc::Child> pausing_child()
   });
 }
 
+// With a SurvivesSigkill in place and the reaper empty: a pausing child killed with `grace`
+// (`said`: that grace in the words of its wait's error): kill returns after about that grace (not
+// before it), the child is the reaper's, and its wait says so. Its pid.
+pid_t kill_a_survivor(std::chrono::milliseconds grace, const std::string& said_grace)
+{
+  auto child = pausing_child();
+  EXPECT_TRUE(child);
+  if (!child || !ipc::receive_message(child->sock(), 10s)) {
+    ADD_FAILURE() << "the child did not start";
+    return -1;
+  }
+  const pid_t pid = child->pid();
+  const auto t0 = Clock::now();
+  child->kill(grace);
+  const double took = seconds_since(t0);
+  EXPECT_GE(took, std::chrono::duration<double>(grace).count() * 0.8);
+  EXPECT_LT(took, 30.0);
+  EXPECT_EQ(proc::stuck_children(), 1U);
+  auto said = child->wait();
+  EXPECT_FALSE(said);
+  if (!said) {
+    EXPECT_EQ(said.error().code, ETIMEDOUT);
+    EXPECT_EQ(said.error().message, "a child of user attacker (pid " + std::to_string(pid) + ") did not end " +
+                                      said_grace +
+                                      " after SIGKILL: it is blocked in the kernel (a filesystem that does not "
+                                      "answer?); left behind");
+  }
+  return pid;
+}
+
 } // namespace
 
 TEST(ChildWait, WaitIsBoundedAndKillsAChildThatNeverExits)
@@ -142,22 +172,7 @@ TEST(ChildWait, AChildThatOutlivesSigkillIsLeftToTheReaperAndKillReturnsWithinIt
   pid_t pid = -1;
   {
     SurvivesSigkill immortal;
-    auto child = pausing_child();
-    ASSERT_TRUE(child);
-    ASSERT_TRUE(ipc::receive_message(child->sock(), 10s));
-    pid = child->pid();
-    const auto t0 = Clock::now();
-    child->kill(); // was: waitpid with no bound, forever
-    const double took = seconds_since(t0);
-    EXPECT_GE(took, 2.5);
-    EXPECT_LT(took, 30.0);
-    EXPECT_EQ(proc::stuck_children(), before + 1);
-    auto said = child->wait();
-    ASSERT_FALSE(said);
-    EXPECT_EQ(said.error().code, ETIMEDOUT);
-    EXPECT_EQ(said.error().message, "a child of user attacker (pid " + std::to_string(pid) +
-                                      ") did not end 3 s after SIGKILL: it is blocked in the kernel (a filesystem "
-                                      "that does not answer?); left behind");
+    pid = kill_a_survivor(proc::k_kill_grace, "3 s"); // was: waitpid with no bound, forever
   } // the "FUSE server" goes: the child ends, and the reaper's thread reaps it
   EXPECT_TRUE(stuck_becomes(before));
   EXPECT_EQ(::kill(pid, 0), -1); // no zombie left
@@ -182,20 +197,7 @@ TEST(ChildWait, AKillWithAShorterGraceLeavesASurvivorToTheReaperAfterThatGrace)
   pid_t pid = -1;
   {
     SurvivesSigkill immortal;
-    auto child = pausing_child();
-    ASSERT_TRUE(child);
-    ASSERT_TRUE(ipc::receive_message(child->sock(), 10s));
-    pid = child->pid();
-    const auto t0 = Clock::now();
-    child->kill(200ms);
-    EXPECT_LT(seconds_since(t0), 30.0);
-    EXPECT_EQ(proc::stuck_children(), 1U);
-    auto said = child->wait();
-    ASSERT_FALSE(said);
-    EXPECT_EQ(said.error().code, ETIMEDOUT);
-    EXPECT_EQ(said.error().message, "a child of user attacker (pid " + std::to_string(pid) +
-                                      ") did not end 200 ms after SIGKILL: it is blocked in the kernel (a "
-                                      "filesystem that does not answer?); left behind");
+    pid = kill_a_survivor(200ms, "200 ms");
   }
   EXPECT_TRUE(stuck_becomes(0));
   EXPECT_EQ(::kill(pid, 0), -1);
