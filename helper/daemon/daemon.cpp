@@ -229,13 +229,16 @@ void Daemon::on_end_job(const proto::EndJob& r, const Peer&, Responder& out)
     // Claimed, persisted, then answered, last (after every save: a slow disk may outlast the
     // epilog's 1 s): an epilog that stopped waiting claims the directory before it copies, so
     // that whichever claims it first copies, alone.
-    if (auto taken = m_stage_out ? m_stage_out->take(r, registered, &out) : Status(Error::internal("not started"));
-        !taken) {
-      spdlog::error("job {}: cannot take its stage-out: {}", r.job_id, taken.error().message);
+    auto taken = m_stage_out ? m_stage_out->take(r, registered, &out)
+                             : Result<std::string>(Error::internal("not started"));
+    if (!taken) {
+      // (ETIMEDOUT: its epilog stopped waiting, and copies alone: the design, not a fault)
+      spdlog::log(taken.error().code == ETIMEDOUT ? spdlog::level::warn : spdlog::level::err,
+                  "job {}: cannot take its stage-out: {}", r.job_id, taken.error().message);
       out.error(taken.error());
       return;
     }
-    spdlog::info("job {}: stage-out handed over ({})", r.job_id, r.pending);
+    spdlog::info("job {}: stage-out handed over ({}, claimed as {})", r.job_id, r.pending, *taken);
   }
   spdlog::info("job {}: ended{}", r.job_id,
                !r.trash.empty() ? ", trash " + r.trash : r.keep_until > 0 ? std::string(", directory kept") : std::string());

@@ -2,8 +2,11 @@
 // handed over is on disk before the epilog hears back, and a queue that died (kill -9) leaves it to
 // the next one, which finishes it; a copy that keeps failing stays listed while it is retried, then
 // leaves the list with its results kept on the node and why; a finished copy leaves the list and
-// its directory is removed.
+// its directory is removed. The daemon and an epilog that stopped waiting each claim the directory
+// (a rename) before they copy: one copy, never two.
 #include "stagehand/service/stage_out_queue.hpp"
+
+#include "stagehand/job/hooks.hpp"
 
 #include "stagehand/proto/frame.hpp"
 
@@ -19,11 +22,13 @@
 
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <ctime>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -162,10 +167,10 @@ TEST(StageOutQueue, AReloadsConfigurationIsWhatTheCopiesUseFromThenOn)
   EXPECT_GE(kept[0].until, now + 3 * 3600 - 5) << "kept for the reloaded keep_for, not the start's 1 s";
 }
 
-// The epilog waits 1 s for the hand-over, which is persisted before it is answered: on a slow disk
-// it may give up meanwhile and copy itself. Then the hand-over is not kept (off the list, on disk
-// too, no worker started), so that only the epilog copies; its directory is left to it. While it
-// waits, the queue answers it "done" itself, right after the last save, and copies.
+// The epilog waits 1 s for the hand-over: a daemon that reads it after the epilog gave up (a slow
+// disk, a daemon stopped and woken) does not keep it (off the list, on disk too, no worker
+// started, the directory not claimed), so that only the epilog copies. While it waits, the queue
+// answers it "done" itself, right after the save and the claim, and copies.
 TEST(StageOutQueue, AHandOverTheEpilogStoppedWaitingForIsNotKept)
 {
   STAGEHAND_REQUIRE_ROOT();
@@ -215,26 +220,124 @@ TEST(StageOutQueue, AHandOverAndTheEpilogsOwnCopyClaimTheDirectoryOnlyOnce)
   HandedOver h;
   ASSERT_EQ(::chown(h.dest.c_str(), k_attacker_uid, k_attacker_gid), 0);
   auto q = h.queue(std::chrono::milliseconds(10));
-  // The epilog claimed it first: the daemon finds nothing under the name it was handed.
-  auto epilogs = tmpdir::renew_stage_out(h.n.base_fd().get(), k_job.job_id, h.end.pending);
-  ASSERT_TRUE(epilogs) << epilogs.error().message;
+  // The epilog claims it while the daemon saves the hand-over: the daemon's claim finds nothing.
+  std::optional<Result<std::string>> epilogs;
+  StageOutQueue::hooks().before_claim = [&] {
+    epilogs = tmpdir::renew_stage_out(h.n.base_fd().get(), k_job.job_id, h.end.pending);
+  };
   auto taken = q->take(h.end, k_job);
+  StageOutQueue::hooks() = {};
+  ASSERT_TRUE(epilogs && *epilogs) << "the seam ran, and the epilog's claim took it";
   ASSERT_FALSE(taken);
+  EXPECT_NE(taken.error().message.find("the epilog stopped waiting"), std::string::npos) << taken.error().message;
   EXPECT_TRUE(q->pending().empty());
-  EXPECT_TRUE(h.on_disk().empty());
-  EXPECT_TRUE(exists_nofollow(h.n.base + "/" + *epilogs + "/result")) << "the epilog's to copy";
+  EXPECT_TRUE(h.on_disk().empty()) << "the saved name is taken back";
+  EXPECT_TRUE(exists_nofollow(h.n.base + "/" + **epilogs + "/result")) << "the epilog's to copy";
   EXPECT_FALSE(exists_nofollow(h.dest + "/result"));
+  // Asked again (a second request of the same hand-over): the name it was handed is gone.
+  auto again_taken = q->take(h.end, k_job);
+  ASSERT_FALSE(again_taken);
+  EXPECT_EQ(again_taken.error().code, ETIMEDOUT) << again_taken.error().message;
 
   // The daemon claimed it first: the epilog's claim finds nothing, and the daemon's copy is made.
   proto::EndJob again = h.end;
-  again.pending = *epilogs; // (the same directory, under the name it has now)
-  ASSERT_TRUE(q->take(again, k_job));
+  again.pending = **epilogs; // (the same directory, under the name it has now)
+  auto daemons = q->take(again, k_job);
+  ASSERT_TRUE(daemons) << daemons.error().message;
+  EXPECT_TRUE(exists_nofollow(h.n.base + "/" + *daemons)) << "claimed under the name take() returned";
   auto late = tmpdir::renew_stage_out(h.n.base_fd().get(), k_job.job_id, again.pending);
   ASSERT_FALSE(late);
   EXPECT_EQ(late.error().code, ENOENT);
   EXPECT_TRUE(wait_until([&] { return q->pending().empty(); }, std::chrono::seconds(60)));
   EXPECT_EQ(read_file(h.dest + "/result"), "42");
   EXPECT_TRUE(stageout::load_kept(h.n.base_fd().get()).empty()) << "nothing kept: the copy is complete";
+}
+
+// A hand-over that cannot be saved (the daemon's state directory gone, full, read-only) is neither
+// kept nor claimed: the epilog copies it where it is.
+TEST(StageOutQueue, AHandOverThatCannotBeSavedIsNotClaimed)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  HandedOver h;
+  const std::string gone = h.n.dir / "gone-state";
+  ASSERT_EQ(::mkdir(gone.c_str(), 0700), 0);
+  UniqueFd gone_fd(::open(gone.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_EQ(::rmdir(gone.c_str()), 0); // nothing can be made in it any more
+  auto q = std::make_shared<StageOutQueue>(h.n.config, "n1", gone_fd.get(), std::chrono::milliseconds(10));
+  auto taken = q->take(h.end, k_job);
+  ASSERT_FALSE(taken);
+  EXPECT_TRUE(q->pending().empty());
+  EXPECT_TRUE(exists_nofollow(h.n.base + "/" + h.end.pending + "/result")) << "not renamed: the epilog's";
+}
+
+// A saved hand-over whose directory is not there when its copy starts (a restart between the save
+// and the claim, after which the epilog copied it): forgotten, with no results kept for it.
+TEST(StageOutQueue, AResumedCopyWhoseDirectoryIsNotThereIsForgotten)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  HandedOver h;
+  stageout::PendingCopy p;
+  p.job_id = k_job.job_id;
+  p.uid = k_attacker_uid;
+  p.gid = k_attacker_gid;
+  p.dir = tmpdir::fresh_stage_out_name(k_job.job_id); // saved, never renamed to
+  p.specs = h.end.stage_out;
+  p.fallback_dir = h.end.stage_out_dir;
+  ASSERT_TRUE(stageout::save_pending(h.state.get(), {p}));
+  auto q = h.queue(std::chrono::milliseconds(10));
+  q->resume();
+  EXPECT_TRUE(wait_until([&] { return q->pending().empty(); }, std::chrono::seconds(60)));
+  EXPECT_TRUE(h.on_disk().empty());
+  EXPECT_TRUE(stageout::load_kept(h.n.base_fd().get()).empty()) << "no record of results that are not there";
+  EXPECT_TRUE(exists_nofollow(h.n.base + "/" + h.end.pending + "/result")) << "another directory is not touched";
+}
+
+// The epilog's side: no answer from the daemon (here a stand-in that reads the hand-over, claims
+// the directory as a daemon woken late would, and closes without a word). The epilog's own claim
+// then finds nothing: it copies nothing and says why.
+TEST(StageOutHandOver, AnEpilogWhoseDaemonClaimedTheDirectoryLateLeavesTheCopyToIt)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Node n;
+  const std::string dest = n.dir / "dest";
+  ASSERT_EQ(::mkdir(dest.c_str(), 0755), 0);
+  ASSERT_EQ(::chown(dest.c_str(), k_attacker_uid, k_attacker_gid), 0);
+  ASSERT_TRUE(tmpdir::on_job_start(n.config, Node::job()));
+  write_file(n.job_dir() + "/result", "42");
+  ASSERT_EQ(::chown((n.job_dir() + "/result").c_str(), k_attacker_uid, k_attacker_gid), 0);
+  UniqueFd job_fd(::open(n.job_dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_EQ(run_as_attacker([&] { return static_cast<bool>(stageout::mark_first_node(job_fd.get())); }), 0);
+  auto specs = stageout::parse_option("result:" + dest + "/result");
+  ASSERT_TRUE(specs);
+  const job::StageOutJob out{stageout::canonical_option(*specs, n.dir.path()), n.dir.path()};
+
+  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string sock = n.config.daemon.socket;
+  ASSERT_LT(sock.size(), sizeof addr.sun_path);
+  std::copy(sock.begin(), sock.end(), addr.sun_path);
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener.get(), 4), 0);
+  std::string daemons; // the name the stand-in claimed it as
+  std::thread late_daemon([&] {
+    UniqueFd c(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    char buf[4096];
+    (void)::recv(c.get(), buf, sizeof buf, 0); // the end_job request
+    for (const auto& e : std::filesystem::directory_iterator(n.base)) {
+      if (const std::string name = e.path().filename(); name.starts_with(".stageout.job_")) {
+        auto claimed = tmpdir::renew_stage_out(n.base_fd().get(), k_job.job_id, name);
+        daemons = claimed ? *claimed : "";
+      }
+    }
+  }); // (its connection closes unanswered)
+  auto ended = job::job_end(n.config, Node::job(), tmpdir::Request::create, std::chrono::seconds(5), out);
+  late_daemon.join();
+  ASSERT_TRUE(ended) << ended.error().message;
+  ASSERT_FALSE(daemons.empty());
+  EXPECT_NE(ended->find("the node daemon took the stage-out after all"), std::string::npos) << *ended;
+  EXPECT_FALSE(exists_nofollow(dest + "/result")) << "the epilog copied nothing: " << *ended;
+  EXPECT_EQ(read_file(n.base + "/" + daemons + "/result"), "42") << "left in place for the daemon's copy";
 }
 
 TEST(StageOutQueue, TakesOnlyTheJobsOwnStageOutDirectory)

@@ -111,13 +111,18 @@ Result<std::string> job_end(const Config& config, const tmpdir::JobContext& job,
     }
     // Claimed first, as the daemon claims what it takes: a daemon that answered too late (stuck,
     // then woken) has renamed it, and copies it alone.
+    // (Not renamed for another reason, which the copy will likely meet too: copied where it is.)
     auto base_fd = tmpdir::open_base(config, job.node);
-    auto claimed = base_fd ? tmpdir::renew_stage_out(base_fd->get(), job.owner.job_id, *ended->pending)
-                           : Result<std::string>(base_fd.error());
-    if (!claimed && claimed.error().code == ENOENT) {
-      return ended->summary + "; " + said + "; the node daemon took the stage-out after all, it copies the entries";
+    if (base_fd) {
+      auto claimed = tmpdir::renew_stage_out(base_fd->get(), job.owner.job_id, *ended->pending);
+      if (!claimed && claimed.error().code == ENOENT) {
+        return ended->summary + "; " + said + "; the node daemon took the stage-out after all, it copies the entries";
+      }
+      if (claimed) {
+        *ended->pending = *claimed;
+      }
     }
-    const std::string pending = claimed ? *claimed : *ended->pending; // (not renamed: copied where it is)
+    const std::string pending = *ended->pending;
     auto r = stage_out(config, job, *out, pending, config.stage.out_budget);
     std::string line = r.said + "; " + ended->summary + "; " + said;
     if (r.outcome != CopyOutcome::complete) {

@@ -47,7 +47,14 @@ void StageOutQueue::resume()
   }
 }
 
-Status StageOutQueue::take(const proto::EndJob& end, std::optional<tmpdir::JobOwner> registered, Responder* epilog)
+StageOutQueue::Hooks& StageOutQueue::hooks()
+{
+  static Hooks h;
+  return h;
+}
+
+Result<std::string> StageOutQueue::take(const proto::EndJob& end, std::optional<tmpdir::JobOwner> registered,
+                                        Responder* epilog)
 {
   auto job = tmpdir::job_of_stage_out(end.pending);
   if (!job || *job != end.job_id || end.pending.find('/') != std::string::npos) {
@@ -57,9 +64,14 @@ Status StageOutQueue::take(const proto::EndJob& end, std::optional<tmpdir::JobOw
   if (!base_fd) {
     return base_fd.error();
   }
+  const auto gave_up = [] {
+    return Error::io("stage-out: the epilog stopped waiting for the hand-over: it copies itself", ETIMEDOUT);
+  };
   struct stat st {};
-  if (::fstatat(base_fd->get(), end.pending.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
-      (st.st_uid == 0 && (!registered || registered->uid == 0))) {
+  if (::fstatat(base_fd->get(), end.pending.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT) {
+    return gave_up(); // (its claim renamed it: it stopped waiting before this request was read)
+  }
+  if (!S_ISDIR(st.st_mode) || (st.st_uid == 0 && (!registered || registered->uid == 0))) {
     return Error::refused("stage-out: no job directory " + end.pending + " of a known job user");
   }
   stageout::PendingCopy p;
@@ -69,38 +81,37 @@ Status StageOutQueue::take(const proto::EndJob& end, std::optional<tmpdir::JobOw
   p.gid = st.st_uid != 0 ? st.st_gid : registered->gid;
   p.specs = end.stage_out;
   p.fallback_dir = end.stage_out_dir;
-  const auto gave_up = [] {
-    return Error::io("stage-out: the epilog stopped waiting for the hand-over: it copies itself", ETIMEDOUT);
-  };
   if (epilog && epilog->client_gone()) {
-    return gave_up(); // (not even claimed)
+    return gave_up(); // (not even saved)
   }
-  // The claim: the directory renamed to a name only this daemon knows. An epilog that gave up
-  // waiting claims it the same way before it copies, so exactly one of the two copies: from here
-  // on the copy is the daemon's, whether the epilog still waits or not.
-  auto claimed = tmpdir::renew_stage_out(base_fd->get(), end.job_id, end.pending);
-  if (!claimed) {
-    if (claimed.error().code == ENOENT) {
-      return gave_up(); // the epilog claimed it first
-    }
-    return claimed.error().with_context("stage-out"); // the epilog copies from where it is
-  }
-  p.dir = *claimed;
+  // The claim: the directory renamed to a name only this daemon knows, which is saved first (a
+  // restart between the two resumes a copy whose directory is not there, and forgets it). An
+  // epilog that gave up waiting claims it the same way before it copies, so exactly one of the
+  // two copies: once renamed, the copy is the daemon's, whether the epilog still waits or not.
+  p.dir = tmpdir::fresh_stage_out_name(end.job_id);
   {
     std::lock_guard lock(m_mutex);
     m_pending.push_back(p);
     if (auto saved = stageout::save_pending(m_state_dir.get(), m_pending); !saved) {
-      // Copied all the same; a restart before it is done leaves the directory to GC, which keeps
-      // it as results (a stray stage-out directory is never deleted unrecorded).
-      spdlog::error("job {}: stage-out: cannot save the list of pending copies: {}; copying all the same", p.job_id,
-                    saved.error().message);
+      m_pending.pop_back();
+      return saved.error(); // not persisted, not claimed: the epilog copies itself
     }
+  }
+  if (hooks().before_claim) {
+    hooks().before_claim();
+  }
+  if (auto claimed = tmpdir::claim_stage_out(base_fd->get(), end.job_id, end.pending, p.dir); !claimed) {
+    forget(p.dir);
+    if (claimed.error().code == ENOENT) {
+      return gave_up(); // the epilog claimed it first
+    }
+    return claimed.error().with_context("stage-out"); // the epilog copies it where it is
   }
   if (epilog) {
     epilog->result(proto::Done{}); // it may have stopped waiting: its own claim then finds nothing
   }
   start_worker(p);
-  return ok_status();
+  return p.dir;
 }
 
 std::vector<stageout::PendingCopy> StageOutQueue::pending() const
@@ -128,8 +139,25 @@ void StageOutQueue::start_worker(const stageout::PendingCopy& p)
   std::thread([self = shared_from_this(), p] { self->work(p); }).detach();
 }
 
+bool StageOutQueue::still_there(const stageout::PendingCopy& p) const
+{
+  auto base_fd = tmpdir::open_base(config(), m_node);
+  struct stat st {};
+  if (!base_fd || ::fstatat(base_fd->get(), p.dir.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT) {
+    return true; // (a base that cannot be opened: the copy says why)
+  }
+  return false;
+}
+
 void StageOutQueue::work(stageout::PendingCopy p)
 {
+  if (!still_there(p)) {
+    // Saved, then never claimed (a restart between the two; the epilog copied it), or removed
+    // since by hand: nothing to copy, and no results to keep.
+    spdlog::warn("job {}: stage-out: {} is not there; nothing to copy", p.job_id, p.dir);
+    forget(p.dir);
+    return;
+  }
   tmpdir::JobContext job;
   job.owner.job_id = p.job_id;
   job.owner.uid = p.uid;

@@ -14,6 +14,7 @@
 #include "stagehand/util/fd.hpp"
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -34,11 +35,13 @@ public:
   // Records the epilog's hand-over (persisted before it returns) and starts its worker.
   // `registered`: the job's user from the registry (the directory is root's by then: taken from
   // its user at job end); without it, an older epilog's directory still owned by the user.
-  // The directory is claimed first (renamed to a name only the daemon knows; the epilog's fallback
-  // claims it the same way before it copies): exactly one of the two copies. With `epilog` (its
-  // connection), an epilog that gave up before the claim is left to copy (an error, which nobody
-  // reads); after it, the hand-over is answered "done" here. Without, the caller answers.
-  Status take(const proto::EndJob& end, std::optional<tmpdir::JobOwner> registered, Responder* epilog = nullptr);
+  // The directory is claimed (renamed to a name only the daemon knows, saved before; the epilog's
+  // fallback claims it the same way before it copies): exactly one of the two copies. With
+  // `epilog` (its connection), an epilog that gave up before the claim is left to copy (an error,
+  // which nobody reads); after it, the hand-over is answered "done" here. Without, the caller
+  // answers. The directory's name from now on.
+  Result<std::string> take(const proto::EndJob& end, std::optional<tmpdir::JobOwner> registered,
+                           Responder* epilog = nullptr);
   // The pending copies, for `stagehand status`.
   std::vector<stageout::PendingCopy> pending() const;
   // A reload's configuration, for what the copies do from now on (an attempt under way keeps its own).
@@ -49,7 +52,16 @@ public:
   // A copy the daemon makes may take this long.
   static constexpr std::chrono::hours k_copy_budget{6};
 
+  // Test seam, reset with hooks() = {}: `before_claim` runs in take() between the save and the
+  // claim (a test's epilog claims the directory there).
+  struct Hooks
+  {
+    std::function<void()> before_claim;
+  };
+  static Hooks& hooks();
+
 private:
+  bool still_there(const stageout::PendingCopy& p) const; // its directory, unless it is gone (ENOENT)
   void start_worker(const stageout::PendingCopy& p);
   void work(stageout::PendingCopy p);
   void save_locked();

@@ -255,14 +255,30 @@ std::optional<std::uint32_t> job_of_stage_out(const std::string& name)
   return id;
 }
 
-Result<std::string> renew_stage_out(int base_fd, std::uint32_t job_id, const std::string& from)
+std::string fresh_stage_out_name(std::uint32_t job_id)
+{
+  return std::string(k_stage_out_prefix) + job_dir_name(job_id) + "." + unique_suffix();
+}
+
+Status claim_stage_out(int base_fd, std::uint32_t job_id, const std::string& from, const std::string& to)
 {
   if (job_of_stage_out(from) != job_id && from != job_dir_name(job_id)) {
     return Error::refused("\"" + from + "\" is not job " + std::to_string(job_id) + "'s directory");
   }
-  const std::string to = std::string(k_stage_out_prefix) + job_dir_name(job_id) + "." + unique_suffix();
+  if (job_of_stage_out(to) != job_id) {
+    return Error::refused("\"" + to + "\" is not a stage-out name of job " + std::to_string(job_id));
+  }
   if (::renameat2(base_fd, from.c_str(), base_fd, to.c_str(), RENAME_NOREPLACE) != 0) {
     return Error::from_errno("cannot move " + from + " aside for its stage-out");
+  }
+  return ok_status();
+}
+
+Result<std::string> renew_stage_out(int base_fd, std::uint32_t job_id, const std::string& from)
+{
+  const std::string to = fresh_stage_out_name(job_id);
+  if (auto st = claim_stage_out(base_fd, job_id, from, to); !st) {
+    return st.error();
   }
   return to;
 }

@@ -80,6 +80,11 @@ std::optional<std::uint32_t> job_of_stage_out(const std::string& name);
 // ".stageout.job_<id>.<unique>" name, one no other process knows (a retry works on that name, so a
 // second retry or GC that decided on the old one finds nothing); the new name.
 Result<std::string> renew_stage_out(int base_fd, std::uint32_t job_id, const std::string& from);
+// The same in two steps, for a caller that records the new name before it takes it: a fresh
+// ".stageout.job_<id>.<unique>" name, then the rename of `from` (job `job_id`'s) to it (ENOENT:
+// someone else renamed `from` first).
+std::string fresh_stage_out_name(std::uint32_t job_id);
+Status claim_stage_out(int base_fd, std::uint32_t job_id, const std::string& from, const std::string& to);
 // Takes a ".stageout." entry from its user and renames it into the trash; the trash name.
 Result<std::string> stage_out_to_trash(int base_fd, const std::string& pending);
 
