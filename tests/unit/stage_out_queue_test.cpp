@@ -42,6 +42,17 @@ using service::StageOutQueue;
 
 namespace {
 
+// Job 555 started on node n1, its directory holding `result` (42, the job user's), marked as the
+// job's first node (which copies the entries without %n).
+void a_job_with_a_result(const Node& n)
+{
+  EXPECT_TRUE(tmpdir::on_job_start(n.config, Node::job()));
+  write_file(n.job_dir() + "/result", "42");
+  EXPECT_EQ(::chown((n.job_dir() + "/result").c_str(), k_attacker_uid, k_attacker_gid), 0);
+  UniqueFd job_fd(::open(n.job_dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  EXPECT_EQ(run_as_attacker([&] { return static_cast<bool>(stageout::mark_first_node(job_fd.get())); }), 0);
+}
+
 // A job on node n1 whose epilog renamed its directory aside for the daemon's copy of `result`
 // (42) to DEST, a directory root's until the test gives it to the job user.
 struct HandedOver
@@ -57,11 +68,7 @@ struct HandedOver
     EXPECT_EQ(::mkdir(dest.c_str(), 0755), 0);
     EXPECT_EQ(::mkdir(state_path.c_str(), 0700), 0);
     state = UniqueFd(::open(state_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    EXPECT_TRUE(tmpdir::on_job_start(n.config, Node::job()));
-    write_file(n.job_dir() + "/result", "42");
-    EXPECT_EQ(::chown((n.job_dir() + "/result").c_str(), k_attacker_uid, k_attacker_gid), 0);
-    UniqueFd job_fd(::open(n.job_dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    EXPECT_EQ(run_as_attacker([&] { return static_cast<bool>(stageout::mark_first_node(job_fd.get())); }), 0);
+    a_job_with_a_result(n);
     auto aside = tmpdir::on_job_end(n.config, Node::job(), tmpdir::Request::create, tmpdir::EndMove::to_stage_out);
     EXPECT_TRUE(aside && aside->pending);
     auto specs = stageout::parse_option("result:" + dest + "/result");
@@ -302,11 +309,7 @@ TEST(StageOutHandOver, AnEpilogWhoseDaemonClaimedTheDirectoryLateLeavesTheCopyTo
   const std::string dest = n.dir / "dest";
   ASSERT_EQ(::mkdir(dest.c_str(), 0755), 0);
   ASSERT_EQ(::chown(dest.c_str(), k_attacker_uid, k_attacker_gid), 0);
-  ASSERT_TRUE(tmpdir::on_job_start(n.config, Node::job()));
-  write_file(n.job_dir() + "/result", "42");
-  ASSERT_EQ(::chown((n.job_dir() + "/result").c_str(), k_attacker_uid, k_attacker_gid), 0);
-  UniqueFd job_fd(::open(n.job_dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  ASSERT_EQ(run_as_attacker([&] { return static_cast<bool>(stageout::mark_first_node(job_fd.get())); }), 0);
+  a_job_with_a_result(n);
   auto specs = stageout::parse_option("result:" + dest + "/result");
   ASSERT_TRUE(specs);
   const job::StageOutJob out{stageout::canonical_option(*specs, n.dir.path()), n.dir.path()};
