@@ -41,7 +41,8 @@ template<typename... Ts> Overloaded(Ts...) -> Overloaded<Ts...>;
 Daemon::Daemon(Config config, std::string config_path, std::string node)
   : m_config_path(std::move(config_path)),
     m_shared(std::move(node), std::move(config), [this] { m_gc_cv.notify_all(); }),
-    m_socket_path(expand_node(m_shared.config.daemon.socket, m_shared.name))
+    m_socket_path(expand_node(m_shared.config.daemon.socket, m_shared.name)),
+    m_state_path(expand_node(m_shared.config.daemon.state_dir, m_shared.name))
 {
 }
 
@@ -50,8 +51,7 @@ Daemon::~Daemon() { stop(); }
 Status Daemon::start()
 {
   std::lock_guard lock(m_shared.mutex);
-  auto state =
-    fs::open_trusted_dir(expand_node(m_shared.config.daemon.state_dir, m_shared.name), fs::CreateMissing::yes);
+  auto state = fs::open_trusted_dir(m_state_path, fs::CreateMissing::yes);
   if (!state) {
     return state.error().with_context("[daemon] state_dir");
   }
@@ -109,17 +109,23 @@ Status Daemon::reload()
   // holds the reload, not every job's request.
   auto service = ipc::service_credentials(config->daemon.user);
   std::unique_lock lock(m_shared.mutex);
+  // What did not take is said once more in the last line, which otherwise reads "reloaded FILE".
+  std::vector<std::string> not_taken;
   if (expand_node(config->daemon.socket, m_shared.name) != socket_path()) {
     spdlog::warn("reload: [daemon] socket changed; it takes effect at the next restart");
+    not_taken.push_back("[daemon] socket (until the next restart)");
+  }
+  if (expand_node(config->daemon.state_dir, m_shared.name) != m_state_path) {
+    spdlog::warn("reload: [daemon] state_dir changed; the daemon keeps {} until the next restart", m_state_path);
+    not_taken.push_back("[daemon] state_dir (until the next restart)");
   }
   if (tmpdir::base_path(*config, m_shared.name).value_or("") != m_shared.base_path) {
     spdlog::warn("reload: [tmpdir] base changed; the daemon keeps {} until the next restart", m_shared.base_path);
+    not_taken.push_back("[tmpdir] base (until the next restart)");
   }
   m_shared.config = std::move(*config);
   const auto& daemon = m_shared.config.daemon;
   m_shared.keeper.set_limits(cache::CacheLimits{daemon.cache_max_bytes, daemon.cache_max_entries});
-  // What did not take is said once more in the last line, which otherwise reads "reloaded FILE".
-  std::vector<std::string> not_taken;
   if (service) {
     m_shared.service = *service;
   } else {

@@ -96,6 +96,7 @@ private:
   // mutex guards the members below too, and is taken before any piece's own lock.
   service::Node m_shared;
   const std::string m_socket_path; // the socket this daemon listens on, from the start's configuration
+  const std::string m_state_path;  // its state directory, likewise
   service::FillThread m_fills{m_shared}; // spools become entries, after their jobs have their data
 
   UniqueFd m_state_dir;

@@ -400,6 +400,25 @@ print("status:", call({"v": 1, "op": "status"}, timeout=120).get("ok"))'
   [[ "$output" == *"staged: ['cache hit']"* ]]
 }
 
+@test "a reload that changes keys read only at start names them in its last line, and the daemon goes on as it was" {
+  start_daemon
+  sed -i -e "s|^socket = .*|socket = \"$T/run2/%n.sock\"|" -e "s|^state_dir = .*|state_dir = \"$T/state2/%n\"|" \
+    -e "s|^base = .*|base = \"$T/scratch2/%n\"|" "$T/stagehand.toml"
+  kill -HUP "$DAEMON"
+  for _ in $(seq 1 300); do grep -q "reloaded $T/stagehand.toml" "$T/daemon.log" && break; sleep 0.1; done
+  cat "$T/daemon.log"
+  grep -Eq "reloaded $T/stagehand.toml, except \[daemon\] socket \(until the next restart\) and \[daemon\] state_dir \(until the next restart\) and \[tmpdir\] base \(until the next restart\)$" \
+    "$T/daemon.log"
+  # Still on the socket it started with, its registry in the state directory it started with.
+  run timeout -s KILL 120 python3 -c '
+from client import call, register
+register(79)
+print("status:", call({"v": 1, "op": "status"}).get("ok"))'
+  [ "$output" = "status: True" ]
+  [ ! -e "$T/state2" ]
+  [ ! -e "$T/run2" ]
+}
+
 @test "SIGTERM while a reload hangs: the daemon stops serving within its 10 s, and is gone once the filesystem is" {
   start_stuckfs
   start_daemon

@@ -283,8 +283,11 @@ void FillThread::start_follow_fills_locked(std::unique_lock<std::mutex>& lock)
     } else if (!f->abandoned) {
       spdlog::info("{}: a job waits for it: the cache's fill follows the read", f->source);
       f->child = std::move(*child);
+    } else { // abandoned meanwhile: killed, without the node's lock (a kill waits for its end)
+      lock.unlock();
+      child->kill();
+      lock.lock();
     }
-    // (abandoned meanwhile: the child is killed as `child` goes)
   }
 }
 
