@@ -186,6 +186,27 @@ TEST(KeptNames, ARetryRenewsTheNameSoAnyoneHoldingTheOldOneFindsNothing)
   EXPECT_FALSE(tmpdir::renew_stage_out(fd.get(), 5, "../etc"));
 }
 
+// A name that starts as job 5's stage-out name but walks out of the base (`x/../../victim`) is no
+// stage-out name: it is neither renamed (claimed, moved to the trash) nor read as job 5's.
+TEST(KeptNames, ANameWithASlashIsNoStageOutNameAndIsNeverRenamed)
+{
+  TempDir top;
+  const std::string base = top.path() + "/base";
+  ASSERT_EQ(::mkdir(base.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((base + "/.stageout.job_5.x").c_str(), 0700), 0);
+  ASSERT_EQ(::mkdir((top.path() + "/victim").c_str(), 0700), 0);
+  UniqueFd fd(::open(base.c_str(), O_RDONLY | O_DIRECTORY));
+  const std::string walks_out = ".stageout.job_5.x/../../victim";
+  EXPECT_EQ(tmpdir::job_of_stage_out(walks_out), std::nullopt);
+  EXPECT_EQ(tmpdir::job_of_stage_out(".stageout.job_5.x"), 5U);
+  EXPECT_FALSE(tmpdir::renew_stage_out(fd.get(), 5, walks_out));
+  EXPECT_FALSE(tmpdir::claim_stage_out(fd.get(), 5, ".stageout.job_5.x", ".stageout.job_5.x/../../moved"));
+  EXPECT_FALSE(tmpdir::stage_out_to_trash(fd.get(), walks_out));
+  EXPECT_TRUE(exists_nofollow(top.path() + "/victim")) << "not moved into the base";
+  EXPECT_FALSE(exists_nofollow(top.path() + "/moved")) << "nothing moved out of the base";
+  EXPECT_TRUE(exists_nofollow(base + "/.stageout.job_5.x"));
+}
+
 TEST(GcCollect, AKeptRecordKeepsItsResultsAndExpiresWithThem)
 {
   TempDir base;

@@ -110,8 +110,8 @@ Result<std::string> job_end(const Config& config, const tmpdir::JobContext& job,
       return ended->summary + "; " + said + ", it copies the stage-out entries";
     }
     // Claimed first, as the daemon claims what it takes: a daemon that answered too late (stuck,
-    // then woken) has renamed it, and copies it alone.
-    // (Not renamed for another reason, which the copy will likely meet too: copied where it is.)
+    // then woken) has renamed it, and copies it alone. Not renamed for another reason (which the
+    // copy would likely meet too): copied where it is.
     auto base_fd = tmpdir::open_base(config, job.node);
     if (base_fd) {
       auto claimed = tmpdir::renew_stage_out(base_fd->get(), job.owner.job_id, *ended->pending);

@@ -238,7 +238,7 @@ Result<std::optional<std::string>> move_to_stage_out(int base_fd, std::uint32_t 
 std::optional<std::uint32_t> job_of_stage_out(const std::string& name)
 {
   const std::string head = std::string(k_stage_out_prefix) + "job_";
-  if (!name.starts_with(head)) {
+  if (!name.starts_with(head) || name.find('/') != std::string::npos) { // a name in the base, never a path
     return std::nullopt;
   }
   const auto dot = name.find('.', head.size());

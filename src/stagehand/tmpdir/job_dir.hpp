@@ -74,7 +74,7 @@ Result<std::optional<std::string>> move_to_trash(int base_fd, std::uint32_t job_
 // collection never touches: the daemon copies from it, then moves it to the trash.
 inline constexpr const char* k_stage_out_prefix = ".stageout.";
 Result<std::optional<std::string>> move_to_stage_out(int base_fd, std::uint32_t job_id);
-// The job id of a ".stageout.job_<id>.<unique>" name.
+// The job id of a ".stageout.job_<id>.<unique>" name (none for anything with a '/': a path).
 std::optional<std::uint32_t> job_of_stage_out(const std::string& name);
 // Renames job `job_id`'s ".stageout." entry (or its job_<id> directory) `from` to a fresh
 // ".stageout.job_<id>.<unique>" name, one no other process knows (a retry works on that name, so a
