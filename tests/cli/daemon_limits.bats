@@ -225,6 +225,8 @@ sys.exit(1 if failed or not times or grew or worst > 2000 or entries != N else 0
 PY
   run python3 "$T/load.py" "$T/src" 100
   echo "$output"
+  # A failed request: what the daemon said of it (its children's stderr is /dev/null), kept in CI's log.
+  [ "$status" -eq 0 ] || grep -E "signal|error|warning" "$T/daemon.log" | tail -n 30 || true
   echo "# $(echo "$output" | head -1)" >&3 # the measured numbers, also when it passes
   [ "$status" -eq 0 ]
   [ "$(find "$T/scratch/n1/job_77/d" -type f | wc -l)" -eq 10000 ]
