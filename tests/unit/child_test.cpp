@@ -33,6 +33,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -568,6 +569,48 @@ TEST(ChildHardening, UserWorkHasAMemoryBoundAndSaysWhenItRunsOut)
   EXPECT_EQ(why.message,
             "a child of user attacker ran out of memory (work done for users may take 4 GiB more than its parent; "
             "RLIMIT_DATA)");
+}
+
+// A child the C++ or C library aborts (an exception out of a thread, a failed check) says why in
+// its ending, not only "killed by signal 6": what the library wrote on its way down, on one line
+// (the daemon's log and the job's line quote it), never more than a few hundred bytes of it.
+TEST(ChildHardening, AnAbortedChildSaysWhatTheLibraryWroteAsItWentDown)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  auto child = ipc::spawn_as(attacker(), {}, [](int, const std::vector<int>&) {
+    std::thread([] { throw std::runtime_error("the fill's index\nwent past its end"); }).join();
+    return 0;
+  });
+  ASSERT_TRUE(child);
+  auto ended = child->wait(30s);
+  ASSERT_FALSE(ended);
+  EXPECT_EQ(ended.error().message,
+            "killed by signal 6 (SIGABRT) (it wrote: terminate called after throwing an instance of "
+            "'std::runtime_error' what(): the fill's index went past its end)");
+
+  // A child that writes far more than that before it aborts: its first few hundred bytes.
+  auto chatty = ipc::spawn_as(attacker(), {}, [](int, const std::vector<int>&) {
+    const std::string line(1000, 'x');
+    for (int i = 0; i < 100; ++i) {
+      (void)!::write(2, line.data(), line.size());
+    }
+    std::abort();
+    return 0;
+  });
+  ASSERT_TRUE(chatty);
+  auto said = chatty->wait(30s);
+  ASSERT_FALSE(said);
+  EXPECT_EQ(said.error().message, "killed by signal 6 (SIGABRT) (it wrote: " + std::string(300, 'x') + ")");
+
+  // One that ends on a signal without a word: as before.
+  auto quiet = ipc::spawn_as(attacker(), {}, [](int, const std::vector<int>&) {
+    ::raise(SIGSEGV);
+    return 0;
+  });
+  ASSERT_TRUE(quiet);
+  auto plain = quiet->wait(30s);
+  ASSERT_FALSE(plain);
+  EXPECT_EQ(plain.error().message, "killed by signal 11 (SIGSEGV)");
 }
 
 // The daemon's request threads run before the work they start (util/priority.hpp): a child doing a

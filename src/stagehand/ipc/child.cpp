@@ -4,6 +4,7 @@
 
 #include "stagehand/proto/frame.hpp"
 #include "stagehand/util/cpu_list.hpp"
+#include "stagehand/util/escape.hpp"
 #include "stagehand/util/landlock.hpp"
 #include "stagehand/util/priority.hpp"
 #include "stagehand/util/process_wait.hpp"
@@ -13,6 +14,7 @@
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -128,9 +130,10 @@ void bound_memory()
 }
 
 // The child's descriptors: sock -> 3, keep -> 4.. (dup above that range first so nothing is
-// clobbered; not to a fixed high number, which a low RLIMIT_NOFILE, 256 say, would refuse); 0, 1
-// and 2 on /dev/null, every other one closed. Returns the new numbers of `keep`.
-std::vector<int> renumber_fds(int sock, const std::vector<int>& keep)
+// clobbered; not to a fixed high number, which a low RLIMIT_NOFILE, 256 say, would refuse); 0 and
+// 1 on /dev/null, 2 on `err` (its stderr file) or /dev/null without one, every other one closed.
+// Returns the new numbers of `keep`.
+std::vector<int> renumber_fds(int sock, const std::vector<int>& keep, int err)
 {
   const int above = static_cast<int>(4 + keep.size());
   std::vector<int> moved;
@@ -138,6 +141,7 @@ std::vector<int> renumber_fds(int sock, const std::vector<int>& keep)
   for (int fd : keep) {
     moved.push_back(::fcntl(fd, F_DUPFD, above));
   }
+  const int err_high = err >= 0 ? ::fcntl(err, F_DUPFD, above) : -1;
   if (high < 0) {
     ::_exit(120);
   }
@@ -145,7 +149,7 @@ std::vector<int> renumber_fds(int sock, const std::vector<int>& keep)
   if (devnull >= 0) { // nothing of the parent's: not its log stream either
     ::dup2(devnull, 0);
     ::dup2(devnull, 1);
-    ::dup2(devnull, 2);
+    ::dup2(err_high >= 0 ? err_high : devnull, 2);
   }
   ::dup2(high, 3);
   std::vector<int> kept;
@@ -222,10 +226,10 @@ std::vector<int> kept_dirs(const std::vector<int>& kept)
   return dirs;
 }
 
-[[noreturn]] void child_main(const Credentials& creds, int sock, const std::vector<int>& keep, const ChildBody& body,
-                             pid_t parent, const ChildHooks& hooks)
+[[noreturn]] void child_main(const Credentials& creds, int sock, int err, const std::vector<int>& keep,
+                             const ChildBody& body, pid_t parent, const ChildHooks& hooks)
 {
-  const std::vector<int> kept = renumber_fds(sock, keep); // descriptors first
+  const std::vector<int> kept = renumber_fds(sock, keep, err); // descriptors first
 
   // Already in its own process group (proc::Group::own, as root): Child::kill ends whatever it forks.
   struct rlimit core {0, 0};
@@ -326,7 +330,7 @@ ChildHooks& child_hooks()
 }
 
 Child::Child(Child&& other) noexcept
-  : m_sock(std::move(other.m_sock)), m_process(std::move(other.m_process)),
+  : m_sock(std::move(other.m_sock)), m_process(std::move(other.m_process)), m_stderr(std::move(other.m_stderr)),
     m_ended(std::exchange(other.m_ended, std::nullopt))
 {
 }
@@ -337,6 +341,7 @@ Child& Child::operator=(Child&& other) noexcept
     kill();
     m_process = std::move(other.m_process);
     m_sock = std::move(other.m_sock);
+    m_stderr = std::move(other.m_stderr);
     m_ended = std::exchange(other.m_ended, std::nullopt);
   }
   return *this;
@@ -344,12 +349,59 @@ Child& Child::operator=(Child&& other) noexcept
 
 namespace {
 
-// How spawn_as's child (`who`) ended, in its terms: its exit code, or why it did not run body.
-Result<int> child_ending(const proc::Ended& ended, const std::string& who)
+// A child's stderr: a memfd sealed at k_stderr_room bytes, so what the child writes (nothing,
+// unless the C or C++ library aborts it: "terminate called after throwing...", "malloc(): ...")
+// costs the node no more than that. None when it cannot be made: the child's stderr is /dev/null.
+constexpr std::size_t k_stderr_room = 4096;
+constexpr std::size_t k_stderr_said = 300; // at most this much of it in a message
+
+UniqueFd stderr_file()
+{
+  UniqueFd fd(::memfd_create("stagehand-child-stderr", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd.valid() || ::ftruncate(fd.get(), static_cast<off_t>(k_stderr_room)) != 0 ||
+      ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
+    return UniqueFd();
+  }
+  return fd;
+}
+
+// What a child wrote to its stderr file, on one line: its control characters escaped, runs of
+// blanks and line ends as one space, at most k_stderr_said bytes; empty when it wrote nothing.
+std::string stderr_text(int fd)
+{
+  if (fd < 0) {
+    return {};
+  }
+  char buf[k_stderr_room + 1];
+  const ssize_t n = ::pread(fd, buf, k_stderr_room, 0);
+  if (n <= 0) {
+    return {};
+  }
+  std::string text;
+  bool blank = false;
+  for (ssize_t i = 0; i < n && buf[i] != '\0' && text.size() < k_stderr_said; ++i) {
+    const bool space = buf[i] == ' ' || buf[i] == '\n' || buf[i] == '\t' || buf[i] == '\r';
+    if (space) {
+      blank = !text.empty();
+      continue;
+    }
+    if (blank) {
+      text += ' ';
+      blank = false;
+    }
+    text += buf[i];
+  }
+  return escape_control(text);
+}
+
+// How spawn_as's child (`who`) ended, in its terms: its exit code, or why it did not run body;
+// `wrote`: what it wrote to its stderr, said with a signal that ended it (an abort's reason).
+Result<int> child_ending(const proc::Ended& ended, const std::string& who, const std::string& wrote)
 {
   const auto code = ended.exit_code();
   if (!code) {
-    return Error::io(ended.describe(), EINTR);
+    const bool signalled = ended.kind == proc::EndKind::signalled && !wrote.empty();
+    return Error::io(ended.describe() + (signalled ? " (it wrote: " + wrote + ")" : std::string()), EINTR);
   }
   switch (*code) {
   case k_exit_out_of_memory:
@@ -379,7 +431,7 @@ void Child::kill(std::chrono::milliseconds grace)
 {
   if (m_process.running()) {
     auto ended = m_process.kill(grace); // its process group too: whatever it forked
-    m_ended = ended ? child_ending(*ended, m_process.who()) : Result<int>(ended.error());
+    m_ended = ended ? child_ending(*ended, m_process.who(), stderr_text(m_stderr.get())) : Result<int>(ended.error());
   }
 }
 
@@ -402,7 +454,7 @@ Result<int> Child::wait(std::chrono::milliseconds bound)
                           " of its last word: killed",
                         ETIMEDOUT);
   } else {
-    m_ended = child_ending(*ended, m_process.who());
+    m_ended = child_ending(*ended, m_process.who(), stderr_text(m_stderr.get()));
   }
   return *m_ended;
 }
@@ -433,14 +485,15 @@ Result<Child> spawn_as(const Credentials& creds, const std::vector<int>& keep, c
   UniqueFd child_end(sv[1]);
   const pid_t parent = ::getpid();
   const ChildHooks& hooks = child_hooks(); // made before the fork
+  UniqueFd err = stderr_file();
   auto process = proc::Process::start("a child of " + creds.what, proc::Group::own, [&] {
     parent_end.release(); // closed by close_range in the child; never run its destructor
-    child_main(creds, child_end.get(), keep, body, parent, hooks);
+    child_main(creds, child_end.get(), err.get(), keep, body, parent, hooks);
   });
   if (!process) {
     return process.error();
   }
-  return Child(std::move(*process), std::move(parent_end));
+  return Child(std::move(*process), std::move(parent_end), std::move(err));
 }
 
 Status send_message(int sock, const std::string& text, const std::vector<int>& fds)

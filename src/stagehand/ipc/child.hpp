@@ -49,7 +49,10 @@ class Child
 {
 public:
   Child() = default;
-  Child(proc::Process process, UniqueFd sock) : m_sock(std::move(sock)), m_process(std::move(process)) {}
+  Child(proc::Process process, UniqueFd sock, UniqueFd err = {})
+    : m_sock(std::move(sock)), m_process(std::move(process)), m_stderr(std::move(err))
+  {
+  }
   Child(Child&& other) noexcept;
   Child& operator=(Child&& other) noexcept;
   ~Child() = default; // m_process kills and reaps a child still running (bounded, as kill())
@@ -74,6 +77,7 @@ public:
 private:
   UniqueFd m_sock;
   proc::Process m_process;            // after m_sock: killed before the socket closes
+  UniqueFd m_stderr;                  // the child's stderr (a sealed memfd), read when a signal ends it
   std::optional<Result<int>> m_ended; // set by kill() and wait(): what wait() then says
 };
 
@@ -90,7 +94,8 @@ ChildHooks& child_hooks();
 
 // Forks a child that drops to `creds` and runs `body(sock)`; the child keeps only `sock` (as fd 3)
 // and `keep` (renumbered to 4, 5, ... in order; body receives them in the same order), with stdin
-// on /dev/null, a core size of 0, at most k_child_memory more memory than it inherits, the
+// and stdout on /dev/null, stderr in a small sealed file whose text a signal's ending quotes
+// ("killed by signal 6 (SIGABRT) (it wrote: terminate called after...)"), a core size of 0, at most k_child_memory more memory than it inherits, the
 // parent-death signal set to SIGKILL, and its own process group (led by it, so Child::kill
 // reaches what it forks), which neither it nor what it forks can leave (creds.filter, installed
 // after the drop) and which is killed when it ends (Child::wait): nothing it started outlives it.
