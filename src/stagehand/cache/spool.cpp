@@ -3,6 +3,7 @@
 
 #include "stagehand/fs/io.hpp"
 #include "stagehand/util/fd.hpp"
+#include "stagehand/util/thread.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -349,7 +350,9 @@ private:
     }
     m_lane_state = std::make_shared<LaneState>();
     try {
-      m_writer = std::thread(write_lane, std::move(rd), std::move(spool), m_policy.patience.grace, m_lane_state);
+      // (Its own stack: this runs in a child forked from the daemon's threads; util/thread.hpp.)
+      m_writer = Thread([rd = std::move(rd), spool = std::move(spool), grace = m_policy.patience.grace,
+                         state = m_lane_state]() mutable { write_lane(std::move(rd), std::move(spool), grace, state); });
     } catch (const std::system_error&) {
       return false;
     }
@@ -431,7 +434,7 @@ private:
   bool m_lane_tried = false;
   UniqueFd m_lane;                // the lane's write end; closed: the writer ends
   std::shared_ptr<LaneState> m_lane_state;
-  std::thread m_writer;
+  Thread m_writer;
 };
 
 Result<TeeResult> copy_loop(int in_fd, Tee& t)

@@ -4,6 +4,7 @@
 #include "stagehand/fs/dir_stream.hpp"
 #include "stagehand/fs/stat.hpp"
 #include "stagehand/fs/walk.hpp"
+#include "stagehand/util/thread.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -272,7 +273,7 @@ Result<std::uint64_t> take_over(int dir_fd, const std::string& shown)
   TakeOver t(dir_fd, *top_id, top.st_uid, shown);
   t.add_dir("");
   const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1U, 8U);
-  std::vector<std::thread> helpers;
+  std::vector<Thread> helpers; // (the library's threads: util/thread.hpp)
   for (unsigned i = 1; i < threads; ++i) {
     try {
       helpers.emplace_back([&] { t.work(); });

@@ -18,6 +18,7 @@
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/util/cpu_idle.hpp"
 #include "stagehand/util/priority.hpp"
+#include "stagehand/util/thread.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -311,7 +312,7 @@ Result<ipc::Child> FillThread::spawn_follower(FollowFill& f, const ipc::Credenti
     UniqueFd wr(p[1]);
     (void)::fcntl(wr.get(), F_SETPIPE_SZ, static_cast<int>(k_follow_pipe)); // fewer wake-ups; best effort
     Status fed = ok_status();
-    std::thread feeder([&] {
+    Thread feeder([&] { // its own stack: a thread in a child forked from the daemon's (util/thread.hpp)
       fed = cache::follow_spool(kept[0], wr.get(), *verdict->get());
       wr.reset();
     });

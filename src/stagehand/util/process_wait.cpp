@@ -2,6 +2,7 @@
 #include "stagehand/util/process_wait.hpp"
 
 #include "stagehand/util/fd.hpp"
+#include "stagehand/util/thread.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -157,7 +158,7 @@ private:
   {
     m_wake = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     try {
-      std::thread([this] { run(); }).detach();
+      Thread([this] { run(); }).detach(); // its own stack: it may start in a forked child (util/thread.hpp)
       m_thread_started = true;
     } catch (const std::system_error&) {
       // No thread: survivors are swept at the next hand-over instead. Tried again then.

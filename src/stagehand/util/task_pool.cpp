@@ -4,13 +4,22 @@
 #include "stagehand/util/cpu_list.hpp"
 
 #include <algorithm>
+#include <system_error>
 
 namespace stagehand {
 
 TaskPool::TaskPool(unsigned threads, std::size_t max_queued_cost) : m_max_cost(max_queued_cost), m_lanes(threads)
 {
+  // (Threads of their own stacks: pools run in children forked from the daemon's threads.)
   for (unsigned i = 0; i < threads; ++i) {
-    m_threads.emplace_back([this, i] { run(i); });
+    try {
+      m_threads.emplace_back([this, i] { run(i); });
+    } catch (const std::system_error&) {
+      break; // fewer threads (their lanes' tasks are taken by the others), or none: the caller works
+    }
+  }
+  if (m_threads.empty()) {
+    m_lanes.clear();
   }
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "stagehand/util/result.hpp"
+#include "stagehand/util/thread.hpp"
 
 #include <condition_variable>
 #include <cstddef>
@@ -69,7 +70,7 @@ private:
   unsigned m_busy = 0;
   bool m_stop = false;
   std::optional<Error> m_error;
-  std::vector<std::thread> m_threads;
+  std::vector<Thread> m_threads;
 };
 
 } // namespace stagehand
