@@ -7,6 +7,7 @@
 #include "stagehand/util/priority.hpp"
 #include "stagehand/util/process_wait.hpp"
 #include "stagehand/util/subprocess.hpp"
+#include "stagehand/util/thread.hpp"
 
 #include "test_support.hpp"
 
@@ -573,12 +574,12 @@ TEST(ChildHardening, UserWorkHasAMemoryBoundAndSaysWhenItRunsOut)
 
 // A child the C++ or C library aborts (an exception out of a thread, a failed check) says why in
 // its ending, not only "killed by signal 6": what the library wrote on its way down, on one line
-// (the daemon's log and the job's line quote it), never more than a few hundred bytes of it.
+// (the daemon's log and the job's line quote it), never more than the last 300 bytes of it.
 TEST(ChildHardening, AnAbortedChildSaysWhatTheLibraryWroteAsItWentDown)
 {
   STAGEHAND_REQUIRE_ROOT();
   auto child = ipc::spawn_as(attacker(), {}, [](int, const std::vector<int>&) {
-    std::thread([] { throw std::runtime_error("the fill's index\nwent past its end"); }).join();
+    Thread([] { throw std::runtime_error("the fill's index\nwent past its end"); }).join();
     return 0;
   });
   ASSERT_TRUE(child);
@@ -588,19 +589,34 @@ TEST(ChildHardening, AnAbortedChildSaysWhatTheLibraryWroteAsItWentDown)
             "killed by signal 6 (SIGABRT) (it wrote: terminate called after throwing an instance of "
             "'std::runtime_error' what(): the fill's index went past its end)");
 
-  // A child that writes far more than that before it aborts: its first few hundred bytes.
+  // One that wrote lines of its own before: the last whole lines within 300 bytes, the abort's.
   auto chatty = ipc::spawn_as(attacker(), {}, [](int, const std::vector<int>&) {
-    const std::string line(1000, 'x');
-    for (int i = 0; i < 100; ++i) {
+    const std::string line = std::string(999, 'x') + "\n";
+    for (int i = 0; i < 20; ++i) {
       (void)!::write(2, line.data(), line.size());
     }
-    std::abort();
+    Thread([] { throw std::runtime_error("late"); }).join();
     return 0;
   });
   ASSERT_TRUE(chatty);
   auto said = chatty->wait(30s);
   ASSERT_FALSE(said);
-  EXPECT_EQ(said.error().message, "killed by signal 6 (SIGABRT) (it wrote: " + std::string(300, 'x') + ")");
+  EXPECT_EQ(said.error().message, "killed by signal 6 (SIGABRT) (it wrote: terminate called after throwing an "
+                                  "instance of 'std::runtime_error' what(): late)");
+
+  // One that wrote more than its stderr holds (64 KiB): what it could write, its last 300 bytes.
+  auto flood = ipc::spawn_as(attacker(), {}, [](int, const std::vector<int>&) {
+    const std::string block(1000, 'x');
+    for (int i = 0; i < 100; ++i) {
+      (void)!::write(2, block.data(), block.size());
+    }
+    std::abort();
+    return 0;
+  });
+  ASSERT_TRUE(flood);
+  auto flooded = flood->wait(30s);
+  ASSERT_FALSE(flooded);
+  EXPECT_EQ(flooded.error().message, "killed by signal 6 (SIGABRT) (it wrote: " + std::string(300, 'x') + ")");
 
   // One that ends on a signal without a word: as before.
   auto quiet = ipc::spawn_as(attacker(), {}, [](int, const std::vector<int>&) {

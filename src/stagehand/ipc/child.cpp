@@ -351,9 +351,10 @@ namespace {
 
 // A child's stderr: a memfd sealed at k_stderr_room bytes, so what the child writes (nothing,
 // unless the C or C++ library aborts it: "terminate called after throwing...", "malloc(): ...")
-// costs the node no more than that. None when it cannot be made: the child's stderr is /dev/null.
-constexpr std::size_t k_stderr_room = 4096;
-constexpr std::size_t k_stderr_said = 300; // at most this much of it in a message
+// costs the node no more than that (pages are taken only as it writes). None when it cannot be
+// made: the child's stderr is /dev/null.
+constexpr std::size_t k_stderr_room = 64U << 10;
+constexpr std::size_t k_stderr_said = 300; // at most this much of it in a message: its end
 
 UniqueFd stderr_file()
 {
@@ -365,21 +366,32 @@ UniqueFd stderr_file()
   return fd;
 }
 
-// What a child wrote to its stderr file, on one line: its control characters escaped, runs of
-// blanks and line ends as one space, at most k_stderr_said bytes; empty when it wrote nothing.
+// What a child wrote last to its stderr file (the file's offset, which it shares with the
+// child's descriptor, is where it stopped), on one line: whole lines where the last k_stderr_said
+// bytes hold a line's start, its control characters escaped, runs of blanks and line ends as one
+// space; empty when it wrote nothing.
 std::string stderr_text(int fd)
 {
-  if (fd < 0) {
+  const off_t end = fd >= 0 ? ::lseek(fd, 0, SEEK_CUR) : -1;
+  if (end <= 0) {
     return {};
   }
-  char buf[k_stderr_room + 1];
-  const ssize_t n = ::pread(fd, buf, k_stderr_room, 0);
+  const off_t from = std::max<off_t>(0, end - static_cast<off_t>(k_stderr_said));
+  char buf[k_stderr_said];
+  const ssize_t n = ::pread(fd, buf, static_cast<std::size_t>(end - from), from);
   if (n <= 0) {
     return {};
   }
+  ssize_t i = 0;
+  if (from > 0) { // from the first whole line in it, if there is one
+    const auto* nl = static_cast<const char*>(std::memchr(buf, '\n', static_cast<std::size_t>(n)));
+    if (nl != nullptr && nl + 1 < buf + n) {
+      i = nl + 1 - buf;
+    }
+  }
   std::string text;
   bool blank = false;
-  for (ssize_t i = 0; i < n && buf[i] != '\0' && text.size() < k_stderr_said; ++i) {
+  for (; i < n; ++i) {
     const bool space = buf[i] == ' ' || buf[i] == '\n' || buf[i] == '\t' || buf[i] == '\r';
     if (space) {
       blank = !text.empty();

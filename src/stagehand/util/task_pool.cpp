@@ -11,12 +11,16 @@ namespace stagehand {
 TaskPool::TaskPool(unsigned threads, std::size_t max_queued_cost) : m_max_cost(max_queued_cost), m_lanes(threads)
 {
   // (Threads of their own stacks: pools run in children forked from the daemon's threads.)
-  for (unsigned i = 0; i < threads; ++i) {
-    try {
+  m_threads.reserve(threads);
+  try {
+    for (unsigned i = 0; i < threads; ++i) {
       m_threads.emplace_back([this, i] { run(i); });
-    } catch (const std::system_error&) {
-      break; // fewer threads (their lanes' tasks are taken by the others), or none: the caller works
     }
+  } catch (const std::system_error&) {
+    // Fewer threads (their lanes' tasks are taken by the others), or none: the caller works.
+  } catch (...) {
+    stop_threads(); // those started, before the exception leaves with them
+    throw;
   }
   if (m_threads.empty()) {
     m_lanes.clear();
@@ -32,7 +36,9 @@ unsigned TaskPool::per_core(unsigned max)
   return cores > 1 ? std::min(cores, max) : 0U;
 }
 
-TaskPool::~TaskPool()
+TaskPool::~TaskPool() { stop_threads(); }
+
+void TaskPool::stop_threads()
 {
   {
     std::lock_guard lock(m_mutex);

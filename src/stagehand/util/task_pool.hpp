@@ -56,6 +56,7 @@ private:
     std::size_t cost = 0;
   };
   void run(std::size_t lane);
+  void stop_threads(); // each ends once the tasks queued are done
   // The next task for `lane`'s thread (its own lane first); the queue must not be empty.
   std::deque<Queued>& lane_to_take(std::size_t lane);
 

@@ -1,6 +1,7 @@
 // Thread: pthread_create with pthread_attr_setstack on an mmap'd stack below a guard page.
 #include "stagehand/util/thread.hpp"
 
+#include <cxxabi.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -16,11 +17,13 @@ namespace {
 
 std::size_t guard_size() { return static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)); }
 
-void* run(void* arg) noexcept
+void* run(void* arg) // not noexcept: a forced unwind passes through to pthread
 {
   std::unique_ptr<Thread::Body> body(static_cast<Thread::Body*>(arg));
   try {
     body->run();
+  } catch (abi::__forced_unwind&) { // pthread_exit, a cancellation: theirs to finish
+    throw;
   } catch (...) {
     std::terminate(); // as std::thread: what() is said by the terminate handler
   }
@@ -70,7 +73,7 @@ Thread& Thread::operator=(Thread&& other) noexcept
 {
   if (this != &other) {
     if (joinable()) {
-      join();
+      std::terminate();
     }
     m_thread = other.m_thread;
     m_stack = std::exchange(other.m_stack, nullptr);
@@ -82,7 +85,7 @@ Thread& Thread::operator=(Thread&& other) noexcept
 Thread::~Thread()
 {
   if (joinable()) {
-    join();
+    std::terminate();
   }
 }
 
@@ -91,7 +94,9 @@ void Thread::join()
   if (!joinable()) {
     throw std::system_error(EINVAL, std::generic_category(), "no thread to join");
   }
-  ::pthread_join(m_thread, nullptr);
+  if (const int rc = ::pthread_join(m_thread, nullptr); rc != 0) { // EDEADLK: itself; its stack stays
+    throw std::system_error(rc, std::generic_category(), "cannot join a thread");
+  }
   release_stack();
 }
 

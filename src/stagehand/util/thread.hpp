@@ -32,13 +32,15 @@ public:
   {
   }
   Thread(Thread&& other) noexcept;
-  Thread& operator=(Thread&& other) noexcept; // joins the thread it held
+  Thread& operator=(Thread&& other) noexcept; // as std::thread: the process ends if it held one
   Thread(const Thread&) = delete;
   Thread& operator=(const Thread&) = delete;
-  ~Thread(); // joins a thread still joinable (std::thread would end the process)
+  // As std::thread, a thread still joinable ends the process (std::terminate): never a join that
+  // could wait forever on an error path (a feeder blocked on a pipe nobody reads any more).
+  ~Thread();
 
   bool joinable() const { return m_stack != nullptr && !m_detached; }
-  // Waits for its end; its stack is then unmapped.
+  // Waits for its end; its stack is then unmapped. std::system_error when it cannot be joined.
   void join();
   // Lets it run on alone. Its stack stays mapped until the process ends: only for a short-lived
   // process (a child's writer blocked in a disk's write, left to end with it).
