@@ -30,6 +30,7 @@ ProgressReporter::ProgressReporter(std::string node, std::chrono::seconds interv
                                    const stage::ProgressBoard& board)
   : m_node(std::move(node)), m_interval(interval), m_state_fd(state_fd), m_board(board)
 {
+  // own thread: the CLI's, which no spawn_as child runs (scripts/thread-starts.sh)
   m_thread = std::thread([this] { loop(); });
 }
 

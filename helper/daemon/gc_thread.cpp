@@ -251,6 +251,7 @@ void Daemon::gc_loop()
 
 void Daemon::start_gc_thread()
 {
+  // own thread: the daemon's (scripts/thread-starts.sh)
   m_gc_thread = std::thread([this] {
     (void)set_thread_nice(k_job_nice); // removals at a job's priority, not the requests'
     gc_loop();

@@ -105,6 +105,7 @@ void FillThread::end_locked(SpoolFill& task, bool published)
 
 void FillThread::start()
 {
+  // own thread: the daemon's (scripts/thread-starts.sh)
   m_thread = std::thread([this] {
     (void)set_thread_nice(k_job_nice); // its seals and publishes at a job's priority, not the requests'
     loop();

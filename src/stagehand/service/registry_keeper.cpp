@@ -33,6 +33,7 @@ void RegistryKeeper::start_saving()
   std::lock_guard lock(m_mutex);
   if (!m_saver.joinable()) {
     m_stopping = false;
+    // own thread: the daemon's (scripts/thread-starts.sh)
     m_saver = std::thread([this] { save_loop(); });
   }
 }

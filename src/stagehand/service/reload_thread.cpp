@@ -25,6 +25,7 @@ struct ReloadThread::State
 ReloadThread::ReloadThread(std::function<void()> reload) : m_state(std::make_shared<State>(std::move(reload)))
 {
   try {
+    // own thread: the daemon's (scripts/thread-starts.sh)
     m_thread = std::thread([state = m_state] { loop(state); });
   } catch (const std::system_error&) {
     // no thread to be had (EAGAIN): ask() reloads in its caller

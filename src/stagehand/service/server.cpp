@@ -210,6 +210,7 @@ void Server::start(Conn conn, std::string payload)
   // Shared with the thread, so that the connection is still here to answer when no thread starts.
   auto held = std::make_shared<Conn>(std::move(conn));
   try {
+    // own thread: the daemon's (a request's) (scripts/thread-starts.sh)
     std::thread([this, finished, held, payload = std::move(payload)]() mutable {
       Responder out(held->fd.get());
       try {

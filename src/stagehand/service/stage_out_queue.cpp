@@ -136,6 +136,7 @@ void StageOutQueue::start_worker(const stageout::PendingCopy& p)
 {
   // Detached: the thread holds the queue alive; at exit the copying child dies with it
   // (parent-death signal) and the persisted entry resumes at the next start.
+  // own thread: the daemon's (scripts/thread-starts.sh)
   std::thread([self = shared_from_this(), p] { self->work(p); }).detach();
 }
 

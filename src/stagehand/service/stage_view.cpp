@@ -180,6 +180,7 @@ std::optional<double> StageRequest::read_for_view(const proto::SourceSpec& src, 
   m_staging_id = m_node.stagings.open(m_job.uid); // `stagehand status` lists the read as the job's staging
   m_fills.ask_follow_locked(*v.wait); // this job waits for the entry (the read fills it as it reads)
   const ipc::Credentials service = *m_node.service;
+  // own thread: the daemon's (scripts/thread-starts.sh)
   v.thread = std::thread([this, &v, service] { run_view_read(v, service); });
   // (A task gone meanwhile (scancel) stops the wait, not the read: it goes on for the node's cache.)
   if (!wait_saying_so(lock, v.wait->cv, until, src.shown, [&] { return v.finished; })) {
