@@ -310,6 +310,9 @@ for i in range(3): # three requests of one job: 120,000 bytes in all
   [[ "$output" == *"1 True"* ]]
   [[ "$output" == *"2 False limit --stage-data: f00002: "*"staged 80000 bytes on node n1 through the daemon already, and [stage] max_bytes (102400) counts all of a job's stagings"* ]]
   [ ! -e "$T/scratch/n1/job_77/d/f00002" ] # nothing of the refused request is left
+  # The daemon's log says so too, as news (the job's limit), not as a warning of the daemon's own.
+  grep -E "^info: job 77: --stage-data: f00002: .*counts all of a job's stagings" "$T/daemon.log"
+  ! grep -E "^(warning|error): job 77: --stage-data" "$T/daemon.log" || false
 }
 
 @test "a worker thread that cannot start (the cgroup's task limit) answers busy; the daemon goes on" {

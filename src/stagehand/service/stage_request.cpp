@@ -55,7 +55,12 @@ void StageRequest::execute()
     }
     rollback();
     finish_staging();
-    m_out.error(e.with_context("--stage-data"));
+    e = e.with_context("--stage-data");
+    // The daemon's log says it too: a failure of its own (io, internal: the job's helper then
+    // stages without the daemon) as a warning, what the job asked for and cannot have as news.
+    const bool ours = e.kind == ErrorKind::io || e.kind == ErrorKind::internal;
+    spdlog::log(ours ? spdlog::level::warn : spdlog::level::info, "job {}: {}", m_job.job_id, e.message);
+    m_out.error(e);
   };
   for (const auto& src : m_request.sources) {
     const std::uint64_t earlier = job_staged(); // by the job's other requests
