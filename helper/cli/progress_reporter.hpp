@@ -37,7 +37,7 @@ private:
   std::mutex m_mutex;
   std::condition_variable m_cv;
   bool m_stop = false;
-  std::thread m_thread;
+  std::thread m_thread; // own thread: the CLI's
 };
 
 } // namespace stagehand::cli

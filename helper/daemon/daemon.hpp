@@ -103,7 +103,7 @@ private:
   gc::ReportOnce m_gc_reported; // failures GC has logged already
   std::shared_ptr<StageOutQueue> m_stage_out; // --stage-out copies after the jobs (own lock)
 
-  std::thread m_gc_thread;
+  std::thread m_gc_thread; // own thread: the daemon's
   std::condition_variable m_gc_cv;
   bool m_gc_kicked = false;
   bool m_stopping = false;

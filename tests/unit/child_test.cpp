@@ -604,7 +604,7 @@ TEST(ChildHardening, AnAbortedChildSaysWhatTheLibraryWroteAsItWentDown)
   EXPECT_EQ(said.error().message, "killed by signal 6 (SIGABRT) (it wrote: terminate called after throwing an "
                                   "instance of 'std::runtime_error' what(): late)");
 
-  // One that wrote more than its stderr holds (64 KiB): what it could write, its last 300 bytes.
+  // One that wrote more than its stderr holds (64 KiB): its last words are lost, and it says so.
   auto flood = ipc::spawn_as(attacker(), {}, [](int, const std::vector<int>&) {
     const std::string block(1000, 'x');
     for (int i = 0; i < 100; ++i) {
@@ -616,7 +616,27 @@ TEST(ChildHardening, AnAbortedChildSaysWhatTheLibraryWroteAsItWentDown)
   ASSERT_TRUE(flood);
   auto flooded = flood->wait(30s);
   ASSERT_FALSE(flooded);
-  EXPECT_EQ(flooded.error().message, "killed by signal 6 (SIGABRT) (it wrote: " + std::string(300, 'x') + ")");
+  EXPECT_EQ(flooded.error().message, "killed by signal 6 (SIGABRT) (it wrote: more than 64 KiB, its last words lost)");
+
+  // Its last 300 bytes begin inside a character: the quote begins at the next one.
+  auto wide = ipc::spawn_as(attacker(), {}, [](int, const std::vector<int>&) {
+    std::string text = "x";
+    for (int i = 0; i < 200; ++i) {
+      text += "\u00e9"; // two bytes each, then one: the 300th from the end is the second of one
+    }
+    text += "y";
+    (void)!::write(2, text.data(), text.size());
+    std::abort();
+    return 0;
+  });
+  ASSERT_TRUE(wide);
+  auto quoted = wide->wait(30s);
+  ASSERT_FALSE(quoted);
+  std::string accents;
+  for (int i = 0; i < 149; ++i) {
+    accents += "\u00e9";
+  }
+  EXPECT_EQ(quoted.error().message, "killed by signal 6 (SIGABRT) (it wrote: " + accents + "y)");
 
   // One that ends on a signal without a word: as before.
   auto quiet = ipc::spawn_as(attacker(), {}, [](int, const std::vector<int>&) {

@@ -274,11 +274,18 @@ Result<std::uint64_t> take_over(int dir_fd, const std::string& shown)
   t.add_dir("");
   const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1U, 8U);
   std::vector<Thread> helpers; // (the library's threads: util/thread.hpp)
+  helpers.reserve(threads);
   for (unsigned i = 1; i < threads; ++i) {
     try {
       helpers.emplace_back([&] { t.work(); });
     } catch (const std::system_error&) {
       break; // no thread to be had (EAGAIN): the ones there are do it all
+    } catch (...) { // (out of memory) the ones started end with the work, before this leaves
+      t.work();
+      for (auto& h : helpers) {
+        h.join();
+      }
+      throw;
     }
   }
   t.work();

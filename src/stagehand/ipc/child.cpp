@@ -358,7 +358,13 @@ constexpr std::size_t k_stderr_said = 300; // at most this much of it in a messa
 
 UniqueFd stderr_file()
 {
-  UniqueFd fd(::memfd_create("stagehand-child-stderr", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+#ifndef MFD_NOEXEC_SEAL
+#define MFD_NOEXEC_SEAL 0x0008U // Linux 6.3; vm.memfd_noexec=2 refuses a memfd without it
+#endif
+  UniqueFd fd(::memfd_create("stagehand-child-stderr", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_NOEXEC_SEAL));
+  if (!fd.valid() && errno == EINVAL) { // a kernel before 6.3
+    fd = UniqueFd(::memfd_create("stagehand-child-stderr", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  }
   if (!fd.valid() || ::ftruncate(fd.get(), static_cast<off_t>(k_stderr_room)) != 0 ||
       ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
     return UniqueFd();
@@ -376,6 +382,9 @@ std::string stderr_text(int fd)
   if (end <= 0) {
     return {};
   }
+  if (end >= static_cast<off_t>(k_stderr_room)) { // what it wrote last did not fit
+    return "more than " + std::to_string(k_stderr_room >> 10) + " KiB, its last words lost";
+  }
   const off_t from = std::max<off_t>(0, end - static_cast<off_t>(k_stderr_said));
   char buf[k_stderr_said];
   const ssize_t n = ::pread(fd, buf, static_cast<std::size_t>(end - from), from);
@@ -383,10 +392,13 @@ std::string stderr_text(int fd)
     return {};
   }
   ssize_t i = 0;
-  if (from > 0) { // from the first whole line in it, if there is one
+  if (from > 0) { // from the first whole line in it, if there is one; else not inside a character
     const auto* nl = static_cast<const char*>(std::memchr(buf, '\n', static_cast<std::size_t>(n)));
     if (nl != nullptr && nl + 1 < buf + n) {
       i = nl + 1 - buf;
+    }
+    while (i < n && (static_cast<unsigned char>(buf[i]) & 0xC0U) == 0x80U) { // a UTF-8 continuation
+      ++i;
     }
   }
   std::string text;

@@ -93,7 +93,7 @@ private:
   std::deque<SpoolFill> m_spools;
   std::deque<std::shared_ptr<FollowFill>> m_follow_starts;
   std::condition_variable m_cv;
-  std::thread m_thread;
+  std::thread m_thread; // own thread: the daemon's
   bool m_stopping = false;
 };
 

@@ -101,7 +101,7 @@ private:
   std::uint64_t m_generation = 0; // of the last copy
   bool m_stopping = false;
   std::condition_variable m_cv; // a change, or the saver asked to stop
-  std::thread m_saver;
+  std::thread m_saver; // own thread: the daemon's
 
   std::mutex m_write_mutex;   // one write at a time; guards the two below
   UniqueFd m_state_dir;       // set once by open(), before any write

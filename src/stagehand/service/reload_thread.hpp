@@ -37,7 +37,7 @@ private:
   static void loop(const std::shared_ptr<State>& state);
 
   std::shared_ptr<State> m_state; // the thread's too: a thread left running outlives this object
-  std::thread m_thread;
+  std::thread m_thread; // own thread: the daemon's
 };
 
 } // namespace stagehand::service

@@ -41,6 +41,7 @@ void StageRequest::execute()
   }
   auto job_fd = open_job_dir();
   if (!job_fd) {
+    log_failure(job_fd.error());
     m_out.error(job_fd.error());
     return;
   }
@@ -56,10 +57,7 @@ void StageRequest::execute()
     rollback();
     finish_staging();
     e = e.with_context("--stage-data");
-    // The daemon's log says it too: a failure of its own (io, internal: the job's helper then
-    // stages without the daemon) as a warning, what the job asked for and cannot have as news.
-    const bool ours = e.kind == ErrorKind::io || e.kind == ErrorKind::internal;
-    spdlog::log(ours ? spdlog::level::warn : spdlog::level::info, "job {}: {}", m_job.job_id, e.message);
+    log_failure(e);
     m_out.error(e);
   };
   for (const auto& src : m_request.sources) {
@@ -83,6 +81,15 @@ void StageRequest::execute()
   }
   finish_staging();
   m_out.result(reply);
+}
+
+// The daemon's log says it too (the job's helper stages without the daemon for every kind but
+// corrupt): as a warning where the node or the daemon failed (io, internal, config; io includes
+// a job's own full scratch), as news where the job asked for what it cannot have.
+void StageRequest::log_failure(const Error& e) const
+{
+  const bool node_side = e.kind == ErrorKind::io || e.kind == ErrorKind::internal || e.kind == ErrorKind::config;
+  spdlog::log(node_side ? spdlog::level::warn : spdlog::level::info, "job {}: {}", m_job.job_id, e.message);
 }
 
 Result<UniqueFd> StageRequest::open_job_dir()

@@ -61,6 +61,7 @@ public:
 
 private:
   Result<UniqueFd> open_job_dir();
+  void log_failure(const Error& e) const; // a staging it fails, in the daemon's log
   // What the job's requests staged through the daemon on this node, all together.
   std::uint64_t job_staged() const;
   // Counts this request's bytes for the job; nothing (and what the job had staged before) when
@@ -171,7 +172,7 @@ private:
     bool finished = false; // the read is over (its spool handed to the fill thread, or not): the node's lock
     bool spooled = false;
     std::chrono::steady_clock::time_point until; // how long its job waits for the entry
-    std::thread thread;
+    std::thread thread; // own thread: the daemon's
   };
   Status identify_source(Sourcing& s);
   // cache_view: a source this job claimed, read for its view when other jobs start with it (the
