@@ -352,7 +352,9 @@ private:
     try {
       // (Its own stack: this runs in a child forked from the daemon's threads; util/thread.hpp.)
       m_writer = Thread([rd = std::move(rd), spool = std::move(spool), grace = m_policy.patience.grace,
-                         state = m_lane_state]() mutable { write_lane(std::move(rd), std::move(spool), grace, state); });
+                         state = m_lane_state]() mutable {
+        write_lane(std::move(rd), std::move(spool), grace, state);
+      });
     } catch (const std::system_error&) {
       return false;
     }

@@ -95,13 +95,13 @@ ChildHooks& child_hooks();
 // Forks a child that drops to `creds` and runs `body(sock)`; the child keeps only `sock` (as fd 3)
 // and `keep` (renumbered to 4, 5, ... in order; body receives them in the same order), with stdin
 // and stdout on /dev/null, stderr in a small sealed file whose text a signal's ending quotes
-// ("killed by signal 6 (SIGABRT) (it wrote: terminate called after...)"), a core size of 0, at most k_child_memory more memory than it inherits, the
-// parent-death signal set to SIGKILL, and its own process group (led by it, so Child::kill
-// reaches what it forks), which neither it nor what it forks can leave (creds.filter, installed
-// after the drop) and which is killed when it ends (Child::wait): nothing it started outlives it.
-// It refuses to run body when fs.suid_dumpable is 1 or a tracer attached while it changed uid
-// (only root could attach before; only the user in that window). The child must not log: it
-// exits with body's return value.
+// ("killed by signal 6 (SIGABRT) (it wrote: terminate called after...)"), a core size of 0, at most
+// k_child_memory more memory than it inherits, the parent-death signal set to SIGKILL, and its own
+// process group (led by it, so Child::kill reaches what it forks), which neither it nor what it
+// forks can leave (creds.filter, installed after the drop) and which is killed when it ends
+// (Child::wait): nothing it started outlives it. It refuses to run body when fs.suid_dumpable is 1
+// or a tracer attached while it changed uid (only root could attach before; only the user in that
+// window). The child must not log: it exits with body's return value.
 using ChildBody = std::function<int(int sock, const std::vector<int>& kept)>;
 Result<Child> spawn_as(const Credentials& creds, const std::vector<int>& keep, const ChildBody& body);
 
