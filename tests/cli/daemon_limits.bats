@@ -76,6 +76,7 @@ PY
 
 teardown() {
   stop_stuckfs # the FUSE server first: what waits on it (the daemon too) then ends
+  if mountpoint -q "$T/scratch/n1"; then umount -l "$T/scratch/n1"; fi # (a test's full scratch)
   [ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
   [ -z "${DAEMON:-}" ] || wait "$DAEMON" 2>/dev/null || true
   rm -rf "$T"
@@ -334,6 +335,29 @@ for i in range(3): # three requests of one job: 120,000 bytes in all
   # The daemon's log says so too, as news (the job's limit), not as a warning of the daemon's own.
   grep -E "^info: job 77: --stage-data: f00002: .*counts all of a job's stagings" "$T/daemon.log"
   ! grep -E "^(warning|error): job 77: --stage-data" "$T/daemon.log" || false
+}
+
+@test "a staging the node fails (the job's scratch full) is a warning in the daemon's log, and leaves nothing" {
+  # The node's side, not the job's asking: an admin's journal shows it as a warning (the job's
+  # helper then stages without the daemon, and meets the same full disk itself).
+  make_sources 1 2000000
+  mount -t tmpfs -o size=1m,mode=0755 stagehand-full "$T/scratch/n1"
+  mkdir "$T/scratch/n1/job_77"
+  chown 4242:4242 "$T/scratch/n1/job_77"
+  chmod 0700 "$T/scratch/n1/job_77"
+  start_daemon
+  run python3 -c '
+import sys
+from client import register, source, stage
+register(77)
+r = stage(77, [source(sys.argv[1], "f00000")])
+print(r["ok"], r.get("kind", ""), r.get("error", ""))
+' "$T/src"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  [[ "$output" == "False io --stage-data: f00000: "*"No space left on device"* ]]
+  [ -z "$(ls -A "$T/scratch/n1/job_77")" ] # nothing of it is left in the job's directory
+  grep -E "^warning: job 77: --stage-data: f00000: .*No space left on device" "$T/daemon.log"
 }
 
 @test "a worker thread that cannot start (the cgroup's task limit) answers busy; the daemon goes on" {
