@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <ctime>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace stagehand::daemon {
@@ -161,6 +162,50 @@ Status Daemon::reload()
 
 void Daemon::start_fill_thread() { m_fills.start(); }
 
+namespace {
+
+// How long the node's lock may be out of reach before requests that need it are answered without
+// it. Its holds last microseconds to milliseconds; one that lasts this long waits in the kernel (a
+// cache disk, or a filesystem a request reads, that stopped answering). Jobs that asked before then
+// wait for their own deadlines (a task start's 15 s) and stage without the daemon; jobs that ask
+// after it are told at once.
+constexpr auto k_lock_patience = std::chrono::seconds(5);
+
+long long whole_seconds(std::chrono::milliseconds ms)
+{
+  return static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(ms).count());
+}
+
+} // namespace
+
+void Daemon::start_lock_watch()
+{
+  m_shared.lock_watch.start([](std::chrono::milliseconds out_of_reach, std::uint64_t turned) {
+    spdlog::info("the node cache answers again, after {} s; {} requests were answered without it meanwhile",
+                 whole_seconds(out_of_reach), turned);
+  });
+}
+
+bool Daemon::lock_out_of_reach() const { return m_shared.lock_watch.out_of_reach() >= k_lock_patience; }
+
+bool Daemon::turned_away(Responder& out)
+{
+  const auto waited = m_shared.lock_watch.out_of_reach();
+  if (waited < k_lock_patience) {
+    return false;
+  }
+  if (m_shared.lock_watch.turn_away()) {
+    spdlog::warn("the node cache has not answered for {} s (a request waits in the kernel with its lock: the "
+                 "cache's disk, or a filesystem a request reads, stopped answering); requests that need it are "
+                 "answered at once, without it, until it answers",
+                 whole_seconds(waited));
+  }
+  out.error(Error::io("the node cache has not answered for " + std::to_string(whole_seconds(waited)) +
+                        " s (its disk, or a filesystem it reads, hangs); the daemon answers without it until it does",
+                      EAGAIN));
+  return true;
+}
+
 void Daemon::save_state() { m_shared.registry.save_now(); }
 
 void Daemon::handle(const proto::Request& request, const Peer& peer, Responder& out)
@@ -172,6 +217,12 @@ void Daemon::handle(const proto::Request& request, const Peer& peer, Responder& 
     out.error(Error::refused(std::string(what) + " is for root only"));
     return false;
   };
+  const bool needs_the_lock = !std::holds_alternative<proto::RegisterJob>(request) &&
+                              !std::holds_alternative<proto::EndJob>(request) &&
+                              !std::holds_alternative<proto::StageOutRetry>(request);
+  if (needs_the_lock && turned_away(out)) {
+    return;
+  }
   std::visit(Overloaded{[&](const proto::RegisterJob& r) {
                           if (root_only("registering a job")) {
                             on_register(r, peer, out);
@@ -319,6 +370,9 @@ Result<registry::JobRecord> Daemon::job_for(std::uint32_t job_id, const Peer& pe
 
 void Daemon::stop()
 {
+  if (!m_shared.lock_watch.stop(std::chrono::seconds(1))) {
+    return; // the lock is held by a thread that waits in the kernel (main leaves with _exit)
+  }
   {
     std::lock_guard lock(m_shared.mutex);
     if (m_stopping) {

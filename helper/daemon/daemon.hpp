@@ -46,7 +46,10 @@ public:
   Status reload();
   void start_gc_thread();
   void start_fill_thread();
+  void start_lock_watch();
   void stop();
+  // Whether the node's lock has been out of reach for k_lock_patience (its holder waits in the kernel).
+  bool lock_out_of_reach() const;
   // Persists the registry now (at shutdown, when workers may still run).
   void save_state();
 
@@ -59,6 +62,9 @@ public:
 
 
 private:
+  // A request that needs the node's lock, answered at once (an io error: the client goes on
+  // without the daemon) when the lock has been out of reach for k_lock_patience; true if it was.
+  bool turned_away(Responder& out);
   void on_register(const proto::RegisterJob& r, const Peer& peer, Responder& out);
   void on_stage_out_retry(const proto::StageOutRetry& r, const Peer& peer, Responder& out);
   void on_end_job(const proto::EndJob& r, const Peer& peer, Responder& out);

@@ -212,6 +212,9 @@ void Daemon::registry_after_gc_locked(const gc::Plan& plan, const gc::Evidence& 
 
 void Daemon::kick_gc()
 {
+  if (lock_out_of_reach()) { // an epilog's end_job is not held up by it; GC needs it too, and runs after
+    return;
+  }
   std::lock_guard lock(m_shared.mutex);
   m_gc_kicked = true;
   m_gc_cv.notify_all();

@@ -127,11 +127,13 @@ int serve(daemon::Daemon& d, UniqueFd listen, int signal_fd)
     ::usleep(100000);
   }
   const bool reload_ended = reloads.stop();
-  if (server.in_flight() > 0 || !reload_ended) {
-    // Workers or a reload still run: save the state and leave without running destructors under them.
+  if (server.in_flight() > 0 || !reload_ended || d.lock_out_of_reach()) {
+    // Workers or a reload still run, or the node's lock is held by a thread that waits in the
+    // kernel: save the state and leave without running destructors under them.
     d.save_state();
-    spdlog::info("stopped ({} requests cut short{})", server.in_flight(),
-                 reload_ended ? "" : ", a reload left unfinished");
+    spdlog::info("stopped ({} requests cut short{}{})", server.in_flight(),
+                 reload_ended ? "" : ", a reload left unfinished",
+                 d.lock_out_of_reach() ? ", the node cache not answering" : "");
     spdlog::default_logger()->flush();
     ::_exit(0);
   }
@@ -231,6 +233,7 @@ int main(int argc, char** argv)
     return 1;
   }
   d.start_fill_thread();
+  d.start_lock_watch();
   d.start_gc_thread(); // the first collection runs now: trash left while we were down goes first
   return serve(d, std::move(*listen), sigfd.get());
 }

@@ -1,9 +1,9 @@
 #!/usr/bin/env bats
 # stagehandd run directly on a socket of its own (no Slurm; root plays the prolog): the node
 # cache's limits as a user meets them: many tiny sources, the number of entries, the cache's size
-# against entries running jobs use, and [stage] max_bytes per job; what `stagehand prolog`, as
-# a Prolog= script, tells it of a job; and a reload that hangs. Run by ctest with STAGEHAND_DAEMON_BIN and STAGEHAND_BIN
-# set; needs root.
+# against entries running jobs use, and [stage] max_bytes per job; a full scratch; what
+# `stagehand prolog`, as a Prolog= script, tells it of a job; a reload that hangs, and a cache disk
+# that stops answering. Run by ctest with STAGEHAND_DAEMON_BIN and STAGEHAND_BIN set; needs root.
 
 bats_require_minimum_version 1.5.0
 
@@ -75,7 +75,8 @@ PY
 }
 
 teardown() {
-  stop_stuckfs # the FUSE server first: what waits on it (the daemon too) then ends
+  stop_stuckfs # the FUSE servers first: what waits on them (the daemon too) then ends
+  stop_hangingdisk
   if mountpoint -q "$T/scratch/n1"; then umount -l "$T/scratch/n1"; fi # (a test's full scratch)
   [ -z "${DAEMON:-}" ] || kill "$DAEMON" 2>/dev/null || true
   [ -z "${DAEMON:-}" ] || wait "$DAEMON" 2>/dev/null || true
@@ -117,6 +118,31 @@ stop_stuckfs() {
   kill_stuckfs
   if [ -n "${T:-}" ] && grep -q " $T/stuck " /proc/self/mountinfo; then
     fusermount -u -z "$T/stuck" 2>/dev/null || umount -l "$T/stuck" || true
+  fi
+}
+
+# $T/cache shown at $T/hcache by a FUSE server that stops answering once $T/hang-now exists
+# (tests/tools/hangingdisk.py; each request it holds is a line "hung OP PATH pid TID" in $T/hangingdisk.log).
+start_hangingdisk() {
+  mkdir -p "$T/hcache"
+  setsid /usr/bin/python3 "$BATS_TEST_DIRNAME/../tools/hangingdisk.py" "$T/cache" "$T/hcache" "$T/hang-now" \
+    "$T/hangingdisk.log" >"$T/hangingdisk.out" 2>&1 </dev/null &
+  HANGINGDISK=$!
+  for _ in $(seq 1 300); do grep -q " $T/hcache " /proc/self/mountinfo && return 0; sleep 0.1; done
+  echo "hangingdisk did not mount (needs /dev/fuse, python3-fusepy, libfuse2):" >&2
+  cat "$T/hangingdisk.out" >&2
+  return 1
+}
+
+# The server killed (what it held fails: ENOTCONN), then its mount detached.
+stop_hangingdisk() {
+  if [ -n "${HANGINGDISK:-}" ]; then
+    kill -9 "$HANGINGDISK" 2>/dev/null || true
+    wait "$HANGINGDISK" 2>/dev/null || true
+    HANGINGDISK=
+  fi
+  if [ -n "${T:-}" ] && grep -q " $T/hcache " /proc/self/mountinfo; then
+    fusermount -u -z "$T/hcache" 2>/dev/null || umount -l "$T/hcache" || true
   fi
 }
 
@@ -448,6 +474,73 @@ print("status:", call({"v": 1, "op": "status"}, timeout=120).get("ok"))'
   echo "$output"
   [ "$status" -eq 0 ]
   [[ "$output" == *"staged: ['cache hit']"* ]]
+}
+
+@test "a cache disk that stops answering: once the node lock has been out of reach 5 s, requests are answered at once" {
+  # The cache made as usual: one entry. Then the same cache shown through a FUSE server, as a disk
+  # that then stops answering: the next lookup of that entry waits in the kernel, with the node's
+  # lock held. Before the watch, every request after it waited too (each job's task start its 15 s).
+  make_sources 1 10
+  start_daemon
+  run stage_first_source 77
+  [ "$status" -eq 0 ]
+  [[ "$output" == *"staged: ['cache miss']"* ]]
+  python3 -c 'from client import settled; assert settled(1)["entries"] == 1'
+  kill "$DAEMON"
+  wait "$DAEMON" || true
+  start_hangingdisk
+  sed -i "s|^cache_dir = .*|cache_dir = \"$T/hcache/%n\"|" "$T/stagehand.toml"
+  start_daemon
+  grep -q "cache $T/hcache/n1 " "$T/daemon.log"
+  touch "$T/hang-now"
+  # Job 78 asks for the source: its lookup of the entry hangs with the lock (answered once the
+  # server goes, below).
+  timeout -s KILL 120 python3 -c '
+import sys
+from client import register, source, stage
+register(78)
+r = stage(78, [source(sys.argv[1], "f00000")], timeout=100)
+print("first:", r.get("ok"), r.get("kind", ""), r.get("error", ""))
+' "$T/src" >"$T/first.out" 2>&1 &
+  local first=$!
+  for _ in $(seq 1 300); do grep -q "^hung " "$T/hangingdisk.log" 2>/dev/null && break; sleep 0.1; done
+  cat "$T/hangingdisk.log"
+  grep -q "^hung " "$T/hangingdisk.log"
+  sleep 6 # the lock's patience (5 s) past
+  # Job 79's staging, status and a cache listing are answered, each within 10 s (at once: they no
+  # longer wait on the lock), with what a client falls back on.
+  run timeout -s KILL 60 python3 -c '
+import sys
+from client import call, register, source, stage
+register(79)
+r = stage(79, [source(sys.argv[1], "f00000")], timeout=10)
+print("stage:", r.get("ok"), r.get("kind", ""), r.get("error", ""))
+for op in ("status", "cache_ls"):
+    r = call({"v": 1, "op": op}, timeout=10)
+    print(op + ":", r.get("ok"), r.get("kind", ""), r.get("error", ""))
+' "$T/src"
+  echo "$output"
+  [ "$status" -eq 0 ]
+  local said="s (its disk, or a filesystem it reads, hangs); the daemon answers without it until it does"
+  [[ "$output" == *"stage: False io the node cache has not answered for "*" $said"* ]]
+  [[ "$output" == *"status: False io the node cache has not answered for "* ]]
+  [[ "$output" == *"cache_ls: False io the node cache has not answered for "* ]]
+  [ -z "$(ls -A "$T/scratch/n1/job_78" 2>/dev/null)" ] # (job 78's directory, where 79's would stage: nothing)
+  [ "$(grep -c "warning: the node cache has not answered for" "$T/daemon.log")" -eq 1 ] # said once
+  # The disk comes back (here: its server goes, and the held lookup fails): the lock is had again,
+  # the log says so, and requests are served again.
+  stop_hangingdisk
+  wait "$first" || true
+  cat "$T/first.out"
+  [[ "$(cat "$T/first.out")" == "first: "* ]]
+  for _ in $(seq 1 100); do grep -q "the node cache answers again" "$T/daemon.log" && break; sleep 0.1; done
+  cat "$T/daemon.log"
+  grep -Eq "info: the node cache answers again, after [0-9]+ s; 3 requests were answered without it meanwhile" \
+    "$T/daemon.log"
+  run timeout -s KILL 60 python3 -c '
+from client import call
+print("status:", call({"v": 1, "op": "status"}, timeout=10).get("ok"))'
+  [ "$output" = "status: True" ]
 }
 
 @test "a reload that changes keys read only at start names them in its last line, and the daemon goes on as it was" {

@@ -7,6 +7,7 @@
 #include "stagehand/config/config.hpp"
 #include "stagehand/ipc/child.hpp"
 #include "stagehand/service/cache_keeper.hpp"
+#include "stagehand/service/lock_watch.hpp"
 #include "stagehand/service/metrics.hpp"
 #include "stagehand/service/reads.hpp"
 #include "stagehand/service/registry_keeper.hpp"
@@ -49,6 +50,7 @@ struct Node
   CacheKeeper keeper;      // the store in use, pins, removals, eviction (sparing what `registry` says jobs use)
 
   std::mutex mutex; // guards what follows, and the reads' waits
+  LockWatch lock_watch{mutex}; // how long `mutex` has been out of reach (a holder stuck in the kernel)
   Config config;    // replaced on reload
   std::optional<ipc::Credentials> service; // the service user, when the cache is usable
   Counters counters;
