@@ -47,7 +47,13 @@ Daemon::Daemon(Config config, std::string config_path, std::string node)
 {
 }
 
-Daemon::~Daemon() { stop(); }
+Daemon::~Daemon()
+{
+  if (!stop()) { // a thread waits in the kernel with the node lock: nothing may be destroyed under it
+    spdlog::default_logger()->flush();
+    ::_exit(0);
+  }
+}
 
 Status Daemon::start()
 {
@@ -181,7 +187,8 @@ long long whole_seconds(std::chrono::milliseconds ms)
 void Daemon::start_lock_watch()
 {
   m_shared.lock_watch.start([](std::chrono::milliseconds out_of_reach, std::uint64_t turned) {
-    spdlog::info("the node cache answers again, after {} s; {} requests were answered without it meanwhile",
+    spdlog::info("the node cache answers again: its lock was had after {} s; {} requests were answered without "
+                 "it meanwhile",
                  whole_seconds(out_of_reach), turned);
   });
 }
@@ -194,14 +201,16 @@ bool Daemon::turned_away(Responder& out)
   if (waited < k_lock_patience) {
     return false;
   }
-  if (m_shared.lock_watch.turn_away()) {
-    spdlog::warn("the node cache has not answered for {} s (a request waits in the kernel with its lock: the "
-                 "cache's disk, or a filesystem a request reads, stopped answering); requests that need it are "
-                 "answered at once, without it, until it answers",
+  // (The first since the lock was last had, unless it was had again this very moment.)
+  if (m_shared.lock_watch.turn_away() && m_shared.lock_watch.out_of_reach() >= k_lock_patience) {
+    spdlog::warn("the node cache's lock has been held for {} s (what holds it waits in the kernel: the cache's "
+                 "disk, or a filesystem a request reads, stopped answering); requests that need it are answered "
+                 "at once, without it, until it is had again",
                  whole_seconds(waited));
   }
   out.error(Error::io("the node cache has not answered for " + std::to_string(whole_seconds(waited)) +
-                        " s (its disk, or a filesystem it reads, hangs); the daemon answers without it until it does",
+                        " s (its disk, or a filesystem it reads, hangs); the daemon serves nothing that needs it "
+                        "until it does",
                       EAGAIN));
   return true;
 }
@@ -217,9 +226,12 @@ void Daemon::handle(const proto::Request& request, const Peer& peer, Responder& 
     out.error(Error::refused(std::string(what) + " is for root only"));
     return false;
   };
+  const bool root_only_op =
+    std::holds_alternative<proto::CacheEvict>(request) || std::holds_alternative<proto::Gc>(request);
   const bool needs_the_lock = !std::holds_alternative<proto::RegisterJob>(request) &&
                               !std::holds_alternative<proto::EndJob>(request) &&
-                              !std::holds_alternative<proto::StageOutRetry>(request);
+                              !std::holds_alternative<proto::StageOutRetry>(request) &&
+                              !(root_only_op && !peer.root()); // (refused below as before)
   if (needs_the_lock && turned_away(out)) {
     return;
   }
@@ -308,7 +320,8 @@ void Daemon::on_end_job(const proto::EndJob& r, const Peer&, Responder& out)
 void Daemon::on_stage_out_retry(const proto::StageOutRetry& r, const Peer& peer, Responder& out)
 {
   // The copy runs as the results' user, whoever asks; a user may ask only for their own.
-  auto said = job::retry_kept(m_shared.config_now(), m_shared.name, r.job_id, peer.root() ? 0 : peer.uid,
+  // (The queue's copy of the configuration: the node's lock may be out of reach, a cache disk hung.)
+  auto said = job::retry_kept(m_stage_out->config(), m_shared.name, r.job_id, peer.root() ? 0 : peer.uid,
                               std::chrono::duration_cast<std::chrono::milliseconds>(StageOutQueue::k_copy_budget));
   if (!said) {
     spdlog::warn("job {}: stage-out retry (uid {}): {}", r.job_id, peer.uid, said.error().message);
@@ -368,15 +381,15 @@ Result<registry::JobRecord> Daemon::job_for(std::uint32_t job_id, const Peer& pe
   return rec;
 }
 
-void Daemon::stop()
+bool Daemon::stop()
 {
   if (!m_shared.lock_watch.stop(std::chrono::seconds(1))) {
-    return; // the lock is held by a thread that waits in the kernel (main leaves with _exit)
+    return false; // the lock is held by a thread that waits in the kernel (the caller leaves with _exit)
   }
   {
     std::lock_guard lock(m_shared.mutex);
     if (m_stopping) {
-      return;
+      return true;
     }
     m_stopping = true;
     m_gc_cv.notify_all();
@@ -387,6 +400,7 @@ void Daemon::stop()
   }
   m_shared.registry.stop_saving();
   m_shared.registry.save_now(); // nothing when start() did not get as far as the state directory
+  return true;
 }
 
 void Daemon::write_metrics()

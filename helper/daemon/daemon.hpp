@@ -47,7 +47,9 @@ public:
   void start_gc_thread();
   void start_fill_thread();
   void start_lock_watch();
-  void stop();
+  // Stops the threads and saves the registry; false (nothing stopped) when the node's lock is held
+  // by a thread that waits in the kernel: the caller then saves the state and leaves with _exit.
+  bool stop();
   // Whether the node's lock has been out of reach for k_lock_patience (its holder waits in the kernel).
   bool lock_out_of_reach() const;
   // Persists the registry now (at shutdown, when workers may still run).

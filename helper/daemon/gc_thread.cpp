@@ -212,8 +212,8 @@ void Daemon::registry_after_gc_locked(const gc::Plan& plan, const gc::Evidence& 
 
 void Daemon::kick_gc()
 {
-  if (lock_out_of_reach()) { // an epilog's end_job is not held up by it; GC needs it too, and runs after
-    return;
+  if (lock_out_of_reach()) { // (end_job has answered already) GC needs the lock too: its next pass comes
+    return;                  // at gc_interval, or with the next kick once the lock is had again
   }
   std::lock_guard lock(m_shared.mutex);
   m_gc_kicked = true;

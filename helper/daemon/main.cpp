@@ -137,7 +137,12 @@ int serve(daemon::Daemon& d, UniqueFd listen, int signal_fd)
     spdlog::default_logger()->flush();
     ::_exit(0);
   }
-  d.stop();
+  if (!d.stop()) { // the node's lock was taken by a thread that then stopped in the kernel meanwhile
+    d.save_state();
+    spdlog::info("stopped (the node cache not answering)");
+    spdlog::default_logger()->flush();
+    ::_exit(0);
+  }
   spdlog::info("stopped");
   return 0;
 }

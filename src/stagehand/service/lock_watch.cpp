@@ -4,7 +4,7 @@
 namespace stagehand::service {
 
 LockWatch::LockWatch(std::mutex& watched, std::chrono::milliseconds every)
-  : m_state(std::make_shared<State>(watched, every, Clock::now().time_since_epoch().count()))
+  : m_state(std::make_shared<State>(watched, every))
 {
 }
 
@@ -12,7 +12,6 @@ LockWatch::~LockWatch() { (void)stop(std::chrono::seconds(1)); }
 
 void LockWatch::start(OnHadAgain on_had_again)
 {
-  m_state->last_had = Clock::now().time_since_epoch().count();
   // own thread: the daemon's (scripts/thread-starts.sh)
   m_thread = std::thread([state = m_state, report = std::move(on_had_again)] { probe(state, report); });
 }
@@ -20,7 +19,7 @@ void LockWatch::start(OnHadAgain on_had_again)
 bool LockWatch::stop(std::chrono::milliseconds patience)
 {
   if (!m_thread.joinable()) {
-    return true;
+    return !m_abandoned;
   }
   std::unique_lock lock(m_state->mutex);
   m_state->stopping = true;
@@ -28,6 +27,7 @@ bool LockWatch::stop(std::chrono::milliseconds patience)
   if (!m_state->wake.wait_for(lock, patience, [&] { return m_state->ended; })) {
     lock.unlock();
     m_thread.detach(); // in the lock's wait: it ends when the lock is had, or with the process
+    m_abandoned = true;
     return false;
   }
   lock.unlock();
@@ -37,8 +37,11 @@ bool LockWatch::stop(std::chrono::milliseconds patience)
 
 std::chrono::milliseconds LockWatch::out_of_reach() const
 {
-  const auto since = Clock::now() - Clock::time_point(Clock::duration(m_state->last_had.load()));
-  return std::chrono::duration_cast<std::chrono::milliseconds>(since);
+  const Clock::rep since = m_state->trying_since.load();
+  if (since == 0) {
+    return std::chrono::milliseconds(0);
+  }
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - Clock::time_point(Clock::duration(since)));
 }
 
 bool LockWatch::turn_away() { return m_state->turned_away.fetch_add(1) == 0; }
@@ -46,11 +49,16 @@ bool LockWatch::turn_away() { return m_state->turned_away.fetch_add(1) == 0; }
 void LockWatch::probe(const std::shared_ptr<State>& state, const OnHadAgain& on_had_again)
 {
   for (;;) {
-    { std::lock_guard had(state->watched); }
-    const auto now = Clock::now();
-    const auto before = Clock::time_point(Clock::duration(state->last_had.exchange(now.time_since_epoch().count())));
+    const auto tried = Clock::now();
+    state->trying_since = tried.time_since_epoch().count();
+    std::chrono::milliseconds waited{0};
+    {
+      std::lock_guard had(state->watched);
+      state->trying_since = 0;
+      waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - tried);
+    }
     if (const auto turned = state->turned_away.exchange(0); turned > 0 && on_had_again) {
-      on_had_again(std::chrono::duration_cast<std::chrono::milliseconds>(now - before), turned);
+      on_had_again(waited, turned);
     }
     std::unique_lock lock(state->mutex);
     if (state->wake.wait_for(lock, state->every, [&] { return state->stopping; })) {

@@ -1,5 +1,5 @@
-// Whether a lock is being had: a probe thread takes it every `every`, so the time since its last
-// turn says how long the lock has been out of reach. stagehandd watches its node lock with it: a
+// Whether a lock is being had: a probe thread takes it every `every`, and how long it has been
+// waiting for it says how long the lock has been out of reach. stagehandd watches its node lock: a
 // request that holds that lock and waits in the kernel (the cache's disk, or a filesystem it
 // reads, stopped answering) would otherwise hold every request after it too.
 #pragma once
@@ -29,12 +29,12 @@ public:
   ~LockWatch(); // stop(1 s): a probe still waiting on the lock is left to end with the process
 
   void start(OnHadAgain on_had_again);
-  // Ends the probe within `patience`; false when it still waits on the lock (the lock's owner must
-  // then outlive it: stagehandd leaves with _exit).
+  // Ends the probe within `patience`; false when it still waits on the lock, then and ever after
+  // (the lock's owner must outlive it: stagehandd leaves with _exit).
   bool stop(std::chrono::milliseconds patience);
 
-  // How long since the probe last had the lock (at most `every` and the lock's ordinary holds, while
-  // it is had).
+  // How long the probe has been waiting for the lock: 0 while it sleeps between its turns. A
+  // process stopped (SIGSTOP) while the probe sleeps does not count.
   std::chrono::milliseconds out_of_reach() const;
   // A request turned away meanwhile: true for the first since the lock was last had.
   bool turn_away();
@@ -42,9 +42,10 @@ public:
 private:
   struct State
   {
+    State(std::mutex& m, std::chrono::milliseconds e) : watched(m), every(e) {}
     std::mutex& watched;
     std::chrono::milliseconds every;
-    std::atomic<Clock::rep> last_had;
+    std::atomic<Clock::rep> trying_since{0}; // when the probe began to wait for the lock (0: it sleeps)
     std::atomic<std::uint64_t> turned_away{0};
     std::mutex mutex; // the probe's sleep and its end
     std::condition_variable wake;
@@ -55,6 +56,7 @@ private:
 
   std::shared_ptr<State> m_state; // shared with the probe, which may outlive this
   std::thread m_thread; // own thread: the daemon's (scripts/thread-starts.sh)
+  bool m_abandoned = false; // stop() gave up on it
 };
 
 } // namespace stagehand::service

@@ -46,6 +46,8 @@ public:
   std::vector<stageout::PendingCopy> pending() const;
   // A reload's configuration, for what the copies do from now on (an attempt under way keeps its own).
   void set_config(const Config& config);
+  // The configuration its copies use now: a copy, taken under its own lock (never the node's).
+  Config config() const;
 
   // Pause between attempts of a failed copy.
   static constexpr std::chrono::seconds k_retry_pause{5};
@@ -66,7 +68,6 @@ private:
   void work(stageout::PendingCopy p);
   void save_locked();
   void forget(const std::string& dir); // off the persisted list
-  Config config() const; // a copy, taken under the lock (a reload replaces it)
 
   Config m_config; // guarded by m_mutex
   std::string m_node;
