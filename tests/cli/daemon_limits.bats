@@ -476,10 +476,11 @@ print("status:", call({"v": 1, "op": "status"}, timeout=120).get("ok"))'
   [[ "$output" == *"staged: ['cache hit']"* ]]
 }
 
-@test "a cache disk that stops answering: once the node lock has been out of reach 5 s, requests are answered at once" {
-  # The cache made as usual: one entry. Then the same cache shown through a FUSE server, as a disk
-  # that then stops answering: the next lookup of that entry waits in the kernel, with the node's
-  # lock held. Before the watch, every request after it waited too (each job's task start its 15 s).
+# A cache made as usual (one entry), then shown through a FUSE server that stops answering: job
+# 78's staging of that entry's source waits in the kernel in its lookup, with the node's lock (it
+# runs in the background as $FIRST, its answer in $T/first.out once the server goes). Returns once
+# the lock is seen held: a status asked then is not answered in 3 s.
+hang_a_staging_on_the_cache() {
   make_sources 1 10
   start_daemon
   run stage_first_source 77
@@ -507,7 +508,7 @@ register(78)
 r = stage(78, [source(sys.argv[1], "f00000")], timeout=100)
 print("first:", r.get("ok"), r.get("kind", ""), r.get("error", ""))
 ' "$T/src" >"$T/first.out" 2>&1 &
-  local first=$!
+  FIRST=$!
   # Its lookup of the entry waits there (a getattr of entries/ on its way), with the lock: a status
   # asked now is not answered in 3 s either (one asked 5 s on is answered at once, without it).
   local held="^hung [a-z]+ /n1/entries"
@@ -523,6 +524,13 @@ except TimeoutError:
     print("waits")'
   echo "$output"
   [[ "$output" == "waits" || "$output" == "answered: False the node cache has not answered for "* ]]
+}
+
+@test "a cache disk that stops answering: once the node lock has been out of reach 5 s, requests are answered at once" {
+  # The cache made as usual: one entry. Then the same cache shown through a FUSE server, as a disk
+  # that then stops answering: the next lookup of that entry waits in the kernel, with the node's
+  # lock held. Before the watch, every request after it waited too (each job's task start its 15 s).
+  hang_a_staging_on_the_cache
   sleep 4 # the lock's patience (5 s) past: held 3 s before the status above gave up, 7 s now
   # Job 79's staging, status and a cache listing are answered, each within 10 s (at once: they no
   # longer wait on the lock), with what a client falls back on.
@@ -547,7 +555,7 @@ for op in ("status", "cache_ls"):
   # The disk comes back (here: its server goes, and the held lookup fails): the lock is had again,
   # the log says so, and requests are served again.
   stop_hangingdisk
-  wait "$first" || true
+  wait "$FIRST" || true
   cat "$T/first.out"
   [[ "$(cat "$T/first.out")" == "first: "* ]]
   for _ in $(seq 1 100); do grep -q "the node cache answers again" "$T/daemon.log" && break; sleep 0.1; done
@@ -558,6 +566,24 @@ for op in ("status", "cache_ls"):
 from client import call
 print("status:", call({"v": 1, "op": "status"}, timeout=10).get("ok"))'
   [ "$output" = "status: True" ]
+}
+
+@test "SIGTERM while a cache disk hangs with the node lock: the daemon leaves within its 10 s, saying why" {
+  hang_a_staging_on_the_cache
+  sleep 4 # the lock out of reach past its patience
+  kill -TERM "$DAEMON"
+  # Requests in progress get 10 s; the one in the kernel is then left to end with the process, and
+  # nothing is torn down under it.
+  for _ in $(seq 1 600); do grep -q "stopped (" "$T/daemon.log" && break; sleep 0.1; done
+  cat "$T/daemon.log"
+  grep -Eq "stopped \([12] requests cut short, the node cache not answering\)" "$T/daemon.log" # (78, the status)
+  [ ! -e "$T/run/n1.sock" ]
+  stop_hangingdisk
+  run timeout -s KILL 120 tail --pid="$DAEMON" -f /dev/null
+  [ "$status" -eq 0 ]
+  wait "$DAEMON" || true
+  DAEMON=
+  wait "$FIRST" || true
 }
 
 @test "a reload that changes keys read only at start names them in its last line, and the daemon goes on as it was" {

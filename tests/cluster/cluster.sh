@@ -314,7 +314,7 @@ daemon_stop() {
   if [ -n "$pid" ]; then
     kill -"$sig" "$pid" 2>/dev/null || true
     for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
+    [ -z "$(pid_of "$f" stagehandd)" ] || kill -9 "$pid" 2>/dev/null || true # (still ours: pids are reused)
   fi
   rm -f "$f"
 }
@@ -442,7 +442,7 @@ kill_pidfile() {
   if [ -n "$pid" ]; then
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
+    [ -z "$(pid_of "$f" "$2")" ] || kill -9 "$pid" 2>/dev/null || true # (still ours: pids are reused)
   fi
   rm -f "$f"
 }

@@ -16,6 +16,17 @@ as_user() {
 # that mount a source or stop and start a daemon.
 SHAREDFS=${STAGEHAND_SHAREDFS:-$STAGEHAND_SOURCE_DIR/tests/tools/sharedfs.py}
 CLUSTER=$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh
+# kill_recorded PID TEXT: SIGKILL to PID only while its command line still holds TEXT. A pid
+# written down earlier may name any process by now: pids wrap (at 32,768 on CI's machines, where
+# the lanes and their thousands of children run side by side), and a recorded process that has
+# ended leaves its number to the next one (once, a unit test of another lane was killed so).
+kill_recorded() {
+  local cmd
+  cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline") || return 0
+  [[ "$cmd" == *"$2"* ]] || return 0
+  kill -9 "$1" 2>/dev/null || true
+}
+
 require_sharedfs() {
   [ -f "$SHAREDFS" ] || { echo "sharedfs.py not found at $SHAREDFS (set STAGEHAND_SHAREDFS)" >&2; return 1; }
 }
