@@ -91,59 +91,64 @@ start_daemon() {
   false
 }
 
-# A FUSE server at $T/stuck that answers until $T/stuck-now exists, then nothing
-# (tests/tools/stuckfs.py; each request it holds is a line "hung OP PATH pid TID" in $T/stuckfs.log).
-start_stuckfs() {
-  mkdir -p "$T/stuck"
-  setsid /usr/bin/python3 "$BATS_TEST_DIRNAME/../tools/stuckfs.py" "$T/stuck" "$T/stuck-now" 4242 "$T/stuckfs.log" \
-    >"$T/stuckfs.out" 2>&1 </dev/null &
-  STUCKFS=$!
-  for _ in $(seq 1 300); do grep -q " $T/stuck " /proc/self/mountinfo && return 0; sleep 0.1; done
-  echo "stuckfs did not mount (needs /dev/fuse, python3-fusepy, libfuse2):" >&2
-  cat "$T/stuckfs.out" >&2
+# start_fuse_tool VAR NAME MOUNT ARGS...: tests/tools/NAME.py ARGS in the background, its pid in
+# the variable VAR, its output in $T/NAME.out; returns once MOUNT is mounted.
+start_fuse_tool() {
+  local var=$1 name=$2 mount=$3
+  shift 3
+  mkdir -p "$mount"
+  setsid /usr/bin/python3 "$BATS_TEST_DIRNAME/../tools/$name.py" "$@" >"$T/$name.out" 2>&1 </dev/null &
+  printf -v "$var" '%s' "$!"
+  for _ in $(seq 1 300); do grep -q " $mount " /proc/self/mountinfo && return 0; sleep 0.1; done
+  echo "$name did not mount (needs /dev/fuse, python3-fusepy, libfuse2):" >&2
+  cat "$T/$name.out" >&2
   return 1
 }
 
-# The server killed: what it held fails, so its sleepers end; its mount stays, dead (every use of it
-# fails), until stop_stuckfs.
-kill_stuckfs() {
-  [ -n "${STUCKFS:-}" ] || return 0
-  kill -9 "$STUCKFS" 2>/dev/null || true
-  wait "$STUCKFS" 2>/dev/null || true
-  STUCKFS=
+# kill_fuse_tool VAR: the server whose pid VAR holds killed: what it held fails (ENOTCONN), so its
+# sleepers end; its mount stays, dead (every use of it fails), until detach_mount.
+kill_fuse_tool() {
+  local var=$1
+  [ -n "${!var:-}" ] || return 0
+  kill -9 "${!var}" 2>/dev/null || true
+  wait "${!var}" 2>/dev/null || true
+  printf -v "$var" '%s' ""
 }
 
-# The server killed, then its mount detached.
-stop_stuckfs() {
-  kill_stuckfs
-  if [ -n "${T:-}" ] && grep -q " $T/stuck " /proc/self/mountinfo; then
-    fusermount -u -z "$T/stuck" 2>/dev/null || umount -l "$T/stuck" || true
+# detach_mount MOUNT: lazily, so that nothing here waits on it.
+detach_mount() {
+  if [ -n "${T:-}" ] && grep -q " $1 " /proc/self/mountinfo; then
+    fusermount -u -z "$1" 2>/dev/null || umount -l "$1" || true
   fi
+}
+
+# gone_once_the_server_is STOP: a daemon that stopped serving, held by a thread in a FUSE request,
+# ends once STOP (stop_stuckfs, stop_hangingdisk) takes that server away.
+gone_once_the_server_is() {
+  "$1"
+  run timeout -s KILL 120 tail --pid="$DAEMON" -f /dev/null
+  [ "$status" -eq 0 ]
+  wait "$DAEMON" || true
+  DAEMON=
+}
+
+# A FUSE server at $T/stuck that answers until $T/stuck-now exists, then nothing
+# (tests/tools/stuckfs.py; each request it holds is a line "hung OP PATH pid PID" in $T/stuckfs.log).
+start_stuckfs() { start_fuse_tool STUCKFS stuckfs "$T/stuck" "$T/stuck" "$T/stuck-now" 4242 "$T/stuckfs.log"; }
+kill_stuckfs() { kill_fuse_tool STUCKFS; }
+stop_stuckfs() {
+  kill_fuse_tool STUCKFS
+  detach_mount "${T:-}/stuck"
 }
 
 # $T/cache shown at $T/hcache by a FUSE server that stops answering once $T/hang-now exists
 # (tests/tools/hangingdisk.py; each request it holds is a line "hung OP PATH pid PID" in $T/hangingdisk.log).
 start_hangingdisk() {
-  mkdir -p "$T/hcache"
-  setsid /usr/bin/python3 "$BATS_TEST_DIRNAME/../tools/hangingdisk.py" "$T/cache" "$T/hcache" "$T/hang-now" \
-    "$T/hangingdisk.log" >"$T/hangingdisk.out" 2>&1 </dev/null &
-  HANGINGDISK=$!
-  for _ in $(seq 1 300); do grep -q " $T/hcache " /proc/self/mountinfo && return 0; sleep 0.1; done
-  echo "hangingdisk did not mount (needs /dev/fuse, python3-fusepy, libfuse2):" >&2
-  cat "$T/hangingdisk.out" >&2
-  return 1
+  start_fuse_tool HANGINGDISK hangingdisk "$T/hcache" "$T/cache" "$T/hcache" "$T/hang-now" "$T/hangingdisk.log"
 }
-
-# The server killed (what it held fails: ENOTCONN), then its mount detached.
 stop_hangingdisk() {
-  if [ -n "${HANGINGDISK:-}" ]; then
-    kill -9 "$HANGINGDISK" 2>/dev/null || true
-    wait "$HANGINGDISK" 2>/dev/null || true
-    HANGINGDISK=
-  fi
-  if [ -n "${T:-}" ] && grep -q " $T/hcache " /proc/self/mountinfo; then
-    fusermount -u -z "$T/hcache" 2>/dev/null || umount -l "$T/hcache" || true
-  fi
+  kill_fuse_tool HANGINGDISK
+  detach_mount "${T:-}/hcache"
 }
 
 # cache_dir moved onto the FUSE server, which then stops answering, and SIGHUP: waits until the
@@ -578,11 +583,7 @@ print("status:", call({"v": 1, "op": "status"}, timeout=10).get("ok"))'
   cat "$T/daemon.log"
   grep -Eq "stopped \([12] requests cut short, the node cache not answering\)" "$T/daemon.log" # (78, the status)
   [ ! -e "$T/run/n1.sock" ]
-  stop_hangingdisk
-  run timeout -s KILL 120 tail --pid="$DAEMON" -f /dev/null
-  [ "$status" -eq 0 ]
-  wait "$DAEMON" || true
-  DAEMON=
+  gone_once_the_server_is stop_hangingdisk
   wait "$FIRST" || true
 }
 
@@ -616,9 +617,5 @@ print("status:", call({"v": 1, "op": "status"}).get("ok"))'
   grep -q "stopped (0 requests cut short, a reload left unfinished)" "$T/daemon.log"
   [ ! -e "$T/run/n1.sock" ]
   # Its thread in the FUSE request holds the process until the server goes (the kernel's doing).
-  stop_stuckfs
-  run timeout -s KILL 120 tail --pid="$DAEMON" -f /dev/null
-  [ "$status" -eq 0 ]
-  wait "$DAEMON" || true
-  DAEMON=
+  gone_once_the_server_is stop_stuckfs
 }

@@ -13,35 +13,25 @@ Needs root, /dev/fuse, libfuse2 and Debian's python3-fusepy (run with /usr/bin/p
 import errno
 import os
 import sys
-import threading
 
 import fusepy
+from hang_on_cue import HangOnCue
 
 
-class HangingDisk(fusepy.Operations):
+class HangingDisk(HangOnCue, fusepy.Operations):
     def __init__(self, root, trigger, log):
+        HangOnCue.__init__(self, trigger, log)
         self.root = os.path.realpath(root)
-        self.trigger = trigger
-        self.log = log
-        self.never = threading.Event()
-        self.log_lock = threading.Lock()
 
     def real(self, path):
         return self.root + path
 
-    def hang(self, op, path):
-        _, _, pid = fusepy.fuse_get_context()
-        with self.log_lock, open(self.log, "a") as f:
-            f.write("hung %s %s pid %d\n" % (op, path, pid))
-        self.never.wait()
-        raise fusepy.FuseOSError(errno.EIO)
-
     def __call__(self, op, path, *args):
-        if os.path.exists(self.trigger) and not (op == "getattr" and path == "/"):
-            self.hang(op, path)
         try:
             return super().__call__(op, path, *args)
-        except OSError as e:
+        except fusepy.FuseOSError:
+            raise
+        except OSError as e:  # the directory's own errors, passed on as they are
             raise fusepy.FuseOSError(e.errno or errno.EIO)
 
     def getattr(self, path, fh=None):

@@ -17,35 +17,20 @@ import errno
 import os
 import stat
 import sys
-import threading
 import time
 
 import fusepy
+from hang_on_cue import HangOnCue
 
 NOW = time.time()
 
 
-class StuckFs(fusepy.Operations):
+class StuckFs(HangOnCue, fusepy.Operations):
     def __init__(self, trigger, uid, log):
-        self.trigger = trigger
+        HangOnCue.__init__(self, trigger, log)
         self.uid = uid
-        self.log = log
-        self.never = threading.Event()
-        self.lock = threading.Lock()
         self.dirs = {"/": [".", "..", "data", "out"], "/data": [".", "..", "ok.txt", "stuck.bin"], "/out": [".", ".."]}
         self.files = {"/data/ok.txt": b"ok\n", "/data/stuck.bin": b"s" * 4096}
-
-    def hang(self, op, path):
-        _, _, pid = fusepy.fuse_get_context()
-        with self.lock, open(self.log, "a") as f:
-            f.write("hung %s %s pid %d\n" % (op, path, pid))
-        self.never.wait()
-        raise fusepy.FuseOSError(errno.EIO)
-
-    def __call__(self, op, path, *args):
-        if os.path.exists(self.trigger) and not (op == "getattr" and path == "/"):
-            self.hang(op, path)
-        return super().__call__(op, path, *args)
 
     def getattr(self, path, fh=None):
         base = {"st_uid": self.uid, "st_gid": 0, "st_atime": NOW, "st_mtime": NOW, "st_ctime": NOW}
