@@ -50,7 +50,7 @@ struct Node
   CacheKeeper keeper;      // the store in use, pins, removals, eviction (sparing what `registry` says jobs use)
 
   std::mutex mutex; // guards what follows, and the reads' waits
-  LockWatch lock_watch{mutex}; // how long `mutex` has been out of reach (a holder stuck in the kernel)
+  LockWatch lock_watch{mutex}; // (unguarded) how long `mutex` has been out of reach: a holder stuck in the kernel
   Config config;    // replaced on reload
   std::optional<ipc::Credentials> service; // the service user, when the cache is usable
   Counters counters;
