@@ -41,7 +41,7 @@ template<typename... Ts> Overloaded(Ts...) -> Overloaded<Ts...>;
 
 Daemon::Daemon(Config config, std::string config_path, std::string node)
   : m_config_path(std::move(config_path)),
-    m_shared(std::move(node), std::move(config), [this] { m_gc_cv.notify_all(); }),
+    m_shared(std::move(node), std::move(config), [this] { m_gc_wake.release(); }),
     m_socket_path(expand_node(m_shared.config.daemon.socket, m_shared.name)),
     m_state_path(expand_node(m_shared.config.daemon.state_dir, m_shared.name))
 {
@@ -147,8 +147,7 @@ Status Daemon::reload()
     not_taken.push_back(in_use ? "[daemon] cache_dir (the cache stays at " + in_use->path() + ")"
                                : std::string("[daemon] cache_dir (the cache stays off)"));
   }
-  m_gc_kicked = true;
-  m_gc_cv.notify_all();
+  kick_gc();
   const Config now = m_shared.config;
   lock.unlock();
   if (m_stage_out) { // --stage-out copies from now on, as the jobs' own epilogs copy
@@ -195,11 +194,17 @@ void Daemon::start_lock_watch()
 
 bool Daemon::lock_out_of_reach() const { return m_shared.lock_watch.out_of_reach() >= k_lock_patience; }
 
-bool Daemon::turned_away(Responder& out)
+std::optional<Error> Daemon::cannot_serve_now(const proto::Request& request, const Peer& peer)
 {
+  const bool root_only_op =
+    std::holds_alternative<proto::CacheEvict>(request) || std::holds_alternative<proto::Gc>(request);
+  const bool needs_the_lock = !std::holds_alternative<proto::RegisterJob>(request) &&
+                              !std::holds_alternative<proto::EndJob>(request) &&
+                              !std::holds_alternative<proto::StageOutRetry>(request) &&
+                              !(root_only_op && !peer.root()); // (refused in handle() as before)
   const auto waited = m_shared.lock_watch.out_of_reach();
-  if (waited < k_lock_patience) {
-    return false;
+  if (!needs_the_lock || waited < k_lock_patience) {
+    return std::nullopt;
   }
   // (The first since the lock was last had, unless it was had again this very moment.)
   if (m_shared.lock_watch.turn_away() && m_shared.lock_watch.out_of_reach() >= k_lock_patience) {
@@ -208,11 +213,10 @@ bool Daemon::turned_away(Responder& out)
                  "at once, without it, until it is had again",
                  whole_seconds(waited));
   }
-  out.error(Error::io("the node cache has not answered for " + std::to_string(whole_seconds(waited)) +
-                        " s (its disk, or a filesystem it reads, hangs); the daemon serves nothing that needs it "
-                        "until it does",
-                      EAGAIN));
-  return true;
+  return Error::io("the node cache has not answered for " + std::to_string(whole_seconds(waited)) +
+                     " s (its disk, or a filesystem it reads, hangs); the daemon serves nothing that needs it "
+                     "until it does",
+                   EAGAIN);
 }
 
 void Daemon::save_state() { m_shared.registry.save_now(); }
@@ -226,13 +230,8 @@ void Daemon::handle(const proto::Request& request, const Peer& peer, Responder& 
     out.error(Error::refused(std::string(what) + " is for root only"));
     return false;
   };
-  const bool root_only_op =
-    std::holds_alternative<proto::CacheEvict>(request) || std::holds_alternative<proto::Gc>(request);
-  const bool needs_the_lock = !std::holds_alternative<proto::RegisterJob>(request) &&
-                              !std::holds_alternative<proto::EndJob>(request) &&
-                              !std::holds_alternative<proto::StageOutRetry>(request) &&
-                              !(root_only_op && !peer.root()); // (refused below as before)
-  if (needs_the_lock && turned_away(out)) {
+  if (auto why = cannot_serve_now(request, peer)) {
+    out.error(*why);
     return;
   }
   std::visit(Overloaded{[&](const proto::RegisterJob& r) {
@@ -386,14 +385,10 @@ bool Daemon::stop()
   if (!m_shared.lock_watch.stop(std::chrono::seconds(1))) {
     return false; // the lock is held by a thread that waits in the kernel (the caller leaves with _exit)
   }
-  {
-    std::lock_guard lock(m_shared.mutex);
-    if (m_stopping) {
-      return true;
-    }
-    m_stopping = true;
-    m_gc_cv.notify_all();
+  if (m_stopping.exchange(true)) {
+    return true;
   }
+  m_gc_wake.release();
   m_fills.stop();
   if (m_gc_thread.joinable()) {
     m_gc_thread.join();

@@ -16,10 +16,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <semaphore>
 #include <set>
 #include <string>
 #include <thread>
@@ -58,15 +58,16 @@ public:
   // Fixed at start (a reload that changes it takes effect at the next start): read without a lock.
   const std::string& socket_path() const { return m_socket_path; }
   void handle(const proto::Request& request, const Peer& peer, Responder& out);
+  // Why `request` cannot be served now, or nothing: one that needs the node's lock while that lock
+  // has been out of reach for k_lock_patience (an io error: the client goes on without the daemon;
+  // the first such answer is logged). Never blocks: also the server's screen for waiting requests.
+  std::optional<Error> cannot_serve_now(const proto::Request& request, const Peer& peer);
 
   // Runs one garbage collection now (also what `stagehand gc` asks for).
   proto::GcReply collect(bool dry_run);
 
 
 private:
-  // A request that needs the node's lock, answered at once (an io error: the client goes on
-  // without the daemon) when the lock has been out of reach for k_lock_patience; true if it was.
-  bool turned_away(Responder& out);
   void on_register(const proto::RegisterJob& r, const Peer& peer, Responder& out);
   void on_stage_out_retry(const proto::StageOutRetry& r, const Peer& peer, Responder& out);
   void on_end_job(const proto::EndJob& r, const Peer& peer, Responder& out);
@@ -112,9 +113,11 @@ private:
   std::shared_ptr<StageOutQueue> m_stage_out; // --stage-out copies after the jobs (own lock)
 
   std::thread m_gc_thread; // own thread: the daemon's
-  std::condition_variable m_gc_cv;
-  bool m_gc_kicked = false;
-  bool m_stopping = false;
+  // What wakes it: a kick, a removal set aside, the stop. Its own, not the node's lock: a kick
+  // (end_job's, after its answer) must not wait where a cache disk that stopped answering holds that.
+  std::counting_semaphore<> m_gc_wake{0};
+  std::atomic<bool> m_gc_kicked{false};
+  std::atomic<bool> m_stopping{false};
 };
 
 } // namespace stagehand::daemon

@@ -212,12 +212,8 @@ void Daemon::registry_after_gc_locked(const gc::Plan& plan, const gc::Evidence& 
 
 void Daemon::kick_gc()
 {
-  if (lock_out_of_reach()) { // (end_job has answered already) GC needs the lock too: its next pass comes
-    return;                  // at gc_interval, or with the next kick once the lock is had again
-  }
-  std::lock_guard lock(m_shared.mutex);
-  m_gc_kicked = true;
-  m_gc_cv.notify_all();
+  m_gc_kicked = true; // (its pass waits for the node's lock in the GC thread, not here)
+  m_gc_wake.release();
 }
 
 void Daemon::gc_loop()
@@ -234,21 +230,20 @@ void Daemon::gc_loop()
       write_metrics();
     }
     m_shared.keeper.remove_now(m_shared.keeper.take_removals()); // evicted entries and dropped fills, without the lock
-    std::unique_lock lock(m_shared.mutex);
     if (pass) {
+      std::lock_guard lock(m_shared.mutex); // (the configuration's; the pass has just had it)
       next_pass = std::chrono::steady_clock::now() + m_shared.config.daemon.gc_interval;
     }
-    for (;;) {
-      if (m_stopping || m_gc_kicked || m_shared.keeper.removals_waiting() ||
-          std::chrono::steady_clock::now() >= next_pass) {
-        break;
-      }
-      m_gc_cv.wait_until(lock, next_pass); // the registry is written by its keeper's own thread
+    // Every wake is a release of m_gc_wake after its cause is set: none is lost between a look
+    // and the wait. (The registry is written by its keeper's own thread.)
+    while (!m_stopping && !m_gc_kicked && !m_shared.keeper.removals_waiting() &&
+           std::chrono::steady_clock::now() < next_pass) {
+      (void)m_gc_wake.try_acquire_until(next_pass);
     }
     if (m_stopping) {
       return;
     }
-    kicked = std::exchange(m_gc_kicked, false);
+    kicked = m_gc_kicked.exchange(false);
   }
 }
 

@@ -100,7 +100,10 @@ int serve(daemon::Daemon& d, UniqueFd listen, int signal_fd)
   const auto limits = service::limits_within(files.rlim_cur);
   service::Server server([&d](const proto::Request& request, const service::Peer& peer,
                               service::Responder& out) { d.handle(request, peer, out); },
-                         std::move(listen), limits);
+                         std::move(listen), limits,
+                         [&d](const proto::Request& request, const service::Peer& peer) {
+                           return d.cannot_serve_now(request, peer);
+                         });
   spdlog::info("listening on {} (requests at once: {}, {} per user; past that a request waits up to {} s)",
                d.socket_path(), limits.max_in_flight, limits.max_in_flight_per_uid,
                std::chrono::duration_cast<std::chrono::seconds>(limits.queue_wait).count());

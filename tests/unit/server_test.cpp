@@ -21,6 +21,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <future>
@@ -156,6 +158,14 @@ public:
     });
   }
 
+  // How many lines containing `text` were logged so far.
+  std::size_t count(const std::string& text)
+  {
+    std::lock_guard lock(m_mutex);
+    return static_cast<std::size_t>(
+      std::count_if(m_lines.begin(), m_lines.end(), [&](const std::string& line) { return line.find(text) != std::string::npos; }));
+  }
+
 private:
   std::shared_ptr<spdlog::logger> m_previous;
   std::mutex m_mutex;
@@ -170,10 +180,10 @@ class RunningServer
 {
 public:
   RunningServer(FakeHandler& handler, service::ServerLimits limits,
-                std::function<void(const std::string&)> before = nullptr)
+                std::function<void(const std::string&)> before = nullptr, service::Screen screen = nullptr)
     : m_handler(handler), m_socket(m_dir / "run/stagehandd.sock"),
       m_server([&handler](const proto::Request& r, const service::Peer& p, service::Responder& out) { handler(r, p, out); },
-               listening(m_socket), limits),
+               listening(m_socket), limits, std::move(screen)),
       m_thread([this, before = std::move(before)] {
         if (before) {
           before(m_socket);
@@ -420,6 +430,70 @@ TEST(Server, ARequestThatFindsNoTurnInTimeIsAnsweredBusy)
   handler.release();
   EXPECT_EQ(held.get(), "ok");
   EXPECT_EQ(handler.entries(), (std::vector<std::string>{"gc 4242"})); // the busy request never reached it
+}
+
+// A screen that refuses a user's status while `refusing` is set ("not now", as the daemon does
+// while its node lock is out of reach), and lets everything else wait its turn.
+service::Screen refusing_status(const std::atomic<bool>& refusing)
+{
+  return [&refusing](const proto::Request& r, const service::Peer& p) -> std::optional<Error> {
+    if (refusing && std::holds_alternative<proto::StatusQuery>(r) && !p.root()) {
+      return Error::io("not now", EAGAIN);
+    }
+    return std::nullopt;
+  };
+}
+
+// Requests held where a disk stopped answering keep their turns: one that would wait behind them
+// and that the daemon cannot serve anyway is answered at once, not "busy" after queue_wait.
+TEST(Server, ARequestThatWouldWaitForATurnIsAnsweredAtOnceWhenTheScreenRefusesIt)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  LogCapture log;
+  FakeHandler handler;
+  std::atomic<bool> refusing{true};
+  auto limits = small_limits();
+  limits.queue_wait = 30s;
+  RunningServer s(handler, limits, nullptr, refusing_status(refusing));
+  auto held = call_as(k_attacker_uid, s.socket(), proto::Gc{});
+  ASSERT_TRUE(handler.holding(1));
+  auto refused = call_as(k_attacker_uid, s.socket(), proto::StatusQuery{});
+  ASSERT_EQ(refused.wait_for(20s), std::future_status::ready); // not after queue_wait
+  EXPECT_EQ(refused.get(), "io: not now");
+  EXPECT_TRUE(log.logged("a status request of uid 4242 is answered at once instead of waiting for a turn: not now"));
+  // Root has a turn (the handler answers it, as the daemon's own check does); a request the screen
+  // lets through waits its turn as before.
+  EXPECT_EQ(call(s.socket(), proto::StatusQuery{}).substr(0, 9), "ok uid 0 ");
+  auto waiting = call_as(k_attacker_uid, s.socket(), proto::EndJob{});
+  ASSERT_TRUE(log.logged("a request of uid 4242 waits for a turn"));
+  handler.release();
+  EXPECT_EQ(held.get(), "ok");
+  EXPECT_EQ(waiting.get(), "ok");
+  EXPECT_EQ(handler.entries(), (std::vector<std::string>{"gc 4242", "status 0", "end_job 4242"}));
+  EXPECT_EQ(log.count("waits for a turn"), 1u); // the end_job's: the refused one never waited
+}
+
+// The daemon may become unable to serve while a request waits (its node lock out of reach past
+// the patience): the waiting request is then answered at once too.
+TEST(Server, ARequestWaitingForATurnIsAnsweredOnceTheScreenRefusesIt)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  LogCapture log;
+  FakeHandler handler;
+  std::atomic<bool> refusing{false};
+  auto limits = small_limits();
+  limits.queue_wait = 30s;
+  RunningServer s(handler, limits, nullptr, refusing_status(refusing));
+  auto held = call_as(k_attacker_uid, s.socket(), proto::Gc{});
+  ASSERT_TRUE(handler.holding(1));
+  auto waiting = call_as(k_attacker_uid, s.socket(), proto::StatusQuery{});
+  ASSERT_TRUE(log.logged("a request of uid 4242 waits for a turn"));
+  refusing = true;
+  ASSERT_EQ(waiting.wait_for(20s), std::future_status::ready);
+  EXPECT_EQ(waiting.get(), "io: not now");
+  handler.release();
+  EXPECT_EQ(held.get(), "ok");
+  EXPECT_EQ(handler.entries(), (std::vector<std::string>{"gc 4242"})); // the refused one never reached it
 }
 
 // A daemon stopped or stuck: requests wait in the socket's queue, and their clients give up and do

@@ -162,8 +162,8 @@ ServerLimits limits_within(std::uint64_t open_files)
   return limits;
 }
 
-Server::Server(Handler handler, UniqueFd listen_fd, ServerLimits limits)
-  : m_handler(std::move(handler)), m_listen(std::move(listen_fd)), m_limits(limits),
+Server::Server(Handler handler, UniqueFd listen_fd, ServerLimits limits, Screen screen)
+  : m_handler(std::move(handler)), m_screen(std::move(screen)), m_listen(std::move(listen_fd)), m_limits(limits),
     m_wake(std::make_shared<UniqueFd>(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)))
 {
 }
@@ -234,6 +234,25 @@ void Server::start(Conn conn, std::string payload)
     refuse_now(held->fd.get(), Error::limit("the daemon is busy (it cannot start more work now)"));
     finished();
   }
+}
+
+bool Server::screened_out(int fd, const Peer& peer, const std::string& payload)
+{
+  if (!m_screen) {
+    return false;
+  }
+  auto request = proto::parse_request(payload);
+  if (!request) {
+    return false; // (its worker answers the parse error)
+  }
+  auto why = m_screen(*request, peer);
+  if (!why) {
+    return false;
+  }
+  spdlog::info("a {} request of uid {}{} is answered at once instead of waiting for a turn: {}",
+               proto::op_name(*request), peer.uid, job_of(*request), why->message);
+  refuse_now(fd, *why);
+  return true;
 }
 
 // The run loop's state: its epoll set and the connections still reading their request.
@@ -362,6 +381,10 @@ void Server::read_request(Loop& loop, int fd)
   // Root (the prolog and epilog, an admin) never waits; a user's request starts when there is
   // room, else it waits its turn (start_waiting).
   if (!has_room(it->second.peer.uid, it->second.peer.root())) {
+    if (screened_out(fd, it->second.peer, *payload)) {
+      loop.drop(it);
+      return;
+    }
     spdlog::info("a request of uid {} waits for a turn ({} running, {} of them its own)", it->second.peer.uid,
                  m_in_flight.load(), in_flight_of(it->second.peer.uid));
     it->second.queued = std::move(*payload);
@@ -382,7 +405,8 @@ void Server::start_waiting(Loop& loop)
   }
   std::sort(waiting.begin(), waiting.end(), [](auto a, auto b) { return a->second.order < b->second.order; });
   for (auto it : waiting) {
-    if (abandoned(it->first, it->second.peer.uid, *it->second.queued)) {
+    if (abandoned(it->first, it->second.peer.uid, *it->second.queued) ||
+        screened_out(it->first, it->second.peer, *it->second.queued)) {
       loop.drop(it);
     } else if (has_room(it->second.peer.uid, false)) {
       std::string payload = std::move(*it->second.queued);

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace stagehand::service {
@@ -50,12 +51,19 @@ Result<UniqueFd> listen_socket(const std::string& path);
 // internal error. Requests that do not parse never reach it: their client gets the parse error.
 using Handler = std::function<void(const proto::Request& request, const Peer& peer, Responder& out)>;
 
+// Why the daemon cannot serve `request` now, or nothing. Asked of a request that would wait for a
+// turn (and again while it waits): its answer then comes at once instead of "busy" after
+// queue_wait, so that its client goes on without the daemon without waiting (requests held where
+// a disk stopped answering keep their turns until it answers). Called on the server's own thread:
+// it must not block.
+using Screen = std::function<std::optional<Error>(const proto::Request& request, const Peer& peer)>;
+
 struct Conn; // a connection the server reads (server.cpp)
 
 class Server
 {
 public:
-  Server(Handler handler, UniqueFd listen_fd, ServerLimits limits = {});
+  Server(Handler handler, UniqueFd listen_fd, ServerLimits limits = {}, Screen screen = {});
   // Waits for the requests still running (their workers use the server until they end).
   ~Server();
   Server(const Server&) = delete;
@@ -75,6 +83,8 @@ private:
   // Runs `payload` on a worker thread that owns `conn` (answered busy when no thread can start).
   void start(Conn conn, std::string payload);
   Error busy(); // what a request that waited in vain is told
+  // Whether the screen answered the request `payload` of connection `fd` (which is then dropped).
+  bool screened_out(int fd, const Peer& peer, const std::string& payload);
   // Parts of run(), over its loop's state (server.cpp).
   struct Loop;
   // Accepts every connection waiting (refused past the connection limits).
@@ -87,6 +97,7 @@ private:
   void drop_late(Loop& loop);
 
   Handler m_handler;
+  Screen m_screen;
   UniqueFd m_listen;
   ServerLimits m_limits;
   std::atomic<std::size_t> m_in_flight{0};
