@@ -18,7 +18,7 @@ setup_file() {
 teardown_file() {
   local pid
   # Racers that outlived their loop bound: only the ones this file started (their pids).
-  for pid in $(cat "$STAGEHAND_CLUSTER_DIR/work/racers.pids" 2>/dev/null); do kill_recorded "$pid" racers.pids; done
+  for pid in $(cat "$STAGEHAND_CLUSTER_DIR/work/racers.pids" 2>/dev/null); do kill_recorded "$pid" "$WORK/racers.pids"; done
   rm -f "$STAGEHAND_CLUSTER_DIR/work/racers.pids"
   if mountpoint -q "$STAGEHAND_CLUSTER_DIR/small"; then # a failed disk-full test: the usual base again
     set_tmpdir_config ""
@@ -82,7 +82,7 @@ EOF2
   [ "$(wc -l <"$WORK/racers.pids")" -eq 10 ]
   # The racers go on against the background removal for a while.
   sleep 5
-  for id in $(cat "$WORK/racers.pids"); do kill_recorded "$id" racers.pids; done
+  for id in $(cat "$WORK/racers.pids"); do kill_recorded "$id" "$WORK/racers.pids"; done
   [ "$(cat "$S/top")" = precious ]
   [ "$(cat "$S/a/b/file")" = deep ]
   [ "$(find "$S" | wc -l)" -eq 5 ]

@@ -13,7 +13,7 @@ DAEMON_LOG=$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log
 teardown_file() {
   local pid
   pid=$(cat "$STAGEHAND_CLUSTER_DIR/hangfs.pid" 2>/dev/null || true)
-  [ -z "$pid" ] || kill_recorded "$pid" "$HANGFS"
+  [ -z "$pid" ] || kill_recorded "$pid" "$HANGFS $STAGEHAND_CLUSTER_DIR/"
   # Only this cluster's (clusters run side by side in CI; another's test may have one mounted).
   awk -v dir="$(realpath "$STAGEHAND_CLUSTER_DIR")/" \
     '{for (i = 7; i < NF; i++) if ($i == "-" && $(i + 1) == "fuse" && $(i + 2) == "hangfs" && index($5, dir) == 1) print $5}' \
@@ -158,7 +158,7 @@ EOF2
   id2=$(as_user "sbatch --parsable -N1 -w node1 --tmpdir=keep -o out.%j --wrap 'sleep 300'")
   d2=$(job_dir node1 "$id2")
   for _ in $(seq 1 100); do [ -d "$d2" ] && break; sleep 0.2; done
-  kill_recorded "$(cat "$STAGEHAND_CLUSTER_DIR/hangfs.pid")" "$HANGFS" # (a detached FUSE server may have ended)
+  kill_recorded "$(cat "$STAGEHAND_CLUSTER_DIR/hangfs.pid")" "$HANGFS $d/fuse" # (a detached FUSE server may have ended)
   setsid /usr/bin/python3 "$HANGFS" "$d2" >/dev/null 2>&1 &
   echo $! >"$STAGEHAND_CLUSTER_DIR/hangfs.pid"
   for _ in $(seq 1 100); do grep -q " $d2 " /proc/self/mountinfo && break; sleep 0.1; done
@@ -173,7 +173,7 @@ EOF2
   for _ in $(seq 1 60); do [ -e "$d2" ] || break; sleep 0.5; done
   [ ! -e "$d2" ]
   ! grep -q " $d2 " /proc/self/mountinfo || false
-  kill_recorded "$(cat "$STAGEHAND_CLUSTER_DIR/hangfs.pid")" "$HANGFS"
+  kill_recorded "$(cat "$STAGEHAND_CLUSTER_DIR/hangfs.pid")" "$HANGFS $d2"
 }
 
 @test "a base under a directory others can write is refused with one line naming it; no drain" {

@@ -33,7 +33,7 @@ stop_stuckfs() {
   local pid
   pid=$(cat "$PIDFILE" 2>/dev/null || true)
   if [ -n "$pid" ]; then
-    kill_recorded "$pid" "$STUCKFS"
+    kill_recorded "$pid" "$STUCKFS $MNT"
     for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   fi
   rm -f "$PIDFILE"

@@ -19,7 +19,7 @@ setup_file() {
 
 teardown_file() {
   local pid
-  for pid in $(cat "$STAGEHAND_CLUSTER_DIR"/mounts-fuse.*.pid 2>/dev/null); do kill_recorded "$pid" "$SHAREDFS"; done
+  for pid in $(cat "$STAGEHAND_CLUSTER_DIR"/mounts-fuse.*.pid 2>/dev/null); do kill_recorded "$pid" "$SHAREDFS $STAGEHAND_CLUSTER_DIR/mounts-src"; done
   rm -f "$STAGEHAND_CLUSTER_DIR"/mounts-fuse.*.pid
   # Only this cluster's FUSE mounts (clusters run side by side in CI).
   awk -v dir="$(realpath "$STAGEHAND_CLUSTER_DIR")/" 'index($5, dir) == 1 { for (i = 7; i < NF; i++) if ($i == "-" && $(i + 1) ~ /^fuse/) print $5 }' \

@@ -225,7 +225,7 @@ SCRIPT
   # A slurmd's shutdown took over 10 s once on a loaded CI machine (the test failed, and the node,
   # left without a slurmd, failed the tests after it): a minute, then SIGKILL, which is a restart too.
   for _ in $(seq 1 600); do kill -0 "$old" 2>/dev/null || break; sleep 0.1; done
-  kill_recorded "$old" slurmd
+  kill_recorded "$old" "slurmd -f $SLURM_CONF -N node1"
   for _ in $(seq 1 50); do kill -0 "$old" 2>/dev/null || break; sleep 0.1; done
   ! kill -0 "$old" 2>/dev/null || false
   "$CLUSTER" node-start node1
