@@ -7,10 +7,14 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace stagehand;
@@ -34,6 +38,14 @@ void publish(Store& s, const TempDir& d, char c, std::int64_t last_used)
   meta.how = stage::Placement::copied;
   ASSERT_TRUE(s.publish(*fill, meta));
   ASSERT_TRUE(s.touch(key_of(c), last_used));
+}
+
+// A key of its own for entry `i` (64 hex digits).
+std::string hex_key(int i)
+{
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016x", i);
+  return std::string(48, 'e') + buf;
 }
 
 std::set<char> cached(const Store& s)
@@ -165,6 +177,50 @@ TEST(CacheKeeper, ARemovalSetAsideIsDoneLaterAndNeverSweptMeanwhile)
   EXPECT_TRUE(f.keeper.set_aside_debris(f.store, f.store->scan()).empty());
   f.keeper.remove_now(f.keeper.take_removals());
   EXPECT_TRUE(f.store->scan().tmp.empty());
+}
+
+// A `cache evict` of a great many entries on a slow disk (here: a choice that takes 2 ms an
+// entry, under the lock) lets the node's lock go between batches: a thread that asks for it gets
+// it while the eviction still goes on, and the eviction still takes every entry.
+TEST(CacheKeeper, RootsEvictionOfManyEntriesLetsTheNodesLockGoBetweenBatches)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Fixture f;
+  constexpr int n = 500;
+  for (int i = 0; i < n; ++i) {
+    auto fill = f.store->begin_fill(hex_key(i), 0, 0);
+    ASSERT_TRUE(fill) << fill.error().message;
+    write_file(f.d / ("cache/tmp/" + fill->name + "/data"), "x");
+    EntryMeta meta;
+    meta.key = hex_key(i);
+    meta.source = "/src/" + std::to_string(i);
+    meta.kind = stage::SourceKind::file;
+    meta.how = stage::Placement::copied;
+    ASSERT_TRUE(f.store->publish(*fill, meta));
+  }
+  std::mutex daemon_mutex;
+  std::atomic<int> looked{0};
+  std::atomic<int> looked_when_had{-1};
+  std::thread other([&] { // own thread: a test's (another request of the daemon's)
+    while (looked < 5) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::lock_guard lock(daemon_mutex);
+    looked_when_had = looked.load();
+  });
+  auto done = f.keeper.evict(
+    [&](const EntryMeta&) {
+      ++looked;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      return true;
+    },
+    daemon_mutex);
+  other.join();
+  EXPECT_GE(looked_when_had.load(), 5);
+  EXPECT_LT(looked_when_had.load(), n) << "the lock was had only once the eviction was over";
+  EXPECT_EQ(done.evicted.size(), static_cast<std::size_t>(n));
+  EXPECT_TRUE(done.errors.empty());
+  EXPECT_TRUE(f.store->list().empty());
 }
 
 TEST(CacheKeeper, RootsEvictionLeavesAnEntryBeingStaged)

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cerrno>
+#include <thread>
 #include <utility>
 
 namespace stagehand::service {
@@ -229,7 +230,22 @@ CacheKeeper::RootEviction CacheKeeper::evict(const std::function<bool(const cach
     out.cache_off = true;
     return out;
   }
+  auto held_since = std::chrono::steady_clock::now();
   for (const auto& e : entries) { // an entry evicted since it was listed is skipped
+    if (std::chrono::steady_clock::now() - held_since >= k_evict_hold) {
+      // Others' turn (a job's request, the lock watch's probe): glibc's mutex is not fair, so
+      // a moment without it, not an unlock and at once a lock again.
+      lock.unlock();
+      daemon.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      daemon.lock();
+      lock.lock();
+      held_since = std::chrono::steady_clock::now();
+      if (m_store != store) {
+        out.errors.push_back("the node cache moved (a reload) during the eviction: the rest is not evicted");
+        break;
+      }
+    }
     if (!chosen(e)) {
       continue;
     }

@@ -8,8 +8,9 @@
 // node's mutex (Node::mutex) first, then the keeper's, then the registry's (its `in_use` predicate
 // asks the registry), then the Store's index lock; the keeper never takes the node's but in evict().
 // The *_locked methods are called with the node's mutex held: remove_later_locked wakes the GC
-// thread (a release of its semaphore: never blocks), which then asks removals_waiting(). Root's evict() takes the node's mutex
-// itself, only while it sets entries aside, as every other eviction happens under it.
+// thread (a release of its semaphore: never blocks), which then asks removals_waiting(). Root's
+// evict() takes the node's mutex itself, only while it sets entries aside (as every other
+// eviction happens under it), and lets it go between batches.
 #pragma once
 
 #include "stagehand/cache/index.hpp"
@@ -17,6 +18,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -100,6 +102,9 @@ public:
 
   // Root's `cache evict`: the entries of the store in use that `chosen` picks, set aside (under
   // `daemon_mutex`) and removed (without it). One being materialised stays, said in `errors`.
+  // The lock is held k_evict_hold at most at a time, then let go for a moment: a rename each on a
+  // slow disk, a great many entries would otherwise hold it past the lock watch's patience, and
+  // every job starting meanwhile would stage without the cache.
   struct RootEviction
   {
     bool cache_off = false;
@@ -107,6 +112,7 @@ public:
     std::vector<std::string> errors;
   };
   RootEviction evict(const std::function<bool(const cache::EntryMeta&)>& chosen, std::mutex& daemon_mutex);
+  static constexpr std::chrono::milliseconds k_evict_hold{100};
 
 private:
   void evict_victims(const std::shared_ptr<cache::Store>& store, const std::vector<cache::EntryMeta>& victims);
