@@ -41,7 +41,7 @@ template<typename... Ts> Overloaded(Ts...) -> Overloaded<Ts...>;
 
 Daemon::Daemon(Config config, std::string config_path, std::string node)
   : m_config_path(std::move(config_path)),
-    m_shared(std::move(node), std::move(config), [this] { m_gc_wake.release(); }),
+    m_shared(std::move(node), std::move(config), [this] { wake_gc(m_gc_removal); }),
     m_socket_path(expand_node(m_shared.config.daemon.socket, m_shared.name)),
     m_state_path(expand_node(m_shared.config.daemon.state_dir, m_shared.name))
 {
@@ -385,10 +385,13 @@ bool Daemon::stop()
   if (!m_shared.lock_watch.stop(std::chrono::seconds(1))) {
     return false; // the lock is held by a thread that waits in the kernel (the caller leaves with _exit)
   }
-  if (m_stopping.exchange(true)) {
-    return true;
+  {
+    std::lock_guard lock(m_gc_mutex);
+    if (m_stopping) {
+      return true;
+    }
   }
-  m_gc_wake.release();
+  wake_gc(m_stopping);
   m_fills.stop();
   if (m_gc_thread.joinable()) {
     m_gc_thread.join();

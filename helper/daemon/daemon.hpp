@@ -16,10 +16,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <semaphore>
 #include <set>
 #include <string>
 #include <thread>
@@ -85,6 +85,8 @@ private:
   void write_metrics();
   void gc_loop();
   void kick_gc();
+  // Sets `cause` (a member guarded by m_gc_mutex) and wakes the GC thread.
+  void wake_gc(bool& cause);
   // Parts of collect() (gc_thread.cpp) and on_status() (queries.cpp).
   // The registry's running jobs into `evidence`, and the cache now into `store`; true when a
   // running record has no slurmstepd here.
@@ -102,7 +104,8 @@ private:
   std::atomic<bool> m_ctld_unreachable{false};
 
   // What the pieces share: the node, its configuration, the keepers, the reads under way; its
-  // mutex guards the members below too, and is taken before any piece's own lock.
+  // mutex guards the members below too (but the GC thread's wake, under m_gc_mutex), and is taken
+  // before any piece's own lock.
   service::Node m_shared;
   const std::string m_socket_path; // the socket this daemon listens on, from the start's configuration
   const std::string m_state_path;  // its state directory, likewise
@@ -113,11 +116,15 @@ private:
   std::shared_ptr<StageOutQueue> m_stage_out; // --stage-out copies after the jobs (own lock)
 
   std::thread m_gc_thread; // own thread: the daemon's
-  // What wakes it: a kick, a removal set aside, the stop. Its own, not the node's lock: a kick
-  // (end_job's, after its answer) must not wait where a cache disk that stopped answering holds that.
-  std::counting_semaphore<> m_gc_wake{0};
-  std::atomic<bool> m_gc_kicked{false};
-  std::atomic<bool> m_stopping{false};
+  // What wakes it: a kick, a removal set aside, the stop; under a lock of its own, not the node's:
+  // a kick (end_job's, after its answer) must not wait where a cache disk that stopped answering
+  // holds that. Taken after the node's and the cache keeper's (whose removals wake it); nothing is
+  // taken under it.
+  std::mutex m_gc_mutex;
+  std::condition_variable m_gc_cv;
+  bool m_gc_kicked = false;  // (m_gc_mutex)
+  bool m_gc_removal = false; // (m_gc_mutex)
+  bool m_stopping = false;   // (m_gc_mutex)
 };
 
 } // namespace stagehand::daemon

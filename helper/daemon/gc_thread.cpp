@@ -212,8 +212,16 @@ void Daemon::registry_after_gc_locked(const gc::Plan& plan, const gc::Evidence& 
 
 void Daemon::kick_gc()
 {
-  m_gc_kicked = true; // (its pass waits for the node's lock in the GC thread, not here)
-  m_gc_wake.release();
+  wake_gc(m_gc_kicked); // (its pass waits for the node's lock in the GC thread, not here)
+}
+
+void Daemon::wake_gc(bool& cause)
+{
+  {
+    std::lock_guard lock(m_gc_mutex);
+    cause = true;
+  }
+  m_gc_cv.notify_all();
 }
 
 void Daemon::gc_loop()
@@ -234,16 +242,16 @@ void Daemon::gc_loop()
       std::lock_guard lock(m_shared.mutex); // (the configuration's; the pass has just had it)
       next_pass = std::chrono::steady_clock::now() + m_shared.config.daemon.gc_interval;
     }
-    // Every wake is a release of m_gc_wake after its cause is set: none is lost between a look
-    // and the wait. (The registry is written by its keeper's own thread.)
-    while (!m_stopping && !m_gc_kicked && !m_shared.keeper.removals_waiting() &&
-           std::chrono::steady_clock::now() < next_pass) {
-      (void)m_gc_wake.try_acquire_until(next_pass);
-    }
+    const bool removals = m_shared.keeper.removals_waiting(); // (the keeper's lock: not under m_gc_mutex)
+    std::unique_lock lock(m_gc_mutex);
+    // A cause set after that look is seen here: each is set under m_gc_mutex. (The registry is
+    // written by its keeper's own thread.)
+    m_gc_cv.wait_until(lock, next_pass, [&] { return m_stopping || m_gc_kicked || m_gc_removal || removals; });
     if (m_stopping) {
       return;
     }
-    kicked = m_gc_kicked.exchange(false);
+    kicked = std::exchange(m_gc_kicked, false);
+    m_gc_removal = false; // (its removals are taken at the top)
   }
 }
 

@@ -142,10 +142,12 @@ stop_stuckfs() {
   detach_mount "${T:-}/stuck"
 }
 
-# $T/cache shown at $T/hcache by a FUSE server that stops answering once $T/hang-now exists
+# $T/cache shown at $T/hcache by a FUSE server that stops answering once $T/hang-now exists, and
+# answers again (the held requests too) once $T/resume-now does
 # (tests/tools/hangingdisk.py; each request it holds is a line "hung OP PATH pid PID" in $T/hangingdisk.log).
 start_hangingdisk() {
-  start_fuse_tool HANGINGDISK hangingdisk "$T/hcache" "$T/cache" "$T/hcache" "$T/hang-now" "$T/hangingdisk.log"
+  start_fuse_tool HANGINGDISK hangingdisk "$T/hcache" "$T/cache" "$T/hcache" "$T/hang-now" "$T/hangingdisk.log" \
+    "$T/resume-now"
 }
 stop_hangingdisk() {
   kill_fuse_tool HANGINGDISK
@@ -261,8 +263,10 @@ for w in workers: w.start()
 for w in workers: w.join()
 staged = time.monotonic() - t0
 from client import settled
-entries = settled(N)['entries'] # (polled meanwhile: the last fifth's entries may come after the stagings)
-done.set(); p.join()
+try:
+    entries = settled(N)['entries'] # (polled meanwhile: the last fifth's entries may come after the stagings)
+finally:
+    done.set(); p.join()
 def p99(ms):
     ms = sorted(ms)
     return ms[int(len(ms) * 0.99)] if ms else 0.0
@@ -496,13 +500,10 @@ print("status:", call({"v": 1, "op": "status"}, timeout=120).get("ok"))'
   [[ "$output" == *"staged: ['cache hit']"* ]]
 }
 
-# A cache made as usual (one entry), then shown through a FUSE server that stops answering: job
-# 78's staging of that entry's source waits in the kernel in its lookup, with the node's lock (it
-# runs in the background as $FIRST, its answer in $T/first.out once the server goes). Returns once
-# the lock is seen held: a status asked then is not answered in 3 s. An end_job asked meanwhile is
-# answered (its GC kick does not wait for the lock). With arguments: the daemon on the FUSE server
-# is started with them as its wrapper (start_daemon).
-hang_a_staging_on_the_cache() {
+# The cache made as usual (job 77's miss of f00000: one entry), then the daemon started again with
+# that cache shown through hangingdisk.py, not hanging yet (GC's timed passes off: they would meet
+# the hung disk too). Arguments: the daemon's wrapper (start_daemon).
+cache_on_a_hanging_disk() {
   make_sources 1 10
   start_daemon
   run stage_first_source 77
@@ -512,7 +513,6 @@ hang_a_staging_on_the_cache() {
   kill "$DAEMON"
   wait "$DAEMON" || true
   start_hangingdisk
-  # (GC's passes would meet the hung disk too, without the lock: none in this test's time.)
   sed -i -e "s|^cache_dir = .*|cache_dir = \"$T/hcache/%n\"|" -e 's|^gc_interval = .*|gc_interval = "1h"|' \
     "$T/stagehand.toml"
   mkdir "$T/scratch/n1/job_79"
@@ -520,6 +520,15 @@ hang_a_staging_on_the_cache() {
   chmod 0700 "$T/scratch/n1/job_79"
   start_daemon "$@"
   grep -q "cache $T/hcache/n1 " "$T/daemon.log"
+}
+
+# Then the disk stops answering: job 78's staging of f00000 waits in the kernel in its lookup, with
+# the node's lock (in the background as $FIRST, its answer in $T/first.out once the server goes).
+# Returns once the lock is seen held: a status asked then is not answered in 3 s. An end_job asked
+# at the same moment is answered (its kick of GC does not wait for the lock; the pass it starts
+# does). Arguments: as above.
+hang_a_staging_on_the_cache() {
+  cache_on_a_hanging_disk "$@"
   touch "$T/hang-now"
   # Job 78 asks for the source: its lookup of the entry hangs with the lock (answered once the
   # server goes, below).
@@ -538,17 +547,136 @@ print("first:", r.get("ok"), r.get("kind", ""), r.get("error", ""))
   cat "$T/hangingdisk.log"
   grep -Eq "$held" "$T/hangingdisk.log"
   run timeout -s KILL 60 python3 -c '
+import threading
 from client import call
+said = {}
+def probe():
+    try:
+        r = call({"v": 1, "op": "status"}, timeout=3)
+        said["status"] = "answered: %s %s" % (r.get("ok"), r.get("error", ""))
+    except TimeoutError:
+        said["status"] = "waits"
+t = threading.Thread(target=probe); t.start()
 r = call({"v": 1, "op": "end_job", "job_id": 77, "trash": "", "keep_until": 0}, timeout=10)
+t.join()
 print("end_job:", r.get("ok"))
-try:
-    r = call({"v": 1, "op": "status"}, timeout=3)
-    print("answered:", r.get("ok"), r.get("error", ""))
-except TimeoutError:
-    print("waits")'
+print(said["status"])'
   echo "$output"
   [ "${lines[0]}" = "end_job: True" ]
   [[ "${lines[1]}" == "waits" || "${lines[1]}" == "answered: False the node cache has not answered for "* ]]
+}
+
+@test "a staging whose client gave up (the daemon silent too long) leaves what the job staged itself since alone" {
+  # The job's helper stops waiting for a silent daemon (60 s without a frame), removes what the
+  # daemon had placed and stages the same names itself. The daemon's request, when it goes on,
+  # must not take those away (its rollback removed its names blindly), nor place anything more.
+  start_stuckfs
+  make_sources 1 10
+  start_daemon
+  run stage_first_source 77
+  [ "$status" -eq 0 ]
+  python3 -c 'from client import settled; assert settled(1)["entries"] == 1'
+  # Job 78: f00000 (a hit, placed at once), then a file whose every read hangs; the client stops
+  # waiting after 3 s, as the helper does after its 60.
+  run timeout -s KILL 60 python3 -c '
+import sys
+from client import register, source, stage
+register(78)
+try:
+    r = stage(78, [source(sys.argv[1], "f00000"), source(sys.argv[2], "stuck.bin")], timeout=3)
+    print("answered:", r)
+except TimeoutError:
+    print("gave up")' "$T/src" "$T/stuck/data"
+  echo "$output"
+  [ "$output" = "gave up" ]
+  [ "$(cat "$T/scratch/n1/job_78/d/f00000")" = 0000000000 ] # the daemon's hit
+  # The helper's own staging, as the job user: what the daemon placed removed (the hung file's
+  # destination too), then its own copy of f00000.
+  setpriv --reuid 4242 --regid 4242 --clear-groups sh -c \
+    'rm -rf "$1/d/f00000" "$1/d/stuck.bin" && echo mine >"$1/d/f00000"' sh "$T/scratch/n1/job_78"
+  # The daemon notices (its next keepalive finds nobody) and ends the request; the hung read's
+  # child is left behind (a FUSE read SIGKILL cannot end).
+  for _ in $(seq 1 300); do grep -q "job 78: " "$T/daemon.log" && grep -Eq "job 78: .*(went away|gave up)" \
+    "$T/daemon.log" && break; sleep 0.1; done
+  cat "$T/daemon.log"
+  grep -Eq "job 78: .*(went away|gave up)" "$T/daemon.log"
+  sleep 1
+  [ "$(cat "$T/scratch/n1/job_78/d/f00000")" = mine ]
+  [ ! -e "$T/scratch/n1/job_78/d/stuck.bin" ]
+}
+
+@test "a staging under way keeps its client answered while a hung cache disk holds the node lock" {
+  # Its keepalives (every 5 s) used to take the node's lock: held by a lookup that waits in the
+  # kernel, they stopped, and the job's helper gave up on a staging that was still going.
+  start_stuckfs
+  cache_on_a_hanging_disk
+  mkdir "$T/scratch/n1/job_80"
+  chown 4242:4242 "$T/scratch/n1/job_80"
+  chmod 0700 "$T/scratch/n1/job_80"
+  # Job 80 reads a file whose every read hangs (a miss: it waits on its reader child, sending
+  # keepalives); the time of each frame it gets is a line of $T/frames.
+  timeout -s KILL 120 python3 -c '
+import json, socket, struct, sys, time
+from client import SOCK, register
+register(80)
+req = {"v": 1, "op": "stage", "job_id": 80, "max_bytes": 1 << 40,
+       "sources": [{"shown": "stuck.bin", "path": sys.argv[1], "dest": "d/stuck.bin", "kind": "file",
+                    "unpack": "never"}]}
+s = socket.socket(socket.AF_UNIX); s.settimeout(60); s.connect(SOCK)
+b = json.dumps(req).encode(); s.sendall(struct.pack(">I", len(b)) + b)
+with open(sys.argv[2], "a", buffering=1) as out:
+    while True:
+        head = s.recv(4)
+        if len(head) < 4: break
+        n = struct.unpack(">I", head)[0]; data = b""
+        while len(data) < n: data += s.recv(n - len(data))
+        out.write("%.3f %s\n" % (time.time(), json.loads(data).get("type", "result")))
+' "$T/stuck/data/stuck.bin" "$T/frames" >"$T/frames.out" 2>&1 &
+  for _ in $(seq 1 300); do grep -q "^hung read /data/stuck.bin" "$T/stuckfs.log" 2>/dev/null && break; sleep 0.1; done
+  grep -q "^hung read /data/stuck.bin" "$T/stuckfs.log"
+  # The cache's disk stops answering, with the node's lock held (job 78's lookup).
+  touch "$T/hang-now"
+  timeout -s KILL 120 python3 -c '
+import sys
+from client import register, source, stage
+register(78)
+stage(78, [source(sys.argv[1], "f00000")], timeout=100)' "$T/src" >/dev/null 2>&1 &
+  FIRST=$!
+  local held="^hung [a-z]+ /n1/entries"
+  for _ in $(seq 1 300); do grep -Eq "$held" "$T/hangingdisk.log" 2>/dev/null && break; sleep 0.1; done
+  grep -Eq "$held" "$T/hangingdisk.log"
+  held=$(date +%s.%N)
+  sleep 12
+  cat "$T/frames"
+  # Job 80's keepalives go on (one every 5 s): two at least in those 12 s.
+  [ "$(awk -v t="$held" '$1 > t + 0.2 && $2 == "progress"' "$T/frames" | wc -l)" -ge 2 ]
+  stop_hangingdisk
+  wait "$FIRST" || true
+}
+
+@test "a hit found after its client gave up (its lookup held by a cache disk that hung a while) is not placed" {
+  cache_on_a_hanging_disk
+  touch "$T/hang-now"
+  run timeout -s KILL 60 python3 -c '
+import sys
+from client import register, source, stage
+register(78)
+try:
+    r = stage(78, [source(sys.argv[1], "f00000")], timeout=3)
+    print("answered:", r)
+except TimeoutError:
+    print("gave up")' "$T/src"
+  echo "$output"
+  [ "$output" = "gave up" ]
+  # The job's helper stages f00000 itself now; the disk answers again, and the daemon's lookup
+  # finds the entry: the daemon places nothing (the helper's copy would then meet an existing
+  # destination and fail the job).
+  touch "$T/resume-now"
+  for _ in $(seq 1 300); do grep -q "job 78: .*went away" "$T/daemon.log" && break; sleep 0.1; done
+  cat "$T/daemon.log"
+  grep -q "warning: job 78: --stage-data: f00000: the client went away" "$T/daemon.log"
+  [ ! -e "$T/scratch/n1/job_78/d" ]
+  grep -q "^resumed " "$T/hangingdisk.log"
 }
 
 @test "a cache disk that stops answering: once the node lock has been out of reach 5 s, requests are answered at once" {
@@ -599,6 +727,7 @@ print("status:", call({"v": 1, "op": "status"}, timeout=10).get("ok"))'
   # meanwhile ended: its kick of GC does not wait for the lock.)
   hang_a_staging_on_the_cache prlimit --nofile=200:200 --
   grep -q "requests at once: 2, " "$T/daemon.log"
+  [ "${lines[1]}" = waits ] # (the status holds the second turn: asked within the lock's first 5 s)
   sleep 4 # the lock's patience (5 s) past
   # A user's status would wait for a turn (queue_wait, 10 s) and then be answered busy; the daemon
   # cannot serve it anyway, and says so at once.
@@ -608,7 +737,7 @@ r = call({"v": 1, "op": "status"}, timeout=30)
 print("status:", r.get("ok"), r.get("kind", ""), r.get("error", ""))'
   echo "$output"
   [[ "$output" == "status: False io the node cache has not answered for "* ]]
-  grep -q "a status request of uid 4242 is answered at once instead of waiting for a turn: the node cache has not" \
+  grep -q "a status request of uid 4242 is answered without waiting for its turn: the node cache has not" \
     "$T/daemon.log"
   ! grep -q "uid 4242 waits for a turn" "$T/daemon.log" || false
   stop_hangingdisk

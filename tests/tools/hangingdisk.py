@@ -2,9 +2,10 @@
 """hangingdisk.py: a directory shown through FUSE, the way a disk that then stops answering shows it.
 Until the file TRIGGER exists every request goes to ROOT as it is (as root: what root may do
 there); from then on every request (but the mount point's own getattr) hangs, as a request to a
-disk whose controller stopped answering does. Killing the server ends them (ENOTCONN).
+disk whose controller stopped answering does. Killing the server ends them (ENOTCONN); once the
+file RESUME exists (when given) they are answered, as by a disk that came back.
 
-  hangingdisk.py ROOT MOUNT TRIGGER LOG    # runs in the foreground; kill it, then fusermount -u -z MOUNT
+  hangingdisk.py ROOT MOUNT TRIGGER LOG [RESUME]    # runs in the foreground; kill it, then fusermount -u -z MOUNT
 
 Each hung request appends "hung OP PATH pid PID" to LOG. Files are direct_io and nothing is
 cached long (entry and attribute timeouts of 0): every lookup, open and read is a request here.
@@ -19,8 +20,8 @@ from hang_on_cue import HangOnCue
 
 
 class HangingDisk(HangOnCue, fusepy.Operations):
-    def __init__(self, root, trigger, log):
-        HangOnCue.__init__(self, trigger, log)
+    def __init__(self, root, trigger, log, resume=None):
+        HangOnCue.__init__(self, trigger, log, resume)
         self.root = os.path.realpath(root)
 
     def real(self, path):
@@ -106,5 +107,7 @@ class HangingDisk(HangOnCue, fusepy.Operations):
 
 if __name__ == "__main__":
     root, mount, trigger, log = sys.argv[1:5]
-    fusepy.FUSE(HangingDisk(root, trigger, log), mount, foreground=True, allow_other=True, default_permissions=True,
-                direct_io=True, use_ino=True, entry_timeout=0, attr_timeout=0, fsname="hangingdisk")
+    resume = sys.argv[5] if len(sys.argv) > 5 else None
+    fusepy.FUSE(HangingDisk(root, trigger, log, resume), mount, foreground=True, allow_other=True,
+                default_permissions=True, direct_io=True, use_ino=True, entry_timeout=0, attr_timeout=0,
+                fsname="hangingdisk")

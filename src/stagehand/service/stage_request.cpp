@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 namespace stagehand::service {
 
@@ -61,6 +62,10 @@ void StageRequest::execute()
     m_out.error(e);
   };
   for (const auto& src : m_request.sources) {
+    if (client_left()) {
+      refuse(Error::io("the client went away before " + src.shown, EPIPE), 0);
+      return;
+    }
     const std::uint64_t earlier = job_staged(); // by the job's other requests
     const std::uint64_t job_left = m_job_limit > earlier ? m_job_limit - earlier : 0;
     m_max_bytes = std::min(request_limit, m_total + job_left);
@@ -140,21 +145,31 @@ void StageRequest::finish_staging()
   }
 }
 
+std::unique_lock<std::mutex> StageRequest::node_lock_for_a_moment()
+{
+  std::unique_lock lock(m_node.mutex, std::try_to_lock);
+  for (int i = 0; !lock.owns_lock() && i < 100; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    (void)lock.try_lock();
+  }
+  return lock;
+}
+
 void StageRequest::fill_alive()
 {
-  std::lock_guard lock(m_node.mutex);
-  if (m_fill_wait) {
+  auto lock = node_lock_for_a_moment();
+  if (lock.owns_lock() && m_fill_wait) {
     m_fill_wait->progressed = std::chrono::steady_clock::now();
   }
 }
 
 void StageRequest::record_progress(const proto::Progress& p)
 {
-  std::lock_guard lock(m_node.mutex);
   if (m_staging_id) { // a staging; cache_view's keepalives are no staging (status never lists them)
-    m_node.stagings.report(*m_staging_id, p);
+    m_node.stagings.report(*m_staging_id, p); // (their own lock)
   }
-  if (m_fill_wait) {
+  auto lock = node_lock_for_a_moment(); // for the jobs waiting on this read
+  if (lock.owns_lock() && m_fill_wait) {
     if (p.done_bytes != m_fill_wait->progress) {
       m_fill_wait->progressed = std::chrono::steady_clock::now();
     }
@@ -197,14 +212,30 @@ Result<ipc::Message> StageRequest::await(ipc::Child& child, const std::function<
   }
 }
 
+void StageRequest::made(const std::string& rel)
+{
+  struct stat st {};
+  if (::fstatat(m_job_fd.get(), rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    m_made.push_back(Made{rel, st.st_dev, st.st_ino});
+  }
+}
+
 void StageRequest::rollback()
 {
+  if (client_left()) {
+    spdlog::info("job {}: its client stopped waiting: what this request placed is left to the job's own staging",
+                 m_job.job_id);
+    m_made.clear();
+    return;
+  }
   for (auto it = m_made.rbegin(); it != m_made.rend(); ++it) {
-    const std::string& rel = *it;
-    const auto slash = rel.rfind('/');
-    const std::string parent = slash == std::string::npos ? "" : rel.substr(0, slash);
-    const std::string name = slash == std::string::npos ? rel : rel.substr(slash + 1);
-    if (auto fd = fs::open_beneath(m_job_fd.get(), parent, O_RDONLY | O_DIRECTORY)) {
+    const auto slash = it->rel.rfind('/');
+    const std::string parent = slash == std::string::npos ? "" : it->rel.substr(0, slash);
+    const std::string name = slash == std::string::npos ? it->rel : it->rel.substr(slash + 1);
+    auto fd = fs::open_beneath(m_job_fd.get(), parent, O_RDONLY | O_DIRECTORY);
+    struct stat st {};
+    if (fd && ::fstatat(fd->get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_dev == it->dev &&
+        st.st_ino == it->ino) {
       (void)fs::remove_tree(fd->get(), name);
     }
   }

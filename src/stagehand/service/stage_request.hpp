@@ -80,6 +80,11 @@ private:
                              Frames frames = Frames::sent);
   // What progress() records for the jobs waiting on this request's read, without sending it.
   void record_progress(const proto::Progress& p);
+  // The node's lock, if had within about 100 ms (else a lock that owns nothing): its holder may
+  // wait in the kernel (a cache disk that stopped answering), and a keepalive must still reach the
+  // client, or the client stops waiting while this request goes on. What a keepalive records
+  // under it is only the sign of life jobs waiting on this read watch, given again 5 s later.
+  std::unique_lock<std::mutex> node_lock_for_a_moment();
   Result<proto::StagedSource> stage_one(const proto::SourceSpec& src);
   // cache_view: waits (bounded) for another job's read and fill of `key` on this node, if any;
   // `claimed` when nobody reads it yet and this job claimed it (its own to read).
@@ -223,7 +228,15 @@ private:
   Result<stage::Delivered> deliver_from(int in_fd, const Delivery& d, const std::function<double()>& seconds);
   Result<Missed> miss(const Delivery& d, int src_fd, const MissContext& c);
   struct MissRead; // one miss, in steps (stage_miss.cpp)
+  // Removes what this request placed, each only while its name still holds what was placed;
+  // nothing once the client has gone (its helper has taken over the job's directory: it removed
+  // what was placed and may have staged the same names itself).
   void rollback();
+  // `rel` (below the job directory) was placed by this request: recorded for rollback().
+  void made(const std::string& rel);
+  // Whether the client stopped waiting (its helper stages without the daemon now): nothing more
+  // is placed for it.
+  bool client_left() const { return m_out.broken() || m_out.client_gone(); }
 
   Node& m_node;
   FillThread& m_fills;
@@ -236,7 +249,13 @@ private:
   std::uint64_t m_max_bytes = 0;          // this request's limit: its own, and what the job has left
   std::uint64_t m_job_limit = 0;          // [stage] max_bytes, for all of the job's requests
   std::shared_ptr<FillWait> m_fill_wait;  // our fill, when we lead one: waiters see its progress
-  std::vector<std::string> m_made; // created below the job directory, for rollback
+  struct Made
+  {
+    std::string rel; // below the job directory
+    dev_t dev = 0;
+    ino_t ino = 0;
+  };
+  std::vector<Made> m_made; // placed below the job directory, for rollback
   std::vector<std::string> m_pinned;
   std::uint64_t m_total = 0;
   std::optional<std::uint64_t> m_staging_id; // a staging's entry in status (none for cache_view)

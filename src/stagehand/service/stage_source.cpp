@@ -281,12 +281,15 @@ Status StageRequest::place(Sourcing& s)
 {
   if (s.delivered) {
     if (!s.created.empty()) {
-      m_made.push_back(s.created);
+      made(s.created);
     }
     s.out.how = s.delivered->how;
     s.out.files = s.delivered->files;
     s.out.bytes = s.delivered->bytes;
     return ok_status();
+  }
+  if (client_left()) { // (a lookup on a cache disk that hung a while: the job stages without the daemon by now)
+    return Error::io("the client went away", EPIPE).with_context(s.src.shown);
   }
   auto entry = m_store->open_entry(s.hit_key);
   if (!entry) {
@@ -297,7 +300,7 @@ Status StageRequest::place(Sourcing& s)
   if (!placed) {
     return placed.error().with_context(s.src.shown);
   }
-  m_made.push_back(placed->created_top);
+  made(placed->created_top);
   s.out.files = placed->files;
   s.out.bytes = placed->bytes;
   return ok_status();
