@@ -115,6 +115,22 @@ void print_daemon_summaries(const stage::StageRequest& a, const proto::StageRepl
   std::fflush(stdout);
 }
 
+// Why a stage reply does not answer the request it is for (a daemon's fault, or one older or
+// newer than this helper), or "": one staged source for each asked, in order, to its destination.
+std::string reply_mismatch(const std::vector<stage::CheckedSource>& sources, const proto::StageReply& staged)
+{
+  if (staged.staged.size() != sources.size()) {
+    return "the node daemon answered for " + std::to_string(staged.staged.size()) + " sources, not the " +
+           std::to_string(sources.size()) + " asked";
+  }
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    if (staged.staged[i].dest != sources[i].dest) {
+      return "the node daemon answered " + staged.staged[i].dest + " for " + sources[i].shown;
+    }
+  }
+  return "";
+}
+
 // Whatever a daemon that died midway left must go before staging here: only paths that did not
 // exist before it was asked (`missing_before`), never a directory the job made.
 void remove_left_behind(int root_fd, const std::vector<std::string>& missing_before)
@@ -163,7 +179,7 @@ DaemonOutcome stage_via_daemon(const stage::StageRequest& a, const std::vector<s
     why = reply->error->message;
   } else if (auto staged = proto::parse_stage_reply(reply->result_json); !staged) {
     why = staged.error().message;
-  } else {
+  } else if (why = reply_mismatch(sources, *staged); why.empty()) {
     print_daemon_summaries(a, *staged, ask);
     return DaemonOutcome::staged;
   }

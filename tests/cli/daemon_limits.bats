@@ -566,6 +566,54 @@ print(said["status"])'
   [[ "${lines[1]}" == "waits" || "${lines[1]}" == "answered: False the node cache has not answered for "* ]]
 }
 
+@test "a directory whose read fails on the share (EIO) is answered io, which the job's helper stages without the daemon, not corrupt" {
+  # The reader (the job user's) streams the tree to the tee and the job's unpacking: a read that
+  # fails cuts the stream short, and the unpacking then calls it a truncated archive. "corrupt"
+  # fails the job (staging again would read the same bytes); what failed is the share.
+  start_stuckfs
+  make_sources 1 10
+  start_daemon
+  run timeout -s KILL 120 python3 -c '
+import sys
+from client import register, stage
+register(78)
+r = stage(78, [{"shown": "bad", "path": sys.argv[1], "dest": "d/bad", "kind": "dir", "unpack": "never"}], timeout=60)
+print("answered:", r.get("ok"), r.get("kind", ""), r.get("error", ""))' "$T/stuck/bad"
+  echo "$output"
+  cat "$T/daemon.log"
+  [[ "$output" == "answered: False io "*"eio.bin"*"Input/output error"* ]]
+  [ ! -e "$T/scratch/n1/job_78/d/bad" ]
+}
+
+@test "a stage answer that does not match the request (a source left out) is not believed: the helper stages every source" {
+  # A daemon (here a stand-in on its socket, root's) that answers "ok" for the first of two sources
+  # only: the job would run without the second, its staging marked done.
+  cat >"$T/fake.py" <<'PY'
+import json, os, socket, struct, sys
+l = socket.socket(socket.AF_UNIX); l.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o666); l.listen(4)
+c, _ = l.accept()
+n = struct.unpack(">I", c.recv(4))[0]; data = b""
+while len(data) < n: data += c.recv(n - len(data))
+src = json.loads(data)["sources"][0]
+reply = {"v": 1, "type": "result", "ok": True, "staged": [{"shown": src["shown"], "dest": src["dest"], "how": "copied",
+         "files": 1, "bytes": 2, "seconds": 0.0, "cache": "cache miss", "note": ""}]}
+b = json.dumps(reply).encode(); c.sendall(struct.pack(">I", len(b)) + b); c.close()
+PY
+  make_sources 2 1
+  mkdir -p "$T/run" "$T/job5"
+  timeout -s KILL 60 python3 "$T/fake.py" "$T/run/fake.sock" &
+  local fake=$!
+  for _ in $(seq 1 100); do [ -S "$T/run/fake.sock" ] && break; sleep 0.1; done
+  run timeout -s KILL 60 "$STAGEHAND_BIN" stage-run --tmpdir "$T/job5" --node n1 --max-bytes 1000000 --job 5 \
+    --socket "$T/run/fake.sock" --progress-interval 0 -- "$T/src/f00000:a,$T/src/f00001:b"
+  echo "$output"
+  wait "$fake" || true
+  [ "$status" -eq 0 ]
+  [[ "${lines[0]}" == *"the node daemon could not stage (the node daemon answered for 1 sources, not the 2 asked);"* ]]
+  [ "$(cat "$T/job5/a")" = 0 ]
+  [ "$(cat "$T/job5/b")" = 1 ]
+}
+
 @test "a staging whose client gave up (the daemon silent too long) leaves what the job staged itself since alone" {
   # The job's helper stops waiting for a silent daemon (60 s without a frame), removes what the
   # daemon had placed and stages the same names itself. The daemon's request, when it goes on,

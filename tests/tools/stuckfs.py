@@ -7,6 +7,7 @@ does not end it until the server answers or goes away.
 
 - /data/ok.txt reads "ok"; every read of /data/stuck.bin hangs (files are direct_io: a read is
   a request to this server, never served from the page cache).
+- /bad holds ok.txt ("ok") and eio.bin, whose reads fail with EIO (a share's disk error mid-read).
 - /out is an empty directory UID may write (any mkdir or create there is refused with EIO).
 - Once the file TRIGGER exists, every request (but the mount point's own getattr) hangs.
 - Each hung request appends "hung OP PATH pid PID" to LOG.
@@ -29,8 +30,10 @@ class StuckFs(HangOnCue, fusepy.Operations):
     def __init__(self, trigger, uid, log):
         HangOnCue.__init__(self, trigger, log)
         self.uid = uid
-        self.dirs = {"/": [".", "..", "data", "out"], "/data": [".", "..", "ok.txt", "stuck.bin"], "/out": [".", ".."]}
-        self.files = {"/data/ok.txt": b"ok\n", "/data/stuck.bin": b"s" * 4096}
+        self.dirs = {"/": [".", "..", "data", "bad", "out"], "/data": [".", "..", "ok.txt", "stuck.bin"],
+                     "/bad": [".", "..", "ok.txt", "eio.bin"], "/out": [".", ".."]}
+        self.files = {"/data/ok.txt": b"ok\n", "/data/stuck.bin": b"s" * 4096, "/bad/ok.txt": b"ok\n",
+                      "/bad/eio.bin": b"e" * 4096}
 
     def getattr(self, path, fh=None):
         base = {"st_uid": self.uid, "st_gid": 0, "st_atime": NOW, "st_mtime": NOW, "st_ctime": NOW}
@@ -56,6 +59,8 @@ class StuckFs(HangOnCue, fusepy.Operations):
     def read(self, path, size, offset, fh):
         if path == "/data/stuck.bin":
             self.hang("read", path)
+        if path == "/bad/eio.bin":
+            raise fusepy.FuseOSError(errno.EIO)
         return self.files[path][offset:offset + size]
 
     def access(self, path, amode):

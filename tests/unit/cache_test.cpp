@@ -506,6 +506,36 @@ TEST(Child, TwoMessagesSentAtOnceAreReceivedOneByOne)
   EXPECT_EQ(none.error().code, EPIPE);
 }
 
+// A daemon stopped (SIGSTOP) with its socket's queue of connections full: a client's connect gets
+// EAGAIN, which on a Unix socket is no connection under way. Said as what it is, within the
+// connect deadline (it used to poll an unconnected socket and blame an impostor of uid -1).
+TEST(Client, ADaemonWhoseQueueOfConnectionsIsFullIsSaidToBeSo)
+{
+  TempDir d;
+  const std::string path = d / "stagehandd.sock";
+  UniqueFd l(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  struct sockaddr_un addr {};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  ASSERT_EQ(::bind(l.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(l.get(), 0), 0); // never accepted
+  std::vector<UniqueFd> queued;
+  for (int i = 0; i < 64; ++i) { // fills the queue: the next non-blocking connect gets EAGAIN
+    UniqueFd c(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (::connect(c.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof addr) != 0) {
+      ASSERT_EQ(errno, EAGAIN);
+      break;
+    }
+    queued.push_back(std::move(c));
+  }
+  ipc::CallOptions options;
+  options.connect_deadline = std::chrono::milliseconds(300);
+  auto reply = ipc::call(path, proto::StatusQuery{}, options);
+  ASSERT_FALSE(reply);
+  EXPECT_EQ(reply.error().code, EAGAIN);
+  EXPECT_EQ(reply.error().message, path + ": the daemon's queue of connections is full (it is stopped, or far behind)");
+}
+
 TEST(Client, ASocketNotServedByRootIsToldNothing)
 {
   STAGEHAND_REQUIRE_ROOT();

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <thread>
 
 namespace stagehand::ipc {
 
@@ -45,8 +46,18 @@ Status wait_for(int fd, short events, Clock::time_point until, const char* what)
 // Completes the non-blocking connect of `fd` to `addr` (the daemon's `socket_path`) by `until`.
 Status connect_socket(int fd, const struct sockaddr_un& addr, const std::string& socket_path, Clock::time_point until)
 {
-  if (::connect(fd, reinterpret_cast<const struct sockaddr*>(&addr), sizeof addr) != 0) {
-    if (errno != EINPROGRESS && errno != EAGAIN) {
+  // A Unix socket's EAGAIN is a full queue of connections (a daemon stopped, or far behind), not a
+  // connection under way: the socket is not connected, so asked again until the deadline.
+  int rc = 0;
+  while ((rc = ::connect(fd, reinterpret_cast<const struct sockaddr*>(&addr), sizeof addr)) != 0 && errno == EAGAIN) {
+    if (Clock::now() >= until) {
+      return Error::io(socket_path + ": the daemon's queue of connections is full (it is stopped, or far behind)",
+                       EAGAIN);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (rc != 0) {
+    if (errno != EINPROGRESS) {
       return Error::from_errno(socket_path);
     }
     if (auto st = wait_for(fd, POLLOUT, until, "connect"); !st) {

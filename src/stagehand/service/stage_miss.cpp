@@ -532,13 +532,26 @@ proto::Progress StageRequest::MissRead::status()
 }
 
 // A delivery that ends early because the read failed (a truncated stream to it) says what the
-// read said: the reader's error is sent before its end closes the pipe.
+// read said: each reading child's error is sent before its end closes the pipe. The tee reads a
+// file itself; a directory is read by the reader (the job user's), which streams it to the tee.
+// A tee that ended without a word (killed) cut the stream short too: not the archive's fault.
 Error StageRequest::MissRead::reader_failure(Error seen)
 {
-  if (auto m = ipc::receive_message(tee->sock(), std::chrono::milliseconds(100)); m) {
+  if (reader) {
+    if (auto m = ipc::receive_message(reader->sock(), std::chrono::milliseconds(100)); m) {
+      if (auto said = proto::parse_child_message<proto::TreeStreamed>(m->text); !said) {
+        return said.error();
+      }
+    }
+  }
+  auto m = ipc::receive_message(tee->sock(), std::chrono::milliseconds(100));
+  if (m) {
     if (auto said = proto::parse_child_message<proto::Teed>(m->text); !said) {
       return said.error();
     }
+  } else if (m.error().code != ETIMEDOUT && seen.kind == ErrorKind::corrupt) {
+    return Error::io(src.shown + ": the read of the source ended early (" + tee->why_closed(m.error()).message + ")",
+                     EIO);
   }
   return seen;
 }
