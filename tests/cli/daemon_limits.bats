@@ -504,7 +504,7 @@ print("status:", call({"v": 1, "op": "status"}, timeout=120).get("ok"))'
 # that cache shown through hangingdisk.py, not hanging yet (GC's timed passes off: they would meet
 # the hung disk too). Arguments: the daemon's wrapper (start_daemon).
 cache_on_a_hanging_disk() {
-  make_sources 1 10
+  make_sources 2 10 # (f00001: never cached)
   start_daemon
   run stage_first_source 77
   [ "$status" -eq 0 ]
@@ -694,9 +694,9 @@ stage(78, [source(sys.argv[1], "f00000")], timeout=100)' "$T/src" >/dev/null 2>&
   for _ in $(seq 1 300); do grep -Eq "$held" "$T/hangingdisk.log" 2>/dev/null && break; sleep 0.1; done
   grep -Eq "$held" "$T/hangingdisk.log"
   held=$(date +%s.%N)
-  sleep 12
+  sleep 16
   cat "$T/frames"
-  # Job 80's keepalives go on (one every 5 s): two at least in those 12 s.
+  # Job 80's keepalives go on (one every 5 s): two at least in those 16 s.
   [ "$(awk -v t="$held" '$1 > t + 0.2 && $2 == "progress"' "$T/frames" | wc -l)" -ge 2 ]
   stop_hangingdisk
   wait "$FIRST" || true
@@ -705,17 +705,25 @@ stage(78, [source(sys.argv[1], "f00000")], timeout=100)' "$T/src" >/dev/null 2>&
 @test "a hit found after its client gave up (its lookup held by a cache disk that hung a while) is not placed" {
   cache_on_a_hanging_disk
   touch "$T/hang-now"
+  # The client gives up once the lookup is held there (as the helper does after 60 s of silence).
   run timeout -s KILL 60 python3 -c '
-import sys
-from client import register, source, stage
+import json, re, socket, struct, sys, time
+from client import SOCK, register, source
 register(78)
-try:
-    r = stage(78, [source(sys.argv[1], "f00000")], timeout=3)
-    print("answered:", r)
-except TimeoutError:
-    print("gave up")' "$T/src"
+s = socket.socket(socket.AF_UNIX); s.connect(SOCK)
+b = json.dumps({"v": 1, "op": "stage", "job_id": 78, "max_bytes": 1 << 40,
+                "sources": [source(sys.argv[1], "f00000")]}).encode()
+s.sendall(struct.pack(">I", len(b)) + b)
+for _ in range(600):
+    try:
+        if re.search(r"^hung [a-z]+ /n1/entries", open(sys.argv[2]).read(), re.M): break
+    except FileNotFoundError: pass
+    time.sleep(0.1)
+s.close()
+print("gave up")' "$T/src" "$T/hangingdisk.log"
   echo "$output"
   [ "$output" = "gave up" ]
+  grep -Eq "^hung [a-z]+ /n1/entries" "$T/hangingdisk.log"
   # The job's helper stages f00000 itself now; the disk answers again, and the daemon's lookup
   # finds the entry: the daemon places nothing (the helper's copy would then meet an existing
   # destination and fail the job).
@@ -725,6 +733,45 @@ except TimeoutError:
   grep -q "warning: job 78: --stage-data: f00000: the client went away" "$T/daemon.log"
   [ ! -e "$T/scratch/n1/job_78/d" ]
   grep -q "^resumed " "$T/hangingdisk.log"
+}
+
+@test "a miss reached after its client gave up (waiting for the node lock a hung cache disk held) is not delivered" {
+  cache_on_a_hanging_disk
+  mkdir "$T/scratch/n1/job_81"
+  chown 4242:4242 "$T/scratch/n1/job_81"
+  chmod 0700 "$T/scratch/n1/job_81"
+  touch "$T/hang-now"
+  # Job 81's lookup of f00000 holds the node lock in the kernel; job 78 asks for f00001 (a miss)
+  # meanwhile and waits for that lock; its client gives up 2 s on (as the helper does after 60 s).
+  timeout -s KILL 120 python3 -c '
+import sys
+from client import register, source, stage
+register(81)
+stage(81, [source(sys.argv[1], "f00000")], timeout=100)' "$T/src" >/dev/null 2>&1 &
+  FIRST=$!
+  local held="^hung [a-z]+ /n1/entries"
+  for _ in $(seq 1 300); do grep -Eq "$held" "$T/hangingdisk.log" 2>/dev/null && break; sleep 0.1; done
+  grep -Eq "$held" "$T/hangingdisk.log"
+  run timeout -s KILL 60 python3 -c '
+import sys
+from client import register, source, stage
+register(78)
+try:
+    print("answered:", stage(78, [source(sys.argv[1], "f00001")], timeout=2))
+except TimeoutError:
+    print("gave up")' "$T/src"
+  echo "$output"
+  [ "$output" = "gave up" ]
+  # The disk answers again: job 81's lookup ends, and job 78's request has the lock: its miss is
+  # not read into the job's directory (the request stops at its next look at the client: before
+  # its source, or before its read).
+  touch "$T/resume-now"
+  for _ in $(seq 1 300); do grep -q "job 78: .*went away" "$T/daemon.log" && break; sleep 0.1; done
+  cat "$T/daemon.log"
+  grep -Eq "warning: job 78: --stage-data: (the client went away before f00001|f00001: the client went away)" \
+    "$T/daemon.log"
+  [ ! -e "$T/scratch/n1/job_78/d" ]
+  wait "$FIRST" || true
 }
 
 @test "a cache disk that stops answering: once the node lock has been out of reach 5 s, requests are answered at once" {

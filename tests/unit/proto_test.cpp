@@ -159,6 +159,16 @@ TEST(Reply, ResultsErrorsAndProgressRoundTrip)
   EXPECT_EQ(back->cache.evictions, 6U);
   EXPECT_EQ(back->trash_entries, 2U);
 
+  // end_job's answer to a stage-out hand-over names what the daemon claimed; a plain "done" does not.
+  auto taken = parse_reply_frame(serialize_result(StageOutTaken{".stageout.job_7.9.1"}));
+  ASSERT_TRUE(taken && !taken->error);
+  auto claimed = parse_stage_out_taken(taken->result_json);
+  ASSERT_TRUE(claimed) << claimed.error().message;
+  EXPECT_EQ(claimed->claimed_as, ".stageout.job_7.9.1");
+  auto done = parse_reply_frame(serialize_result(Done{}));
+  ASSERT_TRUE(done && !done->error);
+  EXPECT_FALSE(parse_stage_out_taken(done->result_json));
+
   auto err = parse_reply_frame(serialize_error(Error::limit("too big")));
   ASSERT_TRUE(err && err->error);
   EXPECT_EQ(err->error->kind, ErrorKind::limit);

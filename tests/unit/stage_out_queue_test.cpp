@@ -343,6 +343,43 @@ TEST(StageOutHandOver, AnEpilogWhoseDaemonClaimedTheDirectoryLateLeavesTheCopyTo
   EXPECT_EQ(read_file(n.base + "/" + daemons + "/result"), "42") << "left in place for the daemon's copy";
 }
 
+// A daemon older than the hand-over ignores `pending` and answers "done": nobody would copy the
+// results. The epilog takes a hand-over only from an answer that says the daemon took it (the
+// name it claimed), and copies itself otherwise.
+TEST(StageOutHandOver, AnEpilogWhoseDaemonAnswersDoneWithoutTakingTheStageOutCopiesItself)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Node n;
+  const std::string dest = n.dir / "dest";
+  ASSERT_EQ(::mkdir(dest.c_str(), 0755), 0);
+  ASSERT_EQ(::chown(dest.c_str(), k_attacker_uid, k_attacker_gid), 0);
+  a_job_with_a_result(n);
+  auto specs = stageout::parse_option("result:" + dest + "/result");
+  ASSERT_TRUE(specs);
+  const job::StageOutJob out{stageout::canonical_option(*specs, n.dir.path()), n.dir.path()};
+
+  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string sock = n.config.daemon.socket;
+  ASSERT_LT(sock.size(), sizeof addr.sun_path);
+  std::copy(sock.begin(), sock.end(), addr.sun_path);
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener.get(), 4), 0);
+  std::thread old_daemon([&] { // own thread: a test's (a daemon's stand-in)
+    UniqueFd c(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    char buf[4096];
+    (void)::recv(c.get(), buf, sizeof buf, 0); // the end_job request, its `pending` not understood
+    const std::string done = proto::encode_frame(proto::serialize_result(proto::Done{}));
+    (void)::send(c.get(), done.data(), done.size(), MSG_NOSIGNAL);
+  });
+  auto ended = job::job_end(n.config, Node::job(), tmpdir::Request::create, std::chrono::seconds(5), out);
+  old_daemon.join();
+  ASSERT_TRUE(ended) << ended.error().message;
+  EXPECT_NE(ended->find("the daemon answered without taking the stage-out"), std::string::npos) << *ended;
+  EXPECT_EQ(read_file(dest + "/result"), "42") << "the epilog copied the results: " << *ended;
+}
+
 TEST(StageOutQueue, TakesOnlyTheJobsOwnStageOutDirectory)
 {
   STAGEHAND_REQUIRE_ROOT();

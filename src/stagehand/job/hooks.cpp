@@ -26,16 +26,25 @@ ipc::CallOptions hook_options()
 }
 
 // Tells the daemon; a sentence saying how that went.
-std::string tell_daemon(const Config& config, const std::string& node, const proto::Request& request, bool* taken)
+// What the daemon's answer must say for `taken`: anything that is not an error, or (a stage-out's
+// hand-over) that it took the stage-out.
+enum class Taken { when_answered, when_stage_out_taken };
+
+std::string tell_daemon(const Config& config, const std::string& node, const proto::Request& request, bool* taken,
+                        Taken means = Taken::when_answered)
 {
   auto reply = ipc::call(expand_node(config.daemon.socket, node), request, hook_options());
-  *taken = reply && !reply->error;
+  *taken = false;
   if (!reply) {
     return "no daemon (" + reply.error().message + ")";
   }
   if (reply->error) {
     return "the daemon refused: " + reply->error->message;
   }
+  if (means == Taken::when_stage_out_taken && !proto::parse_stage_out_taken(reply->result_json)) {
+    return "the daemon answered without taking the stage-out (a daemon older than this epilog)";
+  }
+  *taken = true;
   return "daemon told";
 }
 
@@ -105,7 +114,7 @@ Result<std::string> job_end(const Config& config, const tmpdir::JobContext& job,
     bool taken = false;
     std::string said = tell_daemon(config, job.node,
                                    proto::EndJob{job.owner.job_id, "", 0, *ended->pending, out->specs, out->fallback_dir},
-                                   &taken);
+                                   &taken, Taken::when_stage_out_taken);
     if (taken) {
       return ended->summary + "; " + said + ", it copies the stage-out entries";
     }

@@ -232,7 +232,16 @@ struct Done // a reply with no fields beyond ok
 {
 };
 
-using Reply = std::variant<Done, StageReply, StatusReply, CacheListReply, GcReply, RetryReply, CacheViewReply>;
+// end_job with `pending`: the daemon took the stage-out, claimed under this name. An epilog takes
+// nothing less for a hand-over: a daemon older than the hand-over ignores `pending` and answers
+// Done, and the results would then be copied by nobody.
+struct StageOutTaken
+{
+  std::string claimed_as;
+};
+
+using Reply =
+  std::variant<Done, StageReply, StatusReply, CacheListReply, GcReply, RetryReply, CacheViewReply, StageOutTaken>;
 
 std::string serialize_progress(const Progress& p);
 std::string serialize_result(const Reply& r);
@@ -253,5 +262,6 @@ Result<CacheListReply> parse_cache_list_reply(std::string_view json);
 Result<GcReply> parse_gc_reply(std::string_view json);
 Result<RetryReply> parse_retry_reply(std::string_view json);
 Result<CacheViewReply> parse_cache_view_reply(std::string_view json);
+Result<StageOutTaken> parse_stage_out_taken(std::string_view json);
 
 } // namespace stagehand::proto

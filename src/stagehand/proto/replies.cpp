@@ -107,6 +107,7 @@ std::string serialize_result(const Reply& r)
                           }
                         },
                         [&](const RetryReply& x) { j["said"] = x.said; },
+                        [&](const StageOutTaken& x) { j["stage_out_taken"] = x.claimed_as; },
                         [&](const CacheViewReply& x) {
                           j["entries"] = json::array();
                           for (const auto& e : x.entries) {
@@ -319,6 +320,20 @@ Result<RetryReply> parse_retry_reply(std::string_view payload)
   Fields f(*j);
   SH_TRY(said, f.str("said", true));
   return RetryReply{*said};
+}
+
+Result<StageOutTaken> parse_stage_out_taken(std::string_view payload)
+{
+  auto j = parse_json(payload);
+  if (!j) {
+    return j.error();
+  }
+  Fields f(*j);
+  SH_TRY(claimed, f.str("stage_out_taken", true));
+  if (claimed->empty()) {
+    return Error::internal("protocol: \"stage_out_taken\" must name the claimed directory");
+  }
+  return StageOutTaken{*claimed};
 }
 
 Result<CacheViewReply> parse_cache_view_reply(std::string_view payload)

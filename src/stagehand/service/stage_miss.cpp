@@ -32,6 +32,9 @@ using nlohmann::json;
 
 Result<ipc::Child> StageRequest::spawn_delivery(int in_fd, const Delivery& d)
 {
+  if (client_left()) { // (the node's lock held a while: the job stages without the daemon by now)
+    return Error::io("the client went away", EPIPE);
+  }
   const stage::DeliverTo to{m_job_fd.get(), d.src->dest, d.room, nullptr};
   const std::string shown = d.src->shown;
   return ipc::spawn_as(m_user, {in_fd, m_job_fd.get()}, [&, to](int sock, const std::vector<int>& kept) {
@@ -214,6 +217,9 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
 // The read's children: the reader (a directory), the job's delivery or the cache's fill, the tee.
 Status StageRequest::MissRead::start()
 {
+  if (r.client_left() && d.into == DeliverInto::job_directory) { // (a reader may copy into the job's directory)
+    return Error::io("the client went away", EPIPE);
+  }
   const bool plain = d.content == stage::StreamContent::plain_file;
   if (d.into == DeliverInto::cache_only && cache::fill_follows_spool(plain, d.seek_first)) {
     cache_fill = CacheFill::from_pipe;
@@ -335,8 +341,9 @@ Status StageRequest::MissRead::start_reader()
   }
   auto spawned = ipc::spawn_as(r.m_user, keep, [&](int sock, const std::vector<int>& kept) {
     auto s = read_tree_as_user(kept);
+    const int said = reply_to_parent(sock, s); // before the stream ends: a delivery cut short finds why
     ::close(kept[1]);
-    return reply_to_parent(sock, s);
+    return said;
   });
   if (copied) {
     copied->handed_out();

@@ -108,7 +108,7 @@ Result<std::string> StageOutQueue::take(const proto::EndJob& end, std::optional<
     return claimed.error().with_context("stage-out"); // the epilog copies it where it is
   }
   if (epilog) {
-    epilog->result(proto::Done{}); // it may have stopped waiting: its own claim then finds nothing
+    epilog->result(proto::StageOutTaken{p.dir}); // it may have stopped waiting: its own claim then finds nothing
   }
   start_worker(p);
   return p.dir;

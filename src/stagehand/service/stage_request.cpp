@@ -206,7 +206,7 @@ Result<ipc::Message> StageRequest::await(ipc::Child& child, const std::function<
       continue;
     }
     progress(status());
-    if (m_out.broken()) {
+    if (client_left()) {
       return give_up(Error::io("the client went away", EPIPE)); // the job gave up: stop working for it
     }
   }

@@ -196,7 +196,7 @@ Status StageRequest::keep_alive(std::unique_lock<std::mutex>& lock, const proto:
   lock.unlock();
   progress(p);
   lock.lock();
-  if (m_out.broken()) {
+  if (client_left()) {
     return Error::io("the client went away", EPIPE);
   }
   return ok_status();
