@@ -195,15 +195,29 @@ struct ViewsPlace
   const std::string& record;
 };
 
-// Records the views made (under the lock): what views_for returns.
+// Unmounts the views just made and removes their mount points: a view nobody recorded would meet
+// the job's staging as a destination that exists already, and fail it.
+void undo_views(const ViewsPlace& at, const tmpdir::ViewRecord& made)
+{
+  for (const auto& view : made.views) {
+    if (auto st = fs::unmount_overlay_view(at.job_fd, view.dest); !st) {
+      say("job " + std::to_string(at.job.id) + ": " + st.error().message);
+      continue;
+    }
+    (void)::unlinkat(at.job_fd, view.dest.c_str(), AT_REMOVEDIR);
+  }
+}
+
+// Records the views made (under the lock): what views_for returns. Views that cannot be recorded
+// are undone: the task stages as without views.
 Result<tmpdir::ViewRecord> write_record(const ViewsPlace& at, const tmpdir::ViewRecord& made)
 {
   auto text = tmpdir::format_view_record(made);
-  if (!text) {
-    return text.error();
-  }
-  if (auto st2 = fs::write_file_atomic(at.mine_fd, at.record, *text, 0600, fs::Durability::none); !st2) {
-    return st2.error(); // the views stay mounted until the epilog; this task stages as without
+  auto written = text ? fs::write_file_atomic(at.mine_fd, at.record, *text, 0600, fs::Durability::none)
+                      : Status(text.error());
+  if (!written) {
+    undo_views(at, made);
+    return written.error().with_context("cannot record the job's views");
   }
   return made;
 }

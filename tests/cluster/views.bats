@@ -218,6 +218,33 @@ SCRIPT
   assert_no_view_left "$ID"
 }
 
+@test "views that cannot be recorded are undone: the job stages as without views, and runs" {
+  # The record's name is the specs' (job A's, the same option as job B's below).
+  start_held_job
+  local record
+  record=$(cd "$(views_dir "$ID")" && ls -d record*)
+  [ -n "$record" ]
+  rm -f "$WORK/hold.$ID"
+  wait_job_done "$ID"
+  # Job B, held until its record's name is taken by a directory (its write then fails, as on a
+  # full or failing disk): its view is mounted, cannot be recorded, and must go again, or the
+  # job's staging would meet "o" as a destination that exists already.
+  local id
+  id=$(as_user "sbatch --parsable --hold -N1 -w node1 -o out.%j --stage-data=views.tar:o \
+    --wrap 'cat \$SLURM_TMPDIR/o/d/ckpt.pt; echo'")
+  mkdir -p "$(views_dir "$id")/$record/taken"
+  chmod 0700 "$(views_dir "$id")"
+  scontrol release "$id"
+  JOB_RC=$(job_exit_code "$id")
+  wait_job_done "$id"
+  cat "$WORK/out.$id"
+  [ "$JOB_RC" -eq 0 ]
+  grep -qx weights "$WORK/out.$id"
+  grep -q '(cache hit)$' "$WORK/out.$id"
+  ! grep -q '(cache view)' "$WORK/out.$id" || false
+  assert_no_view_left "$id"
+}
+
 @test "a slurmd restart mid-job: none outlives the job" {
   start_held_job
   old=$(slurmd_pid)
