@@ -527,25 +527,30 @@ cache_on_a_hanging_disk() {
 # Returns once the lock is seen held: a status asked then is not answered in 3 s. An end_job asked
 # at the same moment is answered (its kick of GC does not wait for the lock; the pass it starts
 # does). Arguments: as above.
-hang_a_staging_on_the_cache() {
-  cache_on_a_hanging_disk "$@"
-  touch "$T/hang-now"
-  # Job 78 asks for the source: its lookup of the entry hangs with the lock (answered once the
-  # server goes, below).
+# With the disk hung: job $1 stages f00000 in the background ($FIRST, its answer in $T/first.out
+# once the server goes or answers again). Its lookup of the entry waits in the kernel (a getattr
+# of entries/ on its way) with the node's lock; returns once it is seen held there.
+lookup_holds_the_lock() {
   timeout -s KILL 120 python3 -c '
 import sys
 from client import register, source, stage
-register(78)
-r = stage(78, [source(sys.argv[1], "f00000")], timeout=100)
+register(int(sys.argv[2]))
+r = stage(int(sys.argv[2]), [source(sys.argv[1], "f00000")], timeout=100)
 print("first:", r.get("ok"), r.get("kind", ""), r.get("error", ""))
-' "$T/src" >"$T/first.out" 2>&1 &
+' "$T/src" "$1" >"$T/first.out" 2>&1 &
   FIRST=$!
-  # Its lookup of the entry waits there (a getattr of entries/ on its way), with the lock: a status
-  # asked now is not answered in 3 s either (one asked 5 s on is answered at once, without it).
   local held="^hung [a-z]+ /n1/entries"
   for _ in $(seq 1 600); do grep -Eq "$held" "$T/hangingdisk.log" 2>/dev/null && break; sleep 0.1; done
   cat "$T/hangingdisk.log"
   grep -Eq "$held" "$T/hangingdisk.log"
+}
+
+hang_a_staging_on_the_cache() {
+  cache_on_a_hanging_disk "$@"
+  touch "$T/hang-now"
+  # Job 78's lookup holds the lock: a status asked now is not answered in 3 s either (one asked
+  # 5 s on is answered at once, without it).
+  lookup_holds_the_lock 78
   run timeout -s KILL 60 python3 -c '
 import threading
 from client import call
@@ -684,15 +689,8 @@ with open(sys.argv[2], "a", buffering=1) as out:
   grep -q "^hung read /data/stuck.bin" "$T/stuckfs.log"
   # The cache's disk stops answering, with the node's lock held (job 78's lookup).
   touch "$T/hang-now"
-  timeout -s KILL 120 python3 -c '
-import sys
-from client import register, source, stage
-register(78)
-stage(78, [source(sys.argv[1], "f00000")], timeout=100)' "$T/src" >/dev/null 2>&1 &
-  FIRST=$!
-  local held="^hung [a-z]+ /n1/entries"
-  for _ in $(seq 1 300); do grep -Eq "$held" "$T/hangingdisk.log" 2>/dev/null && break; sleep 0.1; done
-  grep -Eq "$held" "$T/hangingdisk.log"
+  lookup_holds_the_lock 78
+  local held
   held=$(date +%s.%N)
   sleep 16
   cat "$T/frames"
@@ -743,15 +741,7 @@ print("gave up")' "$T/src" "$T/hangingdisk.log"
   touch "$T/hang-now"
   # Job 81's lookup of f00000 holds the node lock in the kernel; job 78 asks for f00001 (a miss)
   # meanwhile and waits for that lock; its client gives up 2 s on (as the helper does after 60 s).
-  timeout -s KILL 120 python3 -c '
-import sys
-from client import register, source, stage
-register(81)
-stage(81, [source(sys.argv[1], "f00000")], timeout=100)' "$T/src" >/dev/null 2>&1 &
-  FIRST=$!
-  local held="^hung [a-z]+ /n1/entries"
-  for _ in $(seq 1 300); do grep -Eq "$held" "$T/hangingdisk.log" 2>/dev/null && break; sleep 0.1; done
-  grep -Eq "$held" "$T/hangingdisk.log"
+  lookup_holds_the_lock 81
   run timeout -s KILL 60 python3 -c '
 import sys
 from client import register, source, stage

@@ -337,12 +337,12 @@ std::vector<std::string> send_raw(const std::string& socket, const std::string& 
   }
 }
 
-service::ServerLimits small_limits()
+service::ServerLimits small_limits(std::chrono::milliseconds queue_wait = 60s)
 {
   service::ServerLimits limits;
   limits.max_in_flight = 8;
   limits.max_in_flight_per_uid = 1;
-  limits.queue_wait = 60s; // a waiting request always gets its turn in these tests
+  limits.queue_wait = queue_wait; // (60 s: a waiting request always gets its turn in these tests)
   return limits;
 }
 
@@ -452,9 +452,7 @@ TEST(Server, ARequestThatWouldWaitForATurnIsAnsweredAtOnceWhenTheScreenRefusesIt
   LogCapture log;
   FakeHandler handler;
   std::atomic<bool> refusing{true};
-  auto limits = small_limits();
-  limits.queue_wait = 30s;
-  RunningServer s(handler, limits, nullptr, refusing_status(refusing));
+  RunningServer s(handler, small_limits(30s), nullptr, refusing_status(refusing));
   auto held = call_as(k_attacker_uid, s.socket(), proto::Gc{});
   ASSERT_TRUE(handler.holding(1));
   auto refused = call_as(k_attacker_uid, s.socket(), proto::StatusQuery{});
@@ -481,9 +479,7 @@ TEST(Server, ARequestWaitingForATurnIsAnsweredOnceTheScreenRefusesIt)
   LogCapture log;
   FakeHandler handler;
   std::atomic<bool> refusing{false};
-  auto limits = small_limits();
-  limits.queue_wait = 30s;
-  RunningServer s(handler, limits, nullptr, refusing_status(refusing));
+  RunningServer s(handler, small_limits(30s), nullptr, refusing_status(refusing));
   auto held = call_as(k_attacker_uid, s.socket(), proto::Gc{});
   ASSERT_TRUE(handler.holding(1));
   auto waiting = call_as(k_attacker_uid, s.socket(), proto::StatusQuery{});

@@ -299,6 +299,38 @@ TEST(StageOutQueue, AResumedCopyWhoseDirectoryIsNotThereIsForgotten)
   EXPECT_TRUE(exists_nofollow(h.n.base + "/" + h.end.pending + "/result")) << "another directory is not touched";
 }
 
+namespace {
+
+// A job with a result, whose --stage-out copies it into `dest` (made here, the job user's).
+job::StageOutJob a_job_to_hand_over(Node& n, const std::string& dest)
+{
+  EXPECT_EQ(::mkdir(dest.c_str(), 0755), 0);
+  EXPECT_EQ(::chown(dest.c_str(), k_attacker_uid, k_attacker_gid), 0);
+  a_job_with_a_result(n);
+  auto specs = stageout::parse_option("result:" + dest + "/result");
+  EXPECT_TRUE(specs);
+  return job::StageOutJob{specs ? stageout::canonical_option(*specs, n.dir.path()) : "", n.dir.path()};
+}
+
+// A socket listening where the node's daemon's would (a stand-in's); invalid if it cannot.
+UniqueFd listening_as_the_daemon(const Node& n)
+{
+  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string& sock = n.config.daemon.socket;
+  if (sock.size() >= sizeof addr.sun_path) {
+    return UniqueFd();
+  }
+  std::copy(sock.begin(), sock.end(), addr.sun_path);
+  if (::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listener.get(), 4) != 0) {
+    return UniqueFd();
+  }
+  return listener;
+}
+
+} // namespace
+
 // The epilog's side: no answer from the daemon (here a stand-in that reads the hand-over, claims
 // the directory as a daemon woken late would, and closes without a word). The epilog's own claim
 // then finds nothing: it copies nothing and says why.
@@ -307,21 +339,9 @@ TEST(StageOutHandOver, AnEpilogWhoseDaemonClaimedTheDirectoryLateLeavesTheCopyTo
   STAGEHAND_REQUIRE_ROOT();
   Node n;
   const std::string dest = n.dir / "dest";
-  ASSERT_EQ(::mkdir(dest.c_str(), 0755), 0);
-  ASSERT_EQ(::chown(dest.c_str(), k_attacker_uid, k_attacker_gid), 0);
-  a_job_with_a_result(n);
-  auto specs = stageout::parse_option("result:" + dest + "/result");
-  ASSERT_TRUE(specs);
-  const job::StageOutJob out{stageout::canonical_option(*specs, n.dir.path()), n.dir.path()};
-
-  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  const std::string sock = n.config.daemon.socket;
-  ASSERT_LT(sock.size(), sizeof addr.sun_path);
-  std::copy(sock.begin(), sock.end(), addr.sun_path);
-  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(listener.get(), 4), 0);
+  const job::StageOutJob out = a_job_to_hand_over(n, dest);
+  UniqueFd listener = listening_as_the_daemon(n);
+  ASSERT_TRUE(listener.valid());
   std::string daemons; // the name the stand-in claimed it as
   std::thread late_daemon([&] {
     UniqueFd c(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
@@ -351,21 +371,9 @@ TEST(StageOutHandOver, AnEpilogWhoseDaemonAnswersDoneWithoutTakingTheStageOutCop
   STAGEHAND_REQUIRE_ROOT();
   Node n;
   const std::string dest = n.dir / "dest";
-  ASSERT_EQ(::mkdir(dest.c_str(), 0755), 0);
-  ASSERT_EQ(::chown(dest.c_str(), k_attacker_uid, k_attacker_gid), 0);
-  a_job_with_a_result(n);
-  auto specs = stageout::parse_option("result:" + dest + "/result");
-  ASSERT_TRUE(specs);
-  const job::StageOutJob out{stageout::canonical_option(*specs, n.dir.path()), n.dir.path()};
-
-  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  const std::string sock = n.config.daemon.socket;
-  ASSERT_LT(sock.size(), sizeof addr.sun_path);
-  std::copy(sock.begin(), sock.end(), addr.sun_path);
-  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(listener.get(), 4), 0);
+  const job::StageOutJob out = a_job_to_hand_over(n, dest);
+  UniqueFd listener = listening_as_the_daemon(n);
+  ASSERT_TRUE(listener.valid());
   std::thread old_daemon([&] { // own thread: a test's (a daemon's stand-in)
     UniqueFd c(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
     char buf[4096];
