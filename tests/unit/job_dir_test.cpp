@@ -121,6 +121,33 @@ TEST(JobDir, FindJobDirAsTheUser)
   EXPECT_FALSE(find_job_dir(b.dir / "base", 99, k_attacker_uid));
 }
 
+// A GC pass reads the base, its job's epilog then keeps the directory (the marker, then the job
+// gone from slurmctld), and slurmctld is asked: the listing says orphan, but the directory is kept
+// now, and stays (helper-60 found a kept directory removed so, its marker with it).
+TEST(JobDir, ADirectoryKeptAfterTheListingWasReadIsNotRemovedAsAnOrphan)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Base b;
+  ASSERT_TRUE(create_job_dir(b.fd.get(), k_job));
+  const std::time_t now = std::time(nullptr);
+  auto listed = gc::snapshot_base(b.fd.get(), now + 3600); // (old enough: no grace)
+  ASSERT_TRUE(listed);
+  ASSERT_TRUE(mark_kept(b.fd.get(), k_job.job_id, now + 3600)); // the epilog, meanwhile
+  gc::Evidence ended;
+  ended.running_here = std::set<std::uint32_t>{}; // then slurmctld: not here any more
+  auto plan = gc::make_plan(*listed, ended);
+  ASSERT_EQ(plan.remove.size(), 1U);
+  EXPECT_EQ(plan.remove[0].reason, gc::Reason::orphan);
+  auto applied = gc::apply(b.fd.get(), plan, std::chrono::steady_clock::now() + std::chrono::minutes(5));
+  EXPECT_TRUE(applied.failures.empty());
+  EXPECT_TRUE(applied.done.empty());
+  EXPECT_TRUE(exists_nofollow(b.job()));
+  EXPECT_TRUE(exists_nofollow(b.dir / "base/.keep.job_1234"));
+  // The next pass, from a listing with the marker: kept until its time is up.
+  auto next = gc::make_plan(*gc::snapshot_base(b.fd.get(), now), ended);
+  EXPECT_TRUE(next.remove.empty());
+}
+
 TEST(JobDir, KeepMarkerAndExpiry)
 {
   STAGEHAND_REQUIRE_ROOT();

@@ -259,6 +259,15 @@ void collect_views(int base_fd, Applied& applied)
   }
 }
 
+// Whether the job directory `name` has a keep marker now. The listing a plan comes from is read
+// before slurmctld is asked: a job whose epilog kept its directory meanwhile (its marker written,
+// then the job gone from slurmctld) was listed without its marker and judged an orphan.
+bool kept_since_listed(int base_fd, const std::string& name)
+{
+  struct stat st {};
+  return ::fstatat(base_fd, (".keep." + name).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
 } // namespace
 
 Applied apply(int base_fd, const Plan& plan, std::chrono::steady_clock::time_point deadline)
@@ -308,6 +317,9 @@ Applied apply_plan(int base_fd, const Plan& plan, std::chrono::steady_clock::tim
         applied.failures.push_back(*f);
         continue;
       }
+    }
+    if (action.reason == Reason::orphan && kept_since_listed(base_fd, action.name)) {
+      continue; // its epilog kept it after the listing was read: the next pass judges it with its marker
     }
     if (action.job_id != 0 && action.reason != Reason::stale_marker) {
       // Into the trash first, then make sure it was the instance decided on.
