@@ -259,6 +259,25 @@ void collect_views(int base_fd, Applied& applied)
   }
 }
 
+// The stage-out directories nothing copies any more: never deleted unrecorded, the results stay,
+// under a record, until keep_for like any kept ones.
+void record_strays(int base_fd, const Plan& plan, Applied& applied)
+{
+  for (const auto& stray : plan.strays) {
+    stageout::KeptResults k;
+    k.job_id = stray.job_id;
+    k.uid = stray.uid;
+    k.dir = stray.name;
+    k.until = stray.until;
+    k.reason = "its copy never finished (the epilog or daemon copying it was stopped) and nothing is copying it";
+    if (auto saved = stageout::save_kept(base_fd, k); !saved) {
+      applied.failures.push_back(Failure{stray.name, saved.error().message});
+    } else {
+      applied.recorded.push_back(stray.name);
+    }
+  }
+}
+
 // Whether the job directory `name` has a keep marker now. The listing a plan comes from is read
 // before slurmctld is asked: a job whose epilog kept its directory meanwhile (its marker written,
 // then the job gone from slurmctld) was listed without its marker and judged an orphan.
@@ -283,20 +302,7 @@ Applied apply_plan(int base_fd, const Plan& plan, std::chrono::steady_clock::tim
   for (const auto& name : plan.mount_points) {
     applied.failures.push_back(Failure{name, name + " is a mount point: left in place (unmount it to let GC remove it)"});
   }
-  for (const auto& stray : plan.strays) {
-    // Never deleted unrecorded: the results stay, under a record, until keep_for like any kept ones.
-    stageout::KeptResults k;
-    k.job_id = stray.job_id;
-    k.uid = stray.uid;
-    k.dir = stray.name;
-    k.until = stray.until;
-    k.reason = "its copy never finished (the epilog or daemon copying it was stopped) and nothing is copying it";
-    if (auto saved = stageout::save_kept(base_fd, k); !saved) {
-      applied.failures.push_back(Failure{stray.name, saved.error().message});
-    } else {
-      applied.recorded.push_back(stray.name);
-    }
-  }
+  record_strays(base_fd, plan, applied);
   // Unreadable mountinfo: every entry is looked at.
   const auto with_mounts = fs::entries_with_mounts(base_fd);
   auto has_mounts = [&](const std::string& name) { return !with_mounts || with_mounts->count(name) > 0; };
