@@ -321,7 +321,14 @@ Result<tmpdir::ViewRecord> views_for(const Config& config, const Job& job, const
   if (auto kept = fs::read_small_file(mine->get(), record, 1U << 20)) {
     return tmpdir::parse_view_record(*kept);
   }
-  return make_views(ViewsPlace{config, job, claimed, node, job_dir->get(), views->get(), mine->get(), record}, specs);
+  const ViewsPlace at{config, job, claimed, node, job_dir->get(), views->get(), mine->get(), record};
+  // First a record of no views: where none can be written, nothing is mounted, and the step's
+  // other tasks find that record (or fail the same way) rather than mount views of their own while
+  // this task's staging places the same names.
+  if (auto none = write_record(at, tmpdir::ViewRecord{}); !none) {
+    return none.error();
+  }
+  return make_views(at, specs);
 }
 
 // This node's name. slurmstepd sets SLURMD_NODENAME only after task_init_privileged, so until

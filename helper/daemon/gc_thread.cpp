@@ -179,8 +179,9 @@ void Daemon::registry_after_gc_locked(const gc::Plan& plan, const gc::Evidence& 
     [&](registry::Registry& reg) {
       bool changed = false;
       for (const auto& [job, state] : plan.jobs) {
-        if (state == gc::JobDirState::orphan) {
-          reg.end_job(job, now_s(), 0);
+        const auto* rec = reg.find(job);
+        if (state == gc::JobDirState::orphan && (!rec || rec->state != registry::JobState::ended)) {
+          reg.end_job(job, now_s(), 0); // (an end its epilog reported keeps what it said: keep_until)
           changed = true;
         }
       }

@@ -218,7 +218,7 @@ SCRIPT
   assert_no_view_left "$ID"
 }
 
-@test "views that cannot be recorded are undone: the job stages as without views, and runs" {
+@test "a job whose views cannot be recorded has none mounted: it stages as without views, and runs" {
   # The record's name is the specs' (job A's, the same option as job B's below).
   start_held_job
   local record
@@ -227,8 +227,8 @@ SCRIPT
   rm -f "$WORK/hold.$ID"
   wait_job_done "$ID"
   # Job B, held until its record's name is taken by a directory (its write then fails, as on a
-  # full or failing disk): its view is mounted, cannot be recorded, and must go again, or the
-  # job's staging would meet "o" as a destination that exists already.
+  # full or failing disk): no view is mounted (a record of none is written first), or one left
+  # unrecorded would meet the job's staging as a destination that exists already.
   local id
   id=$(as_user "sbatch --parsable --hold -N1 -w node1 -o out.%j --stage-data=views.tar:o \
     --wrap 'cat \$SLURM_TMPDIR/o/d/ckpt.pt; echo'")

@@ -148,6 +148,53 @@ TEST(JobDir, ADirectoryKeptAfterTheListingWasReadIsNotRemovedAsAnOrphan)
   EXPECT_TRUE(next.remove.empty());
 }
 
+// The same race with a stale marker listed (an earlier run's, naming another directory): the
+// epilog's new marker is neither taken for the stale one nor removed as it; the directory stays
+// kept. And a marker that cannot be read keeps no orphan: it goes as before.
+TEST(JobDir, AMarkerWrittenAfterTheListingOverAStaleOneKeepsItsDirectory)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Base b;
+  ASSERT_TRUE(create_job_dir(b.fd.get(), k_job));
+  const std::time_t now = std::time(nullptr);
+  ASSERT_TRUE(mark_kept(b.fd.get(), k_job.job_id, now + 3600));
+  const std::string earlier = read_file(b.dir / "base/.keep.job_1234"); // names this first directory
+  ASSERT_TRUE(create_job_dir(b.fd.get(), k_job)); // a requeued run's directory (the marker goes)
+  write_file(b.dir / "base/.keep.job_1234", earlier); // left behind: stale
+  auto listed = gc::snapshot_base(b.fd.get(), now + 3600);
+  ASSERT_TRUE(listed);
+  ASSERT_TRUE(mark_kept(b.fd.get(), k_job.job_id, now + 3600)); // this run's epilog, meanwhile
+  gc::Evidence ended;
+  ended.running_here = std::set<std::uint32_t>{};
+  auto plan = gc::make_plan(*listed, ended);
+  std::vector<gc::Reason> reasons;
+  for (const auto& a : plan.remove) {
+    if (a.reason != gc::Reason::trash) { // (the earlier run's directory)
+      reasons.push_back(a.reason);
+    }
+  }
+  EXPECT_EQ(reasons, (std::vector<gc::Reason>{gc::Reason::orphan, gc::Reason::stale_marker}));
+  auto applied = gc::apply(b.fd.get(), plan, std::chrono::steady_clock::now() + std::chrono::minutes(5));
+  for (const auto& a : applied.done) {
+    EXPECT_EQ(a.reason, gc::Reason::trash) << a.name;
+  }
+  EXPECT_TRUE(exists_nofollow(b.job()));
+  ASSERT_TRUE(exists_nofollow(b.dir / "base/.keep.job_1234"));
+  EXPECT_NE(read_file(b.dir / "base/.keep.job_1234"), earlier);
+  EXPECT_TRUE(gc::make_plan(*gc::snapshot_base(b.fd.get(), now), ended).remove.empty()); // kept
+
+  // A marker that cannot be read, written after the listing: the orphan goes, with it.
+  ASSERT_EQ(::unlink((b.dir / "base/.keep.job_1234").c_str()), 0);
+  listed = gc::snapshot_base(b.fd.get(), now + 3600);
+  write_file(b.dir / "base/.keep.job_1234", "not a marker");
+  plan = gc::make_plan(*listed, ended);
+  ASSERT_EQ(plan.remove.size(), 1U);
+  EXPECT_EQ(plan.remove[0].reason, gc::Reason::orphan);
+  applied = gc::apply(b.fd.get(), plan, std::chrono::steady_clock::now() + std::chrono::minutes(5));
+  EXPECT_FALSE(exists_nofollow(b.job()));
+  EXPECT_FALSE(exists_nofollow(b.dir / "base/.keep.job_1234"));
+}
+
 TEST(JobDir, KeepMarkerAndExpiry)
 {
   STAGEHAND_REQUIRE_ROOT();

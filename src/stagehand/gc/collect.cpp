@@ -278,13 +278,22 @@ void record_strays(int base_fd, const Plan& plan, Applied& applied)
   }
 }
 
-// Whether the job directory `name` has a keep marker now. The listing a plan comes from is read
-// before slurmctld is asked: a job whose epilog kept its directory meanwhile (its marker written,
-// then the job gone from slurmctld) was listed without its marker and judged an orphan.
-bool kept_since_listed(int base_fd, const std::string& name)
+// Whether the job directory of `action` (an orphan) has a keep marker naming it now. The listing a
+// plan comes from is read before slurmctld is asked: a job whose epilog kept its directory
+// meanwhile (its marker written, then the job gone from slurmctld) was listed without its marker
+// and judged an orphan.
+bool kept_since_listed(int base_fd, const Action& action)
 {
-  struct stat st {};
-  return ::fstatat(base_fd, (".keep." + name).c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+  auto marker = tmpdir::read_keep_marker(base_fd, ".keep." + action.name);
+  return marker && (marker->ino == 0 || marker->ino == action.ino);
+}
+
+// Whether the stale marker of `action` was written again since the listing (it names another
+// directory than it did then: its job's epilog kept the directory there now).
+bool marker_rewritten(int base_fd, const Action& action)
+{
+  auto marker = tmpdir::read_keep_marker(base_fd, action.name);
+  return marker && marker->ino != action.ino;
 }
 
 } // namespace
@@ -324,7 +333,8 @@ Applied apply_plan(int base_fd, const Plan& plan, std::chrono::steady_clock::tim
         continue;
       }
     }
-    if (action.reason == Reason::orphan && kept_since_listed(base_fd, action.name)) {
+    if ((action.reason == Reason::orphan && kept_since_listed(base_fd, action)) ||
+        (action.reason == Reason::stale_marker && marker_rewritten(base_fd, action))) {
       continue; // its epilog kept it after the listing was read: the next pass judges it with its marker
     }
     if (action.job_id != 0 && action.reason != Reason::stale_marker) {

@@ -240,7 +240,8 @@ void plan_stale_markers(const Snapshot& snapshot, const std::set<std::uint32_t>&
     }
     const bool stale = !dir_exists || (marker.ino != 0 && marker.ino != dir_ino);
     if (stale) {
-      plan.remove.push_back(Action{".keep.job_" + std::to_string(job), Reason::stale_marker, 0, 0});
+      // (The inode it names, checked again before it goes: an epilog may write it anew meanwhile.)
+      plan.remove.push_back(Action{".keep.job_" + std::to_string(job), Reason::stale_marker, 0, marker.ino});
     }
   }
 }

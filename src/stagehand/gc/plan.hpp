@@ -61,7 +61,7 @@ struct Action
   std::string name; // entry of the base directory to remove
   Reason reason;
   std::uint32_t job_id = 0; // for job directories
-  std::uint64_t ino = 0;    // the instance decided on (re-checked before removal)
+  std::uint64_t ino = 0;    // the instance decided on (re-checked before removal); a stale marker: the inode it names
   Mounted mounted = Mounted::no; // something is mounted on it: detached first
 };
 
