@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 dirs=("$@")
 [ ${#dirs[@]} -gt 0 ] || dirs=(src plugin helper)
 command -v ctags >/dev/null || { echo "function-lengths: needs ctags (apt-get install universal-ctags)" >&2; exit 2; }
-ctags --version | grep -q "Universal Ctags" || { echo "function-lengths: needs universal-ctags" >&2; exit 2; }
+grep -q "Universal Ctags" <<<"$(ctags --version)" || { echo "function-lengths: needs universal-ctags" >&2; exit 2; }
 long=$(ctags -R --languages=C++ --kinds-C++=f --fields=+ne -o - "${dirs[@]}" |
   awk -F'\t' -v limit="$limit" '{
     line = ""; end = ""

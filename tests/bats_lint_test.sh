@@ -48,7 +48,7 @@ EOF
 expect_bad bang_line 3 <<'EOF'
 @test "x" {
   run true
-  ! echo "$output" | grep -q bad
+  ! grep -q bad <<<"$output"
   [ "$status" -eq 0 ]
 }
 EOF

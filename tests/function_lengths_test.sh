@@ -17,8 +17,8 @@ if out=$("$script" 80 "$dir"); then
   echo "FAIL: a 94-line function passed: $out"
   exit 1
 fi
-echo "$out" | grep -q "^94 $dir/a.cpp:1 long_one$" || { echo "FAIL: not listed as expected: $out"; exit 1; }
-! echo "$out" | grep -q short_one || { echo "FAIL: short_one listed"; exit 1; }
+grep -q "^94 $dir/a.cpp:1 long_one$" <<<"$out" || { echo "FAIL: not listed as expected: $out"; exit 1; }
+! grep -q short_one <<<"$out" || { echo "FAIL: short_one listed"; exit 1; }
 sed -i '1i // long: a table' "$dir/a.cpp"
 "$script" 80 "$dir" > /dev/null || { echo "FAIL: the marked function was not left out"; exit 1; }
 "$script" 100 "$dir" > /dev/null || { echo "FAIL: the limit is not honoured"; exit 1; }

@@ -35,7 +35,7 @@ if out=$("$script" "$dir"); then
   exit 1
 fi
 for line in 3 4 5 6 7 8 10 11 12 13 14; do
-  echo "$out" | grep -q "^$dir/a.cpp:$line: " || { echo "FAIL: line $line not listed: $out"; exit 1; }
+  grep -q "^$dir/a.cpp:$line: " <<<"$out" || { echo "FAIL: line $line not listed: $out"; exit 1; }
 done
 [ "$(echo "$out" | grep -c "^$dir/a.cpp:")" -eq 11 ] || { echo "FAIL: more than the 11 listed: $out"; exit 1; }
 sed -i '3,14d' "$dir/a.cpp"
