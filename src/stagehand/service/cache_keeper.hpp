@@ -8,7 +8,8 @@
 // node's mutex (Node::mutex) first, then the keeper's, then the registry's (its `in_use` predicate
 // asks the registry), then the Store's index lock; the keeper never takes the node's but in evict().
 // The *_locked methods are called with the node's mutex held: remove_later_locked wakes the GC
-// thread (a release of its semaphore: never blocks), which then asks removals_waiting(). Root's
+// thread (a cause set under the GC's own small lock, taken after this one and the node's), which
+// then asks removals_waiting() without that lock. Root's
 // evict() takes the node's mutex itself, only while it sets entries aside (as every other
 // eviction happens under it), and lets it go between batches.
 #pragma once
