@@ -31,7 +31,7 @@ setup_file() {
   # Mounted before the nodes move into their namespaces: they keep a view of them.
   setsid /usr/bin/python3 "$SHAREDFS" "$W/bc-src" "$W/bshared" >"$STAGEHAND_CLUSTER_DIR/log/bcastfs.log" 2>&1 &
   setsid /usr/bin/python3 "$SHAREDFS" "$W/bc-slow-src" "$W/bslow" --mbps 6 >"$STAGEHAND_CLUSTER_DIR/log/bcastslowfs.log" 2>&1 &
-  for _ in $(seq 1 50); do [ -e "$W/bshared/.sharedfs-stats" ] && [ -e "$W/bslow/.sharedfs-stats" ] && break; sleep 0.1; done
+  for _ in $(seq 1 600); do [ -e "$W/bshared/.sharedfs-stats" ] && [ -e "$W/bslow/.sharedfs-stats" ] && break; sleep 0.1; done
   [ -e "$W/bshared/.sharedfs-stats" ]
   [ -e "$W/bslow/.sharedfs-stats" ]
   for n in node1 node2; do

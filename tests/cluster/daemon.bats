@@ -24,7 +24,7 @@ setup_file() {
   chown -R "$STAGEHAND_TEST_USER:" "$W/cache-src" "$W/shared"
   # The shared filesystem stand-in counts every byte staging reads.
   setsid /usr/bin/python3 "$SHAREDFS" "$W/cache-src" "$W/shared" >"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
-  for _ in $(seq 1 50); do [ -e "$W/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+  for _ in $(seq 1 600); do [ -e "$W/shared/.sharedfs-stats" ] && break; sleep 0.1; done
   [ -e "$W/shared/.sharedfs-stats" ]
   settle "$W/cache-src"
 }
@@ -55,7 +55,7 @@ plain_share() {
   fusermount -u "$STAGEHAND_CLUSTER_DIR/work/shared" 2>/dev/null || umount -l "$STAGEHAND_CLUSTER_DIR/work/shared" || true
   setsid /usr/bin/python3 "$SHAREDFS" "$STAGEHAND_CLUSTER_DIR/work/cache-src" "$STAGEHAND_CLUSTER_DIR/work/shared" \
     >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
-  for _ in $(seq 1 50); do [ -e "$STAGEHAND_CLUSTER_DIR/work/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+  for _ in $(seq 1 600); do [ -e "$STAGEHAND_CLUSTER_DIR/work/shared/.sharedfs-stats" ] && break; sleep 0.1; done
 }
 
 bytes_read() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$WORK/shared/.sharedfs-stats"; }
@@ -132,7 +132,7 @@ assert_empty_dir() {
   fusermount -u "$WORK/shared"
   setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" --open-latency-ms 4000 \
     >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
-  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+  for _ in $(seq 1 600); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
   for n in 1 2; do
     as_user "mkdir -p cache-src/tog$n/t && printf weights >cache-src/tog$n/t/ckpt.pt && chmod 0640 cache-src/tog$n/t/ckpt.pt"
     as_user "head -c 3M /dev/urandom >cache-src/tog$n/t/data.bin && tar -C cache-src/tog$n -cf cache-src/tog$n.tar t"
@@ -177,7 +177,7 @@ SCRIPT
   echo "$LAST_OUTPUT" | grep -qx weights
   fusermount -u "$WORK/shared"
   setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
-  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+  for _ in $(seq 1 600); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
 }
 
 # Issue 25, item 3: a directory (a folder of shards) is read for a view too: jobs released together
@@ -250,7 +250,7 @@ hold_share() {
   : >"$BATS_TEST_TMPDIR/held-mount" # (mounted plain again by teardown, whatever happens)
   setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" --hold-reads "$WORK/pin.gate" \
     --hold-reads-from "${1:-1048576}" >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
-  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+  for _ in $(seq 1 600); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
 }
 
 # Two jobs on node1 staging shared/$1 to $2 and printing the sha256 of all its files (`cat`, in
@@ -572,7 +572,7 @@ print(sum(x['bytes'] for x in e))" "$output")
   # A slow share: the fill takes seconds.
   fusermount -u "$WORK/shared"
   setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" --mbps 40 >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
-  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+  for _ in $(seq 1 600); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
   as_user "head -c 96M /dev/urandom >cache-src/crash.bin && tar -C cache-src -cf cache-src/crash.tar crash.bin"
   settle "$WORK/cache-src/crash.tar" # cacheable: the daemon reads it into a fill
   id=$(as_user "sbatch --parsable -N1 -w node1 --stage-data=shared/crash.tar:c -o out.%j --wrap 'sha256sum \$SLURM_TMPDIR/c/crash.bin'")
@@ -596,7 +596,7 @@ print(sum(x['bytes'] for x in e))" "$output")
   echo "$LAST_OUTPUT" | grep -q "$want"
   fusermount -u "$WORK/shared"
   setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
-  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+  for _ in $(seq 1 600); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
 }
 
 # Issue 25, item 3: a job that waits for another's read of the same source has the cache's fill
@@ -648,7 +648,7 @@ print(sum(x['bytes'] for x in e))" "$output")
   : >"$BATS_TEST_TMPDIR/held-mount" # (mounted plain again by teardown, whatever happens)
   setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" --hold-reads "$WORK/pin.gate" \
     >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
-  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+  for _ in $(seq 1 600); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
   as_user "mkdir -p cache-src/pin && head -c 4M /dev/urandom >cache-src/pin/blob && tar -C cache-src -cf cache-src/pinned.tar pin tree"
   settle "$WORK/cache-src/pinned.tar"
   printf '%s\n%s\n' "$pid" "$all" >"$BATS_TEST_TMPDIR/pinned" # (put back by teardown, whatever happens)
@@ -695,7 +695,7 @@ print(sum(x['bytes'] for x in e))" "$output")
 @test "a job waiting for another's slow read: the cache's fill follows the read; both jobs and the next get the source's bytes" {
   fusermount -u "$WORK/shared"
   setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" --mbps 4 >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
-  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+  for _ in $(seq 1 600); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
   as_user "head -c 64M /dev/urandom >cache-src/follow.bin && tar -C cache-src -cf cache-src/follow.tar follow.bin"
   settle "$WORK/cache-src/follow.tar"
   want=$(sha256sum "$WORK/cache-src/follow.bin" | cut -c1-64)
@@ -721,7 +721,7 @@ print(sum(x['bytes'] for x in e))" "$output")
   echo "$LAST_OUTPUT" | grep -q "^$want "
   fusermount -u "$WORK/shared"
   setsid /usr/bin/python3 "$SHAREDFS" "$WORK/cache-src" "$WORK/shared" >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs.log" 2>&1 &
-  for _ in $(seq 1 50); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
+  for _ in $(seq 1 600); do [ -e "$WORK/shared/.sharedfs-stats" ] && break; sleep 0.1; done
 }
 
 @test "a source the daemon cannot see (hidden from it, as a unit's sandbox would) stages without the cache: the job runs" {

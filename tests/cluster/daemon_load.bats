@@ -31,7 +31,7 @@ mount_sharedfs() { # SRC MOUNT ARGS...
   shift 2
   mkdir -p "$mnt"
   setsid /usr/bin/python3 "$SHAREDFS" "$src" "$mnt" "$@" >>"$STAGEHAND_CLUSTER_DIR/log/sharedfs-load.log" 2>&1 &
-  for _ in $(seq 1 50); do [ -e "$mnt/.sharedfs-stats" ] && return 0; sleep 0.1; done
+  for _ in $(seq 1 600); do [ -e "$mnt/.sharedfs-stats" ] && return 0; sleep 0.1; done
   return 1
 }
 

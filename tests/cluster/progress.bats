@@ -23,7 +23,7 @@ setup_file() {
   rm -f "$W/prog.gate"
   setsid /usr/bin/python3 "$SHAREDFS" "$W/prog-src" "$W/prog" --mbps 4 --hold-reads "$W/prog.gate" \
     >"$STAGEHAND_CLUSTER_DIR/log/progressfs.log" 2>&1 &
-  for _ in $(seq 1 50); do [ -e "$W/prog/.sharedfs-stats" ] && break; sleep 0.1; done
+  for _ in $(seq 1 600); do [ -e "$W/prog/.sharedfs-stats" ] && break; sleep 0.1; done
   [ -e "$W/prog/.sharedfs-stats" ]
   settle "$W/prog-src"
 }

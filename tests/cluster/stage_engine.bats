@@ -30,7 +30,8 @@ open('f', 'w').write('bottom')
   chown -R "$STAGEHAND_TEST_USER:" "$W/eng" "$W/slow-src" "$W/slow"
   # A slow shared filesystem (2 MB/s): the first source takes seconds to stage.
   setsid /usr/bin/python3 "$SHAREDFS" "$W/slow-src" "$W/slow" --mbps 2 >"$STAGEHAND_CLUSTER_DIR/log/slowfs.log" 2>&1 &
-  for _ in $(seq 1 50); do [ -e "$W/slow/.sharedfs-stats" ] && break; sleep 0.1; done
+  # (60 s: a FUSE server in Python starts slowly beside CI's other lanes; 5 s was once too short)
+  for _ in $(seq 1 600); do [ -e "$W/slow/.sharedfs-stats" ] && break; sleep 0.1; done
   [ -e "$W/slow/.sharedfs-stats" ]
 }
 
