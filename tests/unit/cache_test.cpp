@@ -382,6 +382,8 @@ TEST(CacheMaterialise, LinksTheUserCanReadButNeverWrite)
   EXPECT_EQ(m->linked, 1U);
   EXPECT_EQ(m->created_top, "ds");
   struct stat st {};
+  ASSERT_EQ(::lstat((d / "job/ds").c_str(), &st), 0);
+  EXPECT_EQ(m->created_ino, st.st_ino); // what the daemon's rollback may remove: that very directory
   ASSERT_EQ(::lstat((d / "job/ds/x/sub").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, k_attacker_uid); // directories are the user's
   ASSERT_EQ(::lstat((d / "job/ds/x/l").c_str(), &st), 0);

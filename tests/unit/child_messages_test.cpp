@@ -16,13 +16,14 @@ TEST(ChildMessages, EachRoundTrips)
   EXPECT_EQ(parse_child_message<SourceIdentified>(child_message(dir)).value(), dir);
   const TreeStreamed tree{"cd34", true, -5, "", 0, 0};
   EXPECT_EQ(parse_child_message<TreeStreamed>(child_message(tree)).value(), tree);
-  const TreeStreamed copied_tree{"cd35", false, 7, "the stream to the cache stopped: Broken pipe", 16, 1ULL << 30};
+  const TreeStreamed copied_tree{"cd35",  false,   7, "the stream to the cache stopped: Broken pipe", 16, 1ULL << 30,
+                                 {"data", 2049, 1ULL << 40}};
   EXPECT_EQ(parse_child_message<TreeStreamed>(child_message(copied_tree)).value(), copied_tree);
   const Teed teed{1ULL << 40, "the cache could not keep up"};
   EXPECT_EQ(parse_child_message<Teed>(child_message(teed)).value(), teed);
   const stage::Placed placed{stage::Placement::unpacked, 60000, 123456789};
   EXPECT_EQ(parse_child_message<stage::Placed>(child_message(placed)).value(), placed);
-  const stage::Placed copied{stage::Placement::copied, 1, 0};
+  const stage::Placed copied{stage::Placement::copied, 1, 0, {"data/x.bin", 64768, 12345}};
   EXPECT_EQ(parse_child_message<stage::Placed>(child_message(copied)).value(), copied);
 }
 
@@ -65,4 +66,10 @@ TEST(ChildMessages, WhatIsNotAMessageIsRefusedByName)
   auto unsaid = parse_child_message<TreeStreamed>(R"({"ok":true,"key":"k","newest_ns":0,"dropped":"","files":0,"bytes":0})");
   ASSERT_TRUE(unsaid);
   EXPECT_TRUE(unsaid->changed);
+  // Nor what it created: nothing is recorded, so a rollback removes nothing of it.
+  EXPECT_TRUE(unsaid->created.rel.empty());
+  EXPECT_EQ(garbage(R"({"ok":true,"how":"copied","files":1,"bytes":1,"created":"data"})"),
+            "a staging child sent garbage: protocol: \"created\" must be an object");
+  EXPECT_EQ(garbage(R"({"ok":true,"how":"copied","files":1,"bytes":1,"created":{"rel":"d","dev":1}})"),
+            "a staging child sent garbage: protocol: \"ino\" must be a non-negative integer");
 }

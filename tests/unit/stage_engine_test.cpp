@@ -86,6 +86,41 @@ TEST(StageEngine, NeverDeletesWhatTheJobMade)
   EXPECT_TRUE(exists_nofollow(j.dir / "tmp/data/mydir"));
 }
 
+// The daemon's rollback of a delivery removes what the delivery says it created, as it created it:
+// the outermost name it made (a parent only when the delivery made it), with its inode, so that a
+// directory another step of the job made meanwhile is never taken for the delivery's.
+TEST(StageEngine, ADeliveryReportsTheOutermostNameItCreated)
+{
+  Job j;
+  auto inode = [&](const std::string& rel) {
+    struct stat st {};
+    EXPECT_EQ(::fstatat(j.tmp.get(), rel.c_str(), &st, AT_SYMLINK_NOFOLLOW), 0) << rel;
+    return CreatedName{rel, st.st_dev, st.st_ino};
+  };
+  struct stat st {};
+  UniqueFd in(::open((j.dir / "data/small.bin").c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_EQ(::fstat(in.get(), &st), 0);
+  auto fresh = deliver(in.get(), StreamContent::plain_file, st, DeliverTo{j.tmp.get(), "new/deeper/s.bin", 1 << 20},
+                       "data/small.bin");
+  ASSERT_TRUE(fresh) << fresh.error().message;
+  EXPECT_EQ(fresh->created, inode("new")); // both parents were made: the outer one
+  sh("mkdir '" + j.dir / "tmp/theirs" + "'"); // another step's
+  UniqueFd again(::open((j.dir / "data/small.bin").c_str(), O_RDONLY | O_CLOEXEC));
+  auto beside = deliver(again.get(), StreamContent::plain_file, st, DeliverTo{j.tmp.get(), "theirs/s.bin", 1 << 20},
+                        "data/small.bin");
+  ASSERT_TRUE(beside) << beside.error().message;
+  EXPECT_EQ(beside->created, inode("theirs/s.bin"));
+  UniqueFd tar(::open((j.dir / "data/pack.tar").c_str(), O_RDONLY | O_CLOEXEC));
+  ASSERT_EQ(::fstat(tar.get(), &st), 0);
+  auto unpacked =
+    deliver(tar.get(), StreamContent::archive, st, DeliverTo{j.tmp.get(), "theirs/pack", 1 << 20}, "data/pack.tar");
+  ASSERT_TRUE(unpacked) << unpacked.error().message;
+  EXPECT_EQ(unpacked->created, inode("theirs/pack"));
+  auto copied = deliver_dir(DeliverTo{j.tmp.get(), "theirs/d", 0}, [](int) -> Result<Delivered> { return Delivered{}; });
+  ASSERT_TRUE(copied) << copied.error().message;
+  EXPECT_EQ(copied->created, inode("theirs/d"));
+}
+
 // Issue 10, item 8: a source swapped for a FIFO after the checks (while an earlier source stages)
 // is refused at once with one line; opening it never waits for a writer.
 TEST(StageEngine, AFifoSwappedInIsRefusedAtOnce)

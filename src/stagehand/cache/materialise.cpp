@@ -259,6 +259,7 @@ private:
     ++m_out.files;
     m_out.bytes += static_cast<std::uint64_t>(st.st_size);
     m_out.created_top = created_top();
+    m_out.created_ino = m_made.front().ino;
     return m_out;
   }
 
@@ -292,6 +293,7 @@ private:
       return fail(placed.error());
     }
     m_out.created_top = created_top();
+    m_out.created_ino = m_made.front().ino;
     return m_out;
   }
 

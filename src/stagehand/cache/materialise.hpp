@@ -19,6 +19,7 @@ struct Materialised
   std::uint64_t bytes = 0;
   std::uint64_t linked = 0; // files hard-linked (the rest were cloned or copied)
   std::string created_top;  // the outermost path this call created below the job directory
+  ino_t created_ino = 0;    // its inode, as created
 };
 
 struct JobUser

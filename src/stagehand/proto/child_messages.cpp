@@ -61,6 +61,35 @@ std::string child_message(const SourceIdentified& m)
                  {"dir", m.dir}});
 }
 
+namespace {
+
+json created_json(const stage::CreatedName& c)
+{
+  return json{{"rel", c.rel}, {"dev", static_cast<std::uint64_t>(c.dev)}, {"ino", static_cast<std::uint64_t>(c.ino)}};
+}
+
+// Absent: nothing recorded (a rollback then removes nothing of it).
+Result<stage::CreatedName> created_named(const json& j)
+{
+  auto it = j.find("created");
+  if (it == j.end()) {
+    return stage::CreatedName{};
+  }
+  if (!it->is_object()) {
+    return garbage(bad("\"created\" must be an object"));
+  }
+  Fields f(*it);
+  auto rel = f.str("rel", true);
+  auto dev = f.u64("dev");
+  auto ino = f.u64("ino");
+  if (auto e = first_error(rel, dev, ino)) {
+    return garbage(*e);
+  }
+  return stage::CreatedName{*rel, static_cast<dev_t>(*dev), static_cast<ino_t>(*ino)};
+}
+
+} // namespace
+
 std::string child_message(const TreeStreamed& m)
 {
   return ok(json{{"key", m.key},
@@ -68,14 +97,16 @@ std::string child_message(const TreeStreamed& m)
                  {"newest_ns", m.newest_ns},
                  {"dropped", m.dropped},
                  {"files", m.files},
-                 {"bytes", m.bytes}});
+                 {"bytes", m.bytes},
+                 {"created", created_json(m.created)}});
 }
 
 std::string child_message(const Teed& m) { return ok(json{{"bytes", m.bytes}, {"dropped", m.dropped}}); }
 
 std::string child_message(const stage::Placed& m)
 {
-  return ok(json{{"how", stage::name_of(m.how)}, {"files", m.files}, {"bytes", m.bytes}});
+  return ok(json{
+    {"how", stage::name_of(m.how)}, {"files", m.files}, {"bytes", m.bytes}, {"created", created_json(m.created)}});
 }
 
 std::string child_failure(const Error& e)
@@ -114,7 +145,8 @@ template<> Result<TreeStreamed> parse_child_message<TreeStreamed>(const std::str
   if (auto e = first_error(key, changed, newest, dropped, files, bytes)) {
     return garbage(*e);
   }
-  return TreeStreamed{*key, *changed, *newest, *dropped, *files, *bytes};
+  SH_TRY(created, created_named(*j));
+  return TreeStreamed{*key, *changed, *newest, *dropped, *files, *bytes, *created};
 }
 
 template<> Result<Teed> parse_child_message<Teed>(const std::string& text)
@@ -143,7 +175,8 @@ template<> Result<stage::Placed> parse_child_message<stage::Placed>(const std::s
   if (!placed) {
     return Error::internal("a staging child sent garbage: \"how\" must be \"copied\" or \"unpacked\"");
   }
-  return stage::Placed{*placed, *files, *bytes};
+  SH_TRY(created, created_named(*j));
+  return stage::Placed{*placed, *files, *bytes, *created};
 }
 
 } // namespace stagehand::proto

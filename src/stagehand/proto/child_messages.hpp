@@ -37,6 +37,7 @@ struct TreeStreamed
   std::string dropped;
   std::uint64_t files = 0;
   std::uint64_t bytes = 0;
+  stage::CreatedName created{}; // with a copy into the job's directory: what that copy created
   bool operator==(const TreeStreamed&) const = default;
 };
 

@@ -157,7 +157,7 @@ Result<StageRequest::Missed> StageRequest::MissRead::run()
       kill_all();
       return fail(read->error());
     }
-    delivered = stage::Delivered{stage::Placement::copied, (*read)->files, (*read)->bytes};
+    delivered = stage::Delivered{stage::Placement::copied, (*read)->files, (*read)->bytes, (*read)->created};
     if (!(*read)->dropped.empty()) {
       tee->kill(); // the spool is not the tree: nothing to wait for
     }
@@ -361,6 +361,7 @@ Status StageRequest::MissRead::start_reader()
 Result<proto::TreeStreamed> StageRequest::MissRead::read_tree_as_user(const std::vector<int>& kept)
 {
   Result<cache::TreeRead> read = Error::internal("not read");
+  stage::CreatedName created; // what the copy into the job's directory created
   if (kept.size() > 3) {
     auto progress = ipc::SharedMemory<archive::WorkCounters>::attach(kept[3]);
     if (!progress) {
@@ -377,6 +378,7 @@ Result<proto::TreeStreamed> StageRequest::MissRead::read_tree_as_user(const std:
     if (!placed) {
       return placed.error();
     }
+    created = placed->created;
   } else {
     read = cache::read_tree(kept[0], -1, kept[1], 0, src.path, src.shown);
   }
@@ -385,7 +387,8 @@ Result<proto::TreeStreamed> StageRequest::MissRead::read_tree_as_user(const std:
   }
   const cache::SourceIdentity& id = read->streamed.identity;
   return proto::TreeStreamed{id.key,           read->streamed.changed, id.newest_ns,
-                             read->stream_dropped, read->copied.files,  read->copied.bytes};
+                             read->stream_dropped, read->copied.files,  read->copied.bytes,
+                             created};
 }
 
 // A zip names its entries' types at its end: it is read into the spool first and delivered from

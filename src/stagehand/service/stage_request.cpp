@@ -212,11 +212,10 @@ Result<ipc::Message> StageRequest::await(ipc::Child& child, const std::function<
   }
 }
 
-void StageRequest::made(const std::string& rel)
+void StageRequest::made(const stage::CreatedName& created)
 {
-  struct stat st {};
-  if (::fstatat(m_job_fd.get(), rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
-    m_made.push_back(Made{rel, st.st_dev, st.st_ino});
+  if (!created.rel.empty()) {
+    m_made.push_back(created);
   }
 }
 

@@ -157,7 +157,6 @@ private:
     UniqueFd copy_fd;    // the broadcast's delivered copy, read in the source's place
     std::string own_key; // the entry this request would fill
     Delivery delivery;
-    std::string created; // what staging may create below the job's directory
     std::string hit_key; // the entry looked up (a hit's, once found)
     bool read_by_job = false; // waited for a read of this job's own (cache_view's, at task start)
     std::optional<stage::Delivered> delivered;
@@ -232,8 +231,9 @@ private:
   // nothing once the client has gone (its helper has taken over the job's directory: it removed
   // what was placed and may have staged the same names itself).
   void rollback();
-  // `rel` (below the job directory) was placed by this request: recorded for rollback().
-  void made(const std::string& rel);
+  // `created` (below the job directory, as it was created) was placed by this request: recorded
+  // for rollback().
+  void made(const stage::CreatedName& created);
   // Whether the client stopped waiting (its helper stages without the daemon now): nothing more
   // is placed for it.
   bool client_left() const { return m_out.broken() || m_out.client_gone(); }
@@ -249,13 +249,7 @@ private:
   std::uint64_t m_max_bytes = 0;          // this request's limit: its own, and what the job has left
   std::uint64_t m_job_limit = 0;          // [stage] max_bytes, for all of the job's requests
   std::shared_ptr<FillWait> m_fill_wait;  // our fill, when we lead one: waiters see its progress
-  struct Made
-  {
-    std::string rel; // below the job directory
-    dev_t dev = 0;
-    ino_t ino = 0;
-  };
-  std::vector<Made> m_made; // placed below the job directory, for rollback
+  std::vector<stage::CreatedName> m_made; // placed below the job directory, for rollback
   std::vector<std::string> m_pinned;
   std::uint64_t m_total = 0;
   std::optional<std::uint64_t> m_staging_id; // a staging's entry in status (none for cache_view)

@@ -88,8 +88,6 @@ Status StageRequest::identify_source(Sourcing& s)
   s.delivery.unpack = src.unpack;
   s.delivery.room = s.room;
   s.delivery.seek_first = found->zip;
-  // What staging may create (and so remove again), looked at before anything is.
-  s.created = stage::outermost_missing(m_job_fd.get(), src.dest);
   return ok_status();
 }
 
@@ -280,9 +278,7 @@ void StageRequest::hand_spool_to_fill_locked(Sourcing& s, Missed& missed, const 
 Status StageRequest::place(Sourcing& s)
 {
   if (s.delivered) {
-    if (!s.created.empty()) {
-      made(s.created);
-    }
+    made(s.delivered->created); // what the delivery itself created, as it created it
     s.out.how = s.delivered->how;
     s.out.files = s.delivered->files;
     s.out.bytes = s.delivered->bytes;
@@ -300,7 +296,10 @@ Status StageRequest::place(Sourcing& s)
   if (!placed) {
     return placed.error().with_context(s.src.shown);
   }
-  made(placed->created_top);
+  struct stat job {};
+  if (::fstat(m_job_fd.get(), &job) == 0) { // (materialise never leaves the job directory's mount)
+    made(stage::CreatedName{placed->created_top, job.st_dev, placed->created_ino});
+  }
   s.out.files = placed->files;
   s.out.bytes = placed->bytes;
   return ok_status();

@@ -4,8 +4,11 @@
 // words (in JSON, keys, records and summary lines) are the ones below, and nowhere else.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace stagehand::stage {
@@ -20,13 +23,26 @@ enum class Unpack { if_archive, never };
 // Words: "copied", "unpacked" (the first word of a summary line).
 enum class Placement { copied, unpacked };
 
+// The outermost name a placement created below the job's directory (DEST, or the first of its
+// parents that was missing), as it was when created: its inode, so that undoing the placement
+// removes that name only while it still holds what this placement made, never a directory another
+// step of the job made at the same moment. `rel` empty: nothing recorded.
+struct CreatedName
+{
+  std::string rel;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool operator==(const CreatedName&) const = default;
+};
+
 // What placing a source made: how, and its regular files and their bytes (a staging's, a
-// delivery's from the node daemon, a cache fill's).
+// delivery's from the node daemon, a cache fill's), and for a delivery what it created.
 struct Placed
 {
   Placement how = Placement::copied;
   std::uint64_t files = 0;
   std::uint64_t bytes = 0;
+  CreatedName created{};
   bool operator==(const Placed&) const = default;
 };
 

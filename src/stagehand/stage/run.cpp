@@ -27,17 +27,20 @@ struct MadeEntry
   UniqueFd parent;
   std::string name;
   ino_t ino = 0;
+  CreatedName created; // the same name below the job's directory, as a delivery reports it
 };
 using Made = std::vector<MadeEntry>;
 
-void remember(Made& made, int parent, const std::string& name, int made_fd)
+// `rel`: the same name below the job's directory.
+void remember(Made& made, int parent, const std::string& name, const std::string& rel, int made_fd)
 {
   struct stat st {};
   if (::fstat(made_fd, &st) != 0) {
     return;
   }
   try {
-    made.push_back(MadeEntry{UniqueFd(::fcntl(parent, F_DUPFD_CLOEXEC, 0)), name, st.st_ino});
+    made.push_back(MadeEntry{UniqueFd(::fcntl(parent, F_DUPFD_CLOEXEC, 0)), name, st.st_ino,
+                             CreatedName{rel, st.st_dev, st.st_ino}});
   } catch (...) { // out of memory: what cannot be recorded goes at once
     try {
       (void)fs::remove_tree(parent, name);
@@ -86,7 +89,7 @@ Result<UniqueFd> open_parent(int root_fd, const std::string& dest, std::string& 
       return Error::from_errno(dest.substr(0, j));
     }
     if (created) {
-      remember(made, cur.get(), comp, next.get());
+      remember(made, cur.get(), comp, dest.substr(0, j), next.get());
     }
     cur = std::move(next);
     i = j + 1;
@@ -103,7 +106,7 @@ Result<UniqueFd> make_dest_dir(int parent, const std::string& name, const std::s
   if (!fd.valid()) {
     return Error::from_errno("$SLURM_TMPDIR/" + dest);
   }
-  remember(made, parent, name, fd.get());
+  remember(made, parent, name, dest, fd.get());
   return fd;
 }
 
@@ -125,7 +128,7 @@ Result<Delivered> deliver_into(int in_fd, StreamContent content, const struct st
     if (!file.valid()) {
       return errno == EEXIST ? exists_already(dest) : Error::from_errno("cannot create $SLURM_TMPDIR/" + dest);
     }
-    remember(made, parent->get(), name, file.get());
+    remember(made, parent->get(), name, dest, file.get());
     CopyStats stats;
     stats.counters = counters;
     if (auto st = copy_into(in_fd, file.get(), room, stats, shown); !st) {
@@ -198,7 +201,7 @@ Result<Staged> stage_one(const CheckedSource& src, int tmpdir_fd, const StageLim
     if (!file.valid()) {
       return errno == EEXIST ? exists_already(src.dest) : Error::from_errno("cannot create $SLURM_TMPDIR/" + src.dest);
     }
-    remember(made, parent->get(), name, file.get());
+    remember(made, parent->get(), name, src.dest, file.get());
     CopyStats stats;
     if (auto st = copy_into(in->fd.get(), file.get(), room, stats, src.shown); !st) {
       return st.error();
@@ -277,6 +280,9 @@ Result<Delivered> undone_on_error(const std::function<Result<Delivered>(Made&)>&
     auto r = make(made);
     if (!r) {
       return undo_on_error(r.error());
+    }
+    if (!made.empty()) {
+      r->created = made.front().created; // the outermost: made first
     }
     return r;
   } catch (const std::bad_alloc&) {
