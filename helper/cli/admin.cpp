@@ -71,7 +71,7 @@ int local_gc(const Config& config, const CommonArgs& common)
   }
   gc::Evidence evidence;
   evidence.live_steps = gc::live_step_jobs();
-  evidence.pending_stage_outs = gc::pending_stage_outs(config.daemon.state_dir);
+  evidence.pending_stage_outs = gc::pending_stage_outs(config, common.node);
   const gc::Options options = gc::options_from(config);
   evidence.running_here = gc::needs_slurmctld(*snap, evidence, options)
                             ? gc::slurmctld_running(common.node, "squeue", std::chrono::seconds(15))

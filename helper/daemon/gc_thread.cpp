@@ -96,7 +96,7 @@ proto::GcReply Daemon::collect(bool dry_run)
   // A record says running, and no slurmstepd here says so.
   const bool registry_unsure = note_registered_running(evidence, store);
   const Config config = m_shared.config_now();
-  evidence.pending_stage_outs = gc::pending_stage_outs(config.daemon.state_dir);
+  evidence.pending_stage_outs = gc::pending_stage_outs(config, m_shared.name);
   const gc::Options options = gc::options_from(config);
   const std::int64_t asked_at = now_s();
   if (gc::needs_slurmctld(*snap, evidence, options) || registry_unsure) {

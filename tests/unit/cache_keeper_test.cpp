@@ -237,6 +237,15 @@ TEST(CacheKeeper, RootsEvictionLeavesAnEntryBeingStaged)
   ASSERT_EQ(done.errors.size(), 1U);
   EXPECT_EQ(done.errors[0], "/src/a: being staged right now, not evicted");
   EXPECT_EQ(cached(*f.store), (std::set<char>{'a'}));
+  // An entry a running job's cache view shows (its files are the view's lower layer) stays too.
+  f.keeper.unpin(key_of('a'));
+  f.jobs_use = {key_of('a')};
+  auto viewed = f.keeper.evict([](const EntryMeta&) { return true; }, daemon_mutex);
+  EXPECT_TRUE(viewed.evicted.empty());
+  ASSERT_EQ(viewed.errors.size(), 1U);
+  EXPECT_EQ(viewed.errors[0],
+            "/src/a: in use by a running job on this node, not evicted (evict it again once the job has ended)");
+  EXPECT_EQ(cached(*f.store), (std::set<char>{'a'}));
   EXPECT_TRUE(f.store->scan().tmp.empty()) << "removed before the answer";
   EXPECT_EQ(f.keeper.evictions(), 1U);
   EXPECT_TRUE(daemon_mutex.try_lock()) << "the daemon's lock is released";

@@ -2,6 +2,7 @@
 #include "stagehand/gc/collect.hpp"
 #include "stagehand/gc/plan.hpp"
 #include "stagehand/stageout/kept.hpp"
+#include "stagehand/stageout/pending.hpp"
 #include "stagehand/tmpdir/job_dir.hpp"
 #include "stagehand/util/fd.hpp"
 
@@ -230,6 +231,28 @@ TEST(GcCollect, AKeptRecordKeepsItsResultsAndExpiresWithThem)
   EXPECT_FALSE(exists_nofollow(base.path() + "/.stageout.job_5.x"));
   EXPECT_FALSE(exists_nofollow(base.path() + "/.failed-stage-out.stageout.job_5.x"));
   EXPECT_TRUE(stageout::load_kept(fd.get()).empty());
+}
+
+// GC reads the node daemon's pending copies where that daemon keeps them: a state_dir with "%n"
+// (as the test cluster's) is the node's own directory. Read unexpanded, the list was "none" and
+// a copy under way for more than stray_after was recorded as a failed stray, then removed.
+TEST(GcCollect, PendingStageOutsAreReadFromTheNodesOwnStateDir)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  TempDir top;
+  ASSERT_EQ(::chmod(top.path().c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((top.path() + "/n1").c_str(), 0700), 0);
+  UniqueFd state(::open((top.path() + "/n1").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_TRUE(stageout::save_pending(state.get(), {stageout::PendingCopy{5, 1001, 1001, ".stageout.job_5.x", "o:/d",
+                                                                          "/home/u", 0}}));
+  Config config;
+  config.daemon.state_dir = top.path() + "/%n";
+  auto pending = pending_stage_outs(config, "n1");
+  ASSERT_TRUE(pending);
+  EXPECT_EQ(*pending, (std::set<std::string>{".stageout.job_5.x"}));
+  auto other = pending_stage_outs(config, "n2"); // no such directory yet: nothing pending there
+  ASSERT_TRUE(other);
+  EXPECT_TRUE(other->empty());
 }
 
 TEST(KeptNames, RecordNamesMapBackToTheirDirectoryOnly)

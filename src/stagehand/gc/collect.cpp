@@ -384,9 +384,9 @@ Options options_from(const Config& config)
   return o;
 }
 
-std::optional<std::set<std::string>> pending_stage_outs(const std::string& state_dir)
+std::optional<std::set<std::string>> pending_stage_outs(const Config& config, std::string_view node)
 {
-  auto dir = fs::open_trusted_dir(state_dir, fs::CreateMissing::no);
+  auto dir = fs::open_trusted_dir(expand_node(config.daemon.state_dir, node), fs::CreateMissing::no);
   if (!dir) {
     return dir.error().code == ENOENT ? std::optional(std::set<std::string>{}) : std::nullopt;
   }

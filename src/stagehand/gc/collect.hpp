@@ -35,9 +35,10 @@ std::optional<std::set<std::uint32_t>> slurmctld_running(const std::string& node
 // stay unchanged to be a stray (twice [stage] out_budget, the longest an epilog copies, plus 30 min).
 Options options_from(const Config& config);
 
-// The daemon's pending stage-outs from its state file under `state_dir` (none when there is no
-// such directory yet); nullopt when it cannot be read (then no stage-out counts as a stray).
-std::optional<std::set<std::string>> pending_stage_outs(const std::string& state_dir);
+// The pending stage-outs of `node`'s daemon, from its state file under `config`'s state_dir
+// (`%n` expanded as the daemon does; none when there is no such directory yet); nullopt when it
+// cannot be read (then no stage-out counts as a stray).
+std::optional<std::set<std::string>> pending_stage_outs(const Config& config, std::string_view node);
 
 struct Failure
 {

@@ -253,6 +253,11 @@ CacheKeeper::RootEviction CacheKeeper::evict(const std::function<bool(const cach
       out.errors.push_back(e.source + ": being staged right now, not evicted");
       continue;
     }
+    if (m_jobs_use && m_jobs_use(e.key)) { // a cache view shows the entry's own files: removing them empties it
+      out.errors.push_back(e.source + ": in use by a running job on this node, not evicted (evict it again once the "
+                                      "job has ended)");
+      continue;
+    }
     if (auto aside = store->set_aside(e.key); !aside) {
       if (aside.error().code != ENOENT) { // ENOENT: evicted since it was listed
         out.errors.push_back(aside.error().message);
