@@ -738,6 +738,22 @@ print(sum(x['bytes'] for x in e))" "$output")
   [ "$(echo "$LAST_OUTPUT" | grep -c "^$want ")" -eq 2 ]
 }
 
+# A name that is not valid UTF-8 (legal on Linux: a directory named in Latin-1) cannot travel in the
+# daemon's JSON. Such a job stages and delivers its results as it would without a daemon, never
+# fails because one runs.
+@test "a source and a --stage-out DEST whose names are not UTF-8: the job stages, and its results arrive, without the daemon" {
+  name=caf$'\xe9'
+  as_user "rm -rf latin && mkdir -p 'latin/$name' && head -c 300000 /dev/urandom >'latin/$name/blob.bin'"
+  submit -N1 -w node1 "'--stage-data=latin/$name/blob.bin:b'" "'--stage-out=out:latin/$name/res'" \
+    --wrap "'mkdir \$SLURM_TMPDIR/out && cp \$SLURM_TMPDIR/b \$SLURM_TMPDIR/out/'"
+  echo "$LAST_OUTPUT"
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -q 'the node daemon could not stage (a path or name in the request is not valid UTF-8'
+  echo "$LAST_OUTPUT" | LC_ALL=C grep -q "copied .*blob.bin -> .*/b: 1 files, 293.0 KiB in .*not through the node daemon: .*UTF-8.* (no cache)$"
+  for _ in $(seq 1 100); do [ -e "$WORK/latin/$name/res/b" ] && break; sleep 0.2; done
+  cmp "$WORK/latin/$name/blob.bin" "$WORK/latin/$name/res/b" # out/b, copied as out's content
+}
+
 @test "no daemon, or a stale socket file: --stage-data works at once and says (no cache); trash goes at restart" {
   "$STAGEHAND_SOURCE_DIR/tests/cluster/cluster.sh" daemon-stop node1 KILL
   [ -S "$STAGEHAND_CLUSTER_DIR/run/node1.sock" ] # left behind

@@ -255,6 +255,20 @@ TEST(GcCollect, PendingStageOutsAreReadFromTheNodesOwnStateDir)
   EXPECT_TRUE(other->empty());
 }
 
+// A stage-out whose paths are not valid UTF-8 gets no record (JSON carries text only): an error
+// that says so, never an exception (the epilog's line then says the results stay until an admin
+// removes them; GC never touches a ".stageout." directory without a record).
+TEST(KeptNames, ARecordOfPathsThatAreNotUtf8IsAnErrorNotAnException)
+{
+  TempDir base;
+  UniqueFd fd(::open(base.path().c_str(), O_RDONLY | O_DIRECTORY));
+  stageout::KeptResults k{5, 1001, 1001, ".stageout.job_5.x", "out:/home/u/r\xe9s", "/home/u", k_now + 60, "full"};
+  auto saved = stageout::save_kept(fd.get(), k);
+  ASSERT_FALSE(saved);
+  EXPECT_EQ(saved.error().message, "a path of the stage-out is not valid UTF-8, which its record cannot carry");
+  EXPECT_TRUE(stageout::load_kept(fd.get()).empty());
+}
+
 TEST(KeptNames, RecordNamesMapBackToTheirDirectoryOnly)
 {
   EXPECT_EQ(tmpdir::kept_record_name(".stageout.job_5.x"), ".failed-stage-out.stageout.job_5.x");

@@ -87,6 +87,26 @@ TEST(Request, StageCarriesMissesAndDeliveredCopies)
   EXPECT_NE(bad.error().message.find("misses"), std::string::npos);
 }
 
+// A path that is not valid UTF-8 (legal on Linux: a directory named in Latin-1) cannot travel in
+// JSON. It is an error naming the reason, never an exception: a job with such a path staged
+// without the daemon, as it would with none, instead of failing because a daemon runs.
+TEST(Request, APathThatIsNotUtf8IsAnErrorNotAnException)
+{
+  Stage stage{7, {SourceSpec{"caf\xe9.tar", "/w/caf\xe9.tar", "d", stage::SourceKind::file, stage::Unpack::if_archive, ""}},
+              5, Misses::read};
+  auto text = serialize_checked(Request{stage});
+  ASSERT_FALSE(text);
+  EXPECT_EQ(text.error().message,
+            "a path or name in the request is not valid UTF-8, which the node daemon's protocol cannot carry");
+  auto end = serialize_checked(Request{EndJob{7, "", 0, ".stageout.job_7.a", "out:/w/r\xe9s", "/w/r\xe9s"}});
+  ASSERT_FALSE(end);
+  stage.sources[0].path = "/w/caf\xc3\xa9.tar"; // the same name in UTF-8
+  stage.sources[0].shown = "caf\xc3\xa9.tar";
+  auto good = serialize_checked(Request{stage});
+  ASSERT_TRUE(good) << good.error().message;
+  EXPECT_EQ(std::get<Stage>(*parse_request(*good)).sources[0].path, "/w/caf\xc3\xa9.tar");
+}
+
 // The prolog says whether the job was submitted with --stage-data; a plugin that does not (an older
 // one, a Prolog= script) is taken as "yes", the daemon's behaviour before it was told.
 TEST(Request, RegisterCarriesWhetherTheJobStagesData)

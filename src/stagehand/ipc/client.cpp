@@ -89,9 +89,8 @@ Status check_peer_is_root(int fd, const std::string& socket_path)
   return ok_status();
 }
 
-Status send_request(int fd, const proto::Request& request, Clock::time_point until)
+Status send_request(int fd, const std::string& frame, Clock::time_point until)
 {
-  const std::string frame = proto::encode_frame(proto::serialize(request));
   std::size_t sent = 0;
   while (sent < frame.size()) {
     ssize_t n = ::send(fd, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
@@ -160,6 +159,10 @@ Result<proto::ReplyFrame> call(const std::string& socket_path, const proto::Requ
   if (socket_path.size() >= sizeof addr.sun_path) {
     return Error::config("daemon socket path too long: " + socket_path);
   }
+  auto payload = proto::serialize_checked(request); // before anything is asked of the daemon
+  if (!payload) {
+    return payload.error();
+  }
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size() + 1);
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
@@ -173,7 +176,7 @@ Result<proto::ReplyFrame> call(const std::string& socket_path, const proto::Requ
   if (auto st = check_peer_is_root(fd.get(), socket_path); !st) {
     return st.error();
   }
-  if (auto st = send_request(fd.get(), request, connect_until); !st) {
+  if (auto st = send_request(fd.get(), proto::encode_frame(*payload), connect_until); !st) {
     return st.error();
   }
   return read_reply(fd.get(), options, progress);

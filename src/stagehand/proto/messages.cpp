@@ -231,4 +231,14 @@ std::string serialize(const Request& r)
   return j.dump();
 }
 
+Result<std::string> serialize_checked(const Request& r)
+{
+  try {
+    return serialize(r);
+  } catch (const json::exception&) {
+    return Error::refused("a path or name in the request is not valid UTF-8, which the node daemon's protocol "
+                          "cannot carry");
+  }
+}
+
 } // namespace stagehand::proto

@@ -117,7 +117,11 @@ const char* op_name(const Request& r);
 // Parses one request payload. Unknown versions, operations, fields of the wrong type, oversized
 // strings and lists are refused with a sentence naming the field.
 Result<Request> parse_request(std::string_view payload);
+// Throws nlohmann::json::type_error for a string that is not valid UTF-8 (JSON carries text only).
 std::string serialize(const Request& r);
+// The same, never throwing: such a request is an error that says why (a path a user may well
+// have: its client goes on without the daemon, as it would with none).
+Result<std::string> serialize_checked(const Request& r);
 
 // --- replies ----------------------------------------------------------------------------
 // Every reply frame is a JSON object with "v" and "type": "progress" frames may precede the one

@@ -46,7 +46,7 @@ std::string serialize_progress(const Progress& p)
 {
   json j = envelope("progress");
   j.update(progress_json(p));
-  return j.dump();
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string serialize_error(const Error& e)

@@ -53,7 +53,13 @@ Status save_kept(int base_fd, const KeptResults& k)
   if (capped.reason.size() > k_max_reason) {
     capped.reason = capped.reason.substr(0, k_max_reason) + "...";
   }
-  return fs::write_file_atomic(base_fd, tmpdir::kept_record_name(k.dir), to_json(capped), 0644);
+  std::string text;
+  try {
+    text = to_json(capped);
+  } catch (const json::exception&) { // never a record with other paths than the job's: none
+    return Error::refused("a path of the stage-out is not valid UTF-8, which its record cannot carry");
+  }
+  return fs::write_file_atomic(base_fd, tmpdir::kept_record_name(k.dir), text, 0644);
 }
 
 std::vector<KeptResults> load_kept(int base_fd)
