@@ -251,11 +251,17 @@ TEST(Lifecycle, StartEndAndKeep)
   auto kept = on_job_end(config, job, Request::keep);
   ASSERT_TRUE(kept);
   EXPECT_TRUE(exists_nofollow(path));
-  // A requeued run of the same job id gets a fresh directory.
+  // A requeued run of the same job id gets a fresh directory, and none of the earlier run's cache
+  // views: their record (which would say "shown as views" of mounts that are gone) goes to the trash.
   write_file(path + "/old", "x");
   ::chown((path + "/old").c_str(), k_attacker_uid, k_attacker_gid);
+  ASSERT_EQ(::mkdir((dir / "scratch/node7/.views").c_str(), 0700), 0);
+  ASSERT_EQ(::mkdir((dir / "scratch/node7/.views/job_1234").c_str(), 0700), 0);
+  write_file(dir / "scratch/node7/.views/job_1234/record.abc", "view 1 1 unpacked d\n");
   ASSERT_TRUE(on_job_start(config, job));
   EXPECT_FALSE(exists_nofollow(path + "/old"));
+  EXPECT_FALSE(exists_nofollow(dir / "scratch/node7/.views/job_1234"));
+  EXPECT_EQ(std::system(("ls -d '" + dir / "scratch/node7" + "'/.trash.views.job_1234.*/record.abc").c_str()), 0);
   EXPECT_FALSE(on_job_start(config, JobContext{k_job, "../etc"}));
   // Without an option, [tmpdir] default decides.
   EXPECT_EQ(effective_request(config, std::nullopt), Request::none);

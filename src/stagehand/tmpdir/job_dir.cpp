@@ -4,6 +4,7 @@
 #include "stagehand/fs/atomic_file.hpp"
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/fs/walk.hpp"
+#include "stagehand/tmpdir/views.hpp"
 #include "stagehand/util/fd.hpp"
 #include "stagehand/util/units.hpp"
 
@@ -33,14 +34,16 @@ std::string unique_suffix()
 
 // Moves `name` into the trash under a fresh name, in O(1): whatever a stale directory holds is
 // removed off the critical path (the daemon, or `stagehand gc`), never by a prolog.
-Status move_aside(int base_fd, const std::string& name)
+// `name` in `from_fd` (the base, or a directory in it) becomes ".trash.<stem>.<unique>" in the base.
+Status move_aside(int base_fd, const std::string& name, int from_fd = -1, const std::string& stem = "")
 {
-  std::string trash = std::string(k_trash_prefix) + name + "." + unique_suffix();
-  if (::renameat2(base_fd, name.c_str(), base_fd, trash.c_str(), RENAME_NOREPLACE) != 0) {
+  from_fd = from_fd < 0 ? base_fd : from_fd;
+  std::string trash = std::string(k_trash_prefix) + (stem.empty() ? name : stem) + "." + unique_suffix();
+  if (::renameat2(from_fd, name.c_str(), base_fd, trash.c_str(), RENAME_NOREPLACE) != 0) {
     if (errno == ENOENT) {
       return ok_status();
     }
-    return Error::from_errno("cannot move stale " + name + " aside");
+    return Error::from_errno("cannot move stale " + (stem.empty() ? name : stem) + " aside");
   }
   return ok_status();
 }
@@ -105,6 +108,15 @@ Result<CreateOutcome> create_job_dir(int base_fd, const JobOwner& owner)
   }
   discard();
   return Error{ErrorKind::io, EEXIST, name + " keeps reappearing"};
+}
+
+Status discard_earlier_views(int base_fd, std::uint32_t job_id)
+{
+  UniqueFd views(::openat(base_fd, k_views_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!views.valid()) {
+    return errno == ENOENT ? ok_status() : Error::from_errno(std::string("cannot open ") + k_views_dir);
+  }
+  return move_aside(base_fd, job_views_name(job_id), views.get(), "views." + job_views_name(job_id));
 }
 
 Status remove_job_dir(int base_fd, std::uint32_t job_id)

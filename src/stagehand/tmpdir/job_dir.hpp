@@ -32,6 +32,12 @@ enum class CreateOutcome { created, replaced_stale };
 // (removed later by GC, off the critical path), never adopted. `base_fd` must come from open_trusted_dir.
 Result<CreateOutcome> create_job_dir(int base_fd, const JobOwner& owner);
 
+// Job start: the cache views an earlier run of this job left on this node (its epilog never ran,
+// or could not remove them; then a requeue onto the same node) go to the trash, in O(1) and with
+// whatever is mounted below them detached by its removal, so that no task of this run takes their
+// record for views of its own. None: ok.
+Status discard_earlier_views(int base_fd, std::uint32_t job_id);
+
 // Removes base/job_<id> and its keep marker, if present (fd-based, no symlinks, no mounts).
 Status remove_job_dir(int base_fd, std::uint32_t job_id);
 

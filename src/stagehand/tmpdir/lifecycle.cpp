@@ -61,7 +61,11 @@ Result<std::string> on_job_start(const Config& config, const JobContext& job)
     return created.error();
   }
   std::string what = *created == CreateOutcome::replaced_stale ? "created (a stale entry moved to the trash) " : "created ";
-  return what + describe(*base, job);
+  what += describe(*base, job);
+  if (auto views = discard_earlier_views(base_fd->get(), job.owner.job_id); !views) {
+    what += " (an earlier run's cache views stay: " + views.error().message + "; this run's tasks stage without views)";
+  }
+  return what;
 }
 
 namespace {
