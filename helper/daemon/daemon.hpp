@@ -95,9 +95,11 @@ private:
   void ask_slurmctld(gc::Evidence& evidence);
   // Ends the jobs GC found ended, forgets old ended records, and saves the registry if it changed.
   void registry_after_gc_locked(const gc::Plan& plan, const gc::Evidence& evidence, std::int64_t asked_at);
-  // The job directories in `snap` and the pending stage-outs that `peer` may see, into `reply`.
+  // The job directories in `snap` and the `pending` stage-outs (the queue's, asked before the
+  // daemon's lock) that `peer` may see, into `reply`.
   void status_jobs_locked(const std::optional<gc::Snapshot>& snap, const std::set<std::uint32_t>& live,
-                          const Peer& peer, proto::StatusReply& reply);
+                          const std::vector<stageout::PendingCopy>& pending, const Peer& peer,
+                          proto::StatusReply& reply);
 
   // Fixed at start
   std::string m_config_path;

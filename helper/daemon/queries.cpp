@@ -82,8 +82,10 @@ void Daemon::on_status(const Peer& peer, Responder& out)
   const auto live = gc::live_step_jobs();
   const auto kept = base ? stageout::load_kept(base->get()) : std::vector<stageout::KeptResults>{};
   const std::string& base_path = m_shared.base_path;
+  // Before the daemon's lock: the queue's own is held over its saves (a slow or hung state disk).
+  const auto pending = m_stage_out ? m_stage_out->pending() : std::vector<stageout::PendingCopy>{};
   std::unique_lock lock(m_shared.mutex);
-  status_jobs_locked(snap, live, peer, reply);
+  status_jobs_locked(snap, live, pending, peer, reply);
   for (const auto& k : kept) {
     if (peer.root() || k.uid == peer.uid) {
       reply.jobs.push_back(proto::JobInfo{k.job_id, "", k.uid, base_path + "/" + k.dir, stageout::kept_state(k)});
@@ -112,7 +114,8 @@ void Daemon::on_status(const Peer& peer, Responder& out)
 }
 
 void Daemon::status_jobs_locked(const std::optional<gc::Snapshot>& snap, const std::set<std::uint32_t>& live,
-                                const Peer& peer, proto::StatusReply& reply)
+                                const std::vector<stageout::PendingCopy>& pending, const Peer& peer,
+                                proto::StatusReply& reply)
 {
   const std::string& base_path = m_shared.base_path;
   std::set<std::uint32_t> listed;
@@ -142,15 +145,13 @@ void Daemon::status_jobs_locked(const std::optional<gc::Snapshot>& snap, const s
       add(*job, e.uid, running ? "running" : kept ? "kept" : "orphan");
     }
   }
-  if (m_stage_out) {
-    for (const auto& p : m_stage_out->pending()) {
-      if (!peer.root() && p.uid != peer.uid) {
-        continue;
-      }
-      listed.insert(p.job_id);
-      reply.jobs.push_back(proto::JobInfo{p.job_id, "", p.uid, base_path + "/" + p.dir,
-                                          "stage-out pending (attempt " + std::to_string(p.attempts) + ")"});
+  for (const auto& p : pending) {
+    if (!peer.root() && p.uid != peer.uid) {
+      continue;
     }
+    listed.insert(p.job_id);
+    reply.jobs.push_back(proto::JobInfo{p.job_id, "", p.uid, base_path + "/" + p.dir,
+                                        "stage-out pending (attempt " + std::to_string(p.attempts) + ")"});
   }
 }
 
