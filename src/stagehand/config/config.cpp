@@ -71,6 +71,9 @@ public:
       if (*i < 0) {
         return error_at(node, table, key, "duration must not be negative");
       }
+      if (*i > k_max_duration.count()) {
+        return error_at(node, table, key, "duration " + std::to_string(*i) + " is too large (at most 36500d)");
+      }
       return std::chrono::seconds(*i);
     }
     auto s = get<std::string>(node, table, key);
@@ -322,7 +325,18 @@ Status parse_daemon(const Parser& p, const toml::node& node, DaemonConfig& c)
          c.cache_max_entries = static_cast<std::uint64_t>(*v);
          return ok_status();
        }},
-      {"gc_interval", assign([&](auto& n) { return p.duration(n, t, "gc_interval"); }, c.gc_interval)},
+      {"gc_interval",
+       [&](const toml::node& n) -> Status {
+         auto v = p.duration(n, t, "gc_interval");
+         if (!v) {
+           return v.error();
+         }
+         if (v->count() < 1) { // 0 would collect without a pause, asking slurmctld each time
+           return p.error_at(n, t, "gc_interval", "must be at least 1s");
+         }
+         c.gc_interval = *v;
+         return ok_status();
+       }},
       {"cache_views", assign([&](auto& n) { return p.get<bool>(n, t, "cache_views"); }, c.cache_views)},
       {"user",
        [&](const toml::node& n) -> Status {
