@@ -94,7 +94,9 @@ private:
   // slurmctld's running jobs on this node into `evidence`; logs when it stops or starts answering.
   void ask_slurmctld(gc::Evidence& evidence);
   // Ends the jobs GC found ended, forgets old ended records, and saves the registry if it changed.
-  void registry_after_gc_locked(const gc::Plan& plan, const gc::Evidence& evidence, std::int64_t asked_at);
+  // `asked_at`: when slurmctld was asked for the jobs it runs here (nullopt: it was not).
+  void registry_after_gc_locked(const gc::Plan& plan, const gc::Evidence& evidence,
+                                std::optional<std::int64_t> asked_at);
   // The job directories in `snap` and the `pending` stage-outs (the queue's, asked before the
   // daemon's lock) that `peer` may see, into `reply`.
   void status_jobs_locked(const std::optional<gc::Snapshot>& snap, const std::set<std::uint32_t>& live,

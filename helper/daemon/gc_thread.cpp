@@ -98,11 +98,12 @@ proto::GcReply Daemon::collect(bool dry_run)
   const Config config = m_shared.config_now();
   evidence.pending_stage_outs = gc::pending_stage_outs(config, m_shared.name);
   const gc::Options options = gc::options_from(config);
-  const std::int64_t asked_at = now_s();
+  std::optional<std::int64_t> asked_at; // when slurmctld was asked; never: its word ends no record
   if (gc::needs_slurmctld(*snap, evidence, options) || registry_unsure) {
+    asked_at = now_s();
     ask_slurmctld(evidence);
   } else {
-    evidence.running_here = std::set<std::uint32_t>{};
+    evidence.running_here = std::set<std::uint32_t>{}; // (the plan needs no answer)
   }
   const auto plan = gc::make_plan(*snap, evidence, options);
   const std::string& base_path = m_shared.base_path;
@@ -173,7 +174,8 @@ void Daemon::ask_slurmctld(gc::Evidence& evidence)
   }
 }
 
-void Daemon::registry_after_gc_locked(const gc::Plan& plan, const gc::Evidence& evidence, std::int64_t asked_at)
+void Daemon::registry_after_gc_locked(const gc::Plan& plan, const gc::Evidence& evidence,
+                                      std::optional<std::int64_t> asked_at)
 {
   m_shared.registry.change(
     [&](registry::Registry& reg) {
@@ -186,9 +188,10 @@ void Daemon::registry_after_gc_locked(const gc::Plan& plan, const gc::Evidence& 
         }
       }
       // A running record whose end_job never came (its directory may be gone already): slurmctld's
-      // word ends it, and its cache entries are no longer pinned. No answer: all are kept.
-      if (evidence.running_here) {
-        for (auto job : reg.ended_by_slurmctld(*evidence.running_here, evidence.live_steps, asked_at)) {
+      // word ends it, and its cache entries are no longer pinned. Not asked, or no answer: all are
+      // kept (a job registered since the pass looked at the registry has no slurmstepd yet).
+      if (asked_at && evidence.running_here) {
+        for (auto job : reg.ended_by_slurmctld(*evidence.running_here, evidence.live_steps, *asked_at)) {
           spdlog::info("job {}: ended (slurmctld no longer runs it on node {}; its end was never reported)", job,
                        m_shared.name);
           reg.end_job(job, now_s(), 0);
