@@ -26,6 +26,7 @@ namespace stagehand::daemon {
 namespace {
 
 constexpr std::int64_t k_forget_ended_after = 24 * 3600; // registry records of ended jobs
+constexpr std::size_t k_max_ended_records = 20000;       // however many a node ends in a day (~5 MB)
 // Removal work per GC pass: a huge trash, or one that another job keeps refilling, never holds
 // the GC thread longer; the rest waits for the next pass.
 constexpr std::chrono::seconds k_gc_pass_budget{20};
@@ -198,14 +199,7 @@ void Daemon::registry_after_gc_locked(const gc::Plan& plan, const gc::Evidence& 
           changed = true;
         }
       }
-      std::vector<std::uint32_t> forget;
-      for (const auto& [id, job] : reg.jobs()) {
-        if (job.state == registry::JobState::ended && now_s() - job.ended_at > k_forget_ended_after &&
-            job.keep_until < now_s()) {
-          forget.push_back(id);
-        }
-      }
-      for (auto id : forget) {
+      for (auto id : reg.forgettable(now_s(), k_forget_ended_after, k_max_ended_records)) {
         reg.forget(id);
         changed = true;
       }

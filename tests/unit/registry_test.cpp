@@ -6,6 +6,8 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 using namespace stagehand;
@@ -134,4 +136,30 @@ TEST(Registry, ARecordLeftRunningIsEndedOnlyBySlurmctldsWord)
   }
   EXPECT_FALSE(r.key_in_use("k10")) << "its entries are no longer pinned";
   EXPECT_EQ(r.find(11)->state, JobState::running);
+}
+
+// A node that ends tens of thousands of jobs a day keeps its registry small: ended records go after
+// a day, and past the most recent ones at once; a kept directory's record and running jobs stay.
+// (Left to grow, the file was rewritten at every job's start and end, and past its read limit the
+// daemon started with an empty registry, every running job's entries unpinned.)
+TEST(Registry, EndedRecordsGoAfterADayOrPastTheMostRecentOnes)
+{
+  Registry r;
+  for (std::uint32_t id = 1; id <= 6; ++id) {
+    r.register_job(job(id, 1001, 1001));
+  }
+  r.end_job(1, 100, 0);
+  r.end_job(2, 200, 0);
+  r.end_job(3, 300, 5000); // kept until 5000
+  r.end_job(4, 400, 0);
+  r.end_job(5, 500, 0);    // 6 still runs
+  auto sorted = [](std::vector<std::uint32_t> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  EXPECT_TRUE(r.forgettable(1000, 24 * 3600, 100).empty());
+  EXPECT_EQ(sorted(r.forgettable(1000, 24 * 3600, 2)), (std::vector<std::uint32_t>{1, 2})); // 5 and 4 stay
+  EXPECT_EQ(sorted(r.forgettable(1000, 650, 100)), (std::vector<std::uint32_t>{1, 2}));    // ended over 650 s ago
+  EXPECT_EQ(sorted(r.forgettable(6000, 650, 100)), (std::vector<std::uint32_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(sorted(r.forgettable(6000, 24 * 3600, 0)), (std::vector<std::uint32_t>{1, 2, 3, 4, 5}));
 }

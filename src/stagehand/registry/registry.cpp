@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <functional>
 
 namespace stagehand::registry {
 
@@ -93,6 +94,24 @@ std::vector<std::uint32_t> Registry::ended_by_slurmctld(const std::set<std::uint
     if (job.state == JobState::running && job.registered_at < asked_at && !running_here.count(id) &&
         !live_steps.count(id)) {
       out.push_back(id);
+    }
+  }
+  return out;
+}
+
+std::vector<std::uint32_t> Registry::forgettable(std::int64_t now, std::int64_t max_age, std::size_t max_ended) const
+{
+  std::vector<std::pair<std::int64_t, std::uint32_t>> ended; // (ended_at, job), newest first below
+  for (const auto& [id, job] : m_jobs) {
+    if (job.state == JobState::ended && job.keep_until < now) {
+      ended.emplace_back(job.ended_at, id);
+    }
+  }
+  std::sort(ended.begin(), ended.end(), std::greater<>());
+  std::vector<std::uint32_t> out;
+  for (std::size_t i = 0; i < ended.size(); ++i) {
+    if (i >= max_ended || now - ended[i].first > max_age) {
+      out.push_back(ended[i].second);
     }
   }
   return out;

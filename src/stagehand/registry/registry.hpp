@@ -51,6 +51,12 @@ public:
                                                 const std::set<std::uint32_t>& live_steps,
                                                 std::int64_t asked_at) const;
 
+  // Ended records that may go: ended more than `max_age` seconds before `now`, and past the
+  // `max_ended` most recent ended ones; never one whose directory is kept (keep_until not past).
+  // The file stays small however many jobs a node runs in a day (it is rewritten at every job's
+  // start and end, and read back at the daemon's start within a limit).
+  std::vector<std::uint32_t> forgettable(std::int64_t now, std::int64_t max_age, std::size_t max_ended) const;
+
   const JobRecord* find(std::uint32_t job_id) const;
   const std::map<std::uint32_t, JobRecord>& jobs() const { return m_jobs; }
   // Whether a job still running here uses the cache entry (a lookup, however many jobs and keys).
