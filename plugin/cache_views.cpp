@@ -25,7 +25,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 
 namespace stagehand::plugin {
 
@@ -63,12 +65,22 @@ std::string boot_id()
 }
 
 // Whether this node can show views: probed once per boot, the answer kept in `.views/probe`.
-bool supported(int views_fd, int tree_fd, int scratch_fd)
+// What this boot's probe found, if one ran (root's `.views/probe`, on the scratch's filesystem).
+std::optional<bool> probed_this_boot(int views_fd)
 {
   const std::string boot = boot_id();
   if (auto kept = fs::read_small_file(views_fd, "probe", 4096); kept && kept->starts_with(boot + " ")) {
     return kept->substr(boot.size() + 1).starts_with("available");
   }
+  return std::nullopt;
+}
+
+bool supported(int views_fd, int tree_fd, int scratch_fd)
+{
+  if (auto known = probed_this_boot(views_fd)) {
+    return *known;
+  }
+  const std::string boot = boot_id();
   auto probed = fs::probe_overlay_view(tree_fd, scratch_fd);
   if (!probed) {
     say("probe failed: " + probed.error().message + "; staging without views");
@@ -265,6 +277,17 @@ Result<tmpdir::ViewRecord> make_views(const ViewsPlace& at, const std::string& s
   if (sources.empty()) {
     return write_record(at, made);
   }
+  if (probed_this_boot(at.views_fd) == false) {
+    return write_record(at, made);
+  }
+  // The daemon first: the cache's own disk is touched only for a hit. One that stopped answering
+  // (an NFS or FUSE cache_dir) holds this task only if it stops between the daemon's answer and
+  // the mount; the daemon answers at once, without the cache, once it has been out of reach 5 s.
+  auto hits = ask_daemon(at, sources, made.daemon_silent);
+  if (!hits || std::none_of(hits->entries.begin(), hits->entries.end(),
+                            [](const proto::ViewEntry& e) { return valid_key(e.entry); })) {
+    return write_record(at, made);
+  }
   const std::string cache_dir = expand_node(at.config.daemon.cache_dir, at.node);
   auto cache = fs::open_trusted_dir(cache_dir, fs::CreateMissing::no);
   if (!cache) {
@@ -272,10 +295,6 @@ Result<tmpdir::ViewRecord> make_views(const ViewsPlace& at, const std::string& s
     return write_record(at, made);
   }
   if (!supported(at.views_fd, cache->get(), at.mine_fd)) {
-    return write_record(at, made);
-  }
-  auto hits = ask_daemon(at, sources, made.daemon_silent);
-  if (!hits) {
     return write_record(at, made);
   }
   for (std::size_t i = 0; i < sources.size(); ++i) {

@@ -166,7 +166,9 @@ TEST(StageOutQueue, AReloadsConfigurationIsWhatTheCopiesUseFromThenOn)
   ASSERT_TRUE(q->take(h.end, k_job));
   Config reloaded = h.n.config;
   reloaded.tmpdir.keep_for = std::chrono::hours(3); // the daemon's SIGHUP, while the copy is retried
+  reloaded.tmpdir.base = "/nonexistent/%n";           // as for the daemon: until the next restart
   q->set_config(reloaded);
+  EXPECT_EQ(q->config().tmpdir.base, h.n.config.tmpdir.base);
   const auto now = static_cast<std::int64_t>(std::time(nullptr));
   EXPECT_TRUE(wait_until([&] { return q->pending().empty(); }, std::chrono::seconds(60)));
   auto kept = stageout::load_kept(h.n.base_fd().get());

@@ -123,7 +123,9 @@ std::vector<stageout::PendingCopy> StageOutQueue::pending() const
 void StageOutQueue::set_config(const Config& config)
 {
   std::lock_guard lock(m_mutex);
+  const std::string base = m_config.tmpdir.base; // the daemon's until its restart: its copies are there
   m_config = config;
+  m_config.tmpdir.base = base;
 }
 
 Config StageOutQueue::config() const

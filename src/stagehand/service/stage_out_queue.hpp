@@ -44,7 +44,8 @@ public:
                            Responder* epilog = nullptr);
   // The pending copies, for `stagehand status`.
   std::vector<stageout::PendingCopy> pending() const;
-  // A reload's configuration, for what the copies do from now on (an attempt under way keeps its own).
+  // A reload's configuration, for what the copies do from now on (an attempt under way keeps its own),
+  // except [tmpdir] base: the directories to copy stay where they are until the daemon's restart.
   void set_config(const Config& config);
   // The configuration its copies use now: a copy, taken under its own lock (never the node's).
   Config config() const;
