@@ -226,21 +226,59 @@ SCRIPT
   [ -n "$record" ]
   rm -f "$WORK/hold.$ID"
   wait_job_done "$ID"
-  # Job B, held until its record's name is taken by a directory (its write then fails, as on a
-  # full or failing disk): no view is mounted (a record of none is written first), or one left
-  # unrecorded would meet the job's staging as a destination that exists already.
+  # Job B's step, started once its record's name is taken by a directory (its write then fails,
+  # as on a full or failing disk; planted once the job runs: its prolog sends whatever views an
+  # earlier run left to the trash): no view is mounted (a record of none is written first), or one
+  # left unrecorded would meet the job's staging as a destination that exists already.
+  cat >"$WORK/step-on-go.sh" <<'SCRIPT'
+#!/bin/bash
+touch "running.$SLURM_JOB_ID"
+while [ ! -e "go.$SLURM_JOB_ID" ]; do sleep 0.1; done
+srun --stage-data=views.tar:o bash -c 'cat "$SLURM_TMPDIR/o/d/ckpt.pt"; echo'
+SCRIPT
+  chmod 0755 "$WORK/step-on-go.sh"
   local id
-  id=$(as_user "sbatch --parsable --hold -N1 -w node1 -o out.%j --stage-data=views.tar:o \
-    --wrap 'cat \$SLURM_TMPDIR/o/d/ckpt.pt; echo'")
+  id=$(as_user "sbatch --parsable -N1 -w node1 -o out.%j step-on-go.sh")
+  for _ in $(seq 1 300); do [ -e "$WORK/running.$id" ] && break; sleep 0.1; done
+  [ -e "$WORK/running.$id" ]
   mkdir -p "$(views_dir "$id")/$record/taken"
   chmod 0700 "$(views_dir "$id")"
-  scontrol release "$id"
+  touch "$WORK/go.$id"
   JOB_RC=$(job_exit_code "$id")
   wait_job_done "$id"
   cat "$WORK/out.$id"
   [ "$JOB_RC" -eq 0 ]
   grep -qx weights "$WORK/out.$id"
   grep -q '(cache hit)$' "$WORK/out.$id"
+  ! grep -q '(cache view)' "$WORK/out.$id" || false
+  assert_no_view_left "$id"
+}
+
+# A requeued run on the same node whose earlier run's views were left behind (its epilog never
+# ran) stages afresh: its prolog sends them to the trash. Read as its own, the earlier record said
+# "shown as views" of mounts that were gone, and the job had no data.
+@test "a job's views left by an earlier run (its epilog never ran) are not taken for the next run's" {
+  start_held_job
+  local record
+  record=$(cd "$(views_dir "$ID")" && ls -d record*)
+  cp "$(views_dir "$ID")/$record" "$WORK/record.$ID"
+  local id
+  id=$(as_user "sbatch --parsable --hold -N1 -w node1 -o out.%j --stage-data=views.tar:o \
+    --wrap 'cat \$SLURM_TMPDIR/o/d/ckpt.pt; echo'")
+  rm -f "$WORK/hold.$ID"
+  wait_job_done "$ID"
+  # No daemon on the node (as after its crash): no GC pass removes the planted views meanwhile.
+  "$CLUSTER" daemon-stop node1
+  mkdir -p "$(views_dir "$id")"
+  chmod 0700 "$(views_dir "$id")"
+  cp "$WORK/record.$ID" "$(views_dir "$id")/$record" # job $id's earlier run's, as it left it
+  scontrol release "$id"
+  JOB_RC=$(job_exit_code "$id")
+  wait_job_done "$id"
+  "$CLUSTER" daemon-start node1
+  cat "$WORK/out.$id"
+  [ "$JOB_RC" -eq 0 ]
+  grep -qx weights "$WORK/out.$id"
   ! grep -q '(cache view)' "$WORK/out.$id" || false
   assert_no_view_left "$id"
 }
