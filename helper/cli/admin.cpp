@@ -315,9 +315,14 @@ int cmd_gc(const std::vector<std::string>& args)
     return 1;
   }
   auto reply = ipc::call(expand_node(config->daemon.socket, common->node), proto::Gc{common->dry_run});
-  if (!reply) {
+  if (!reply && (reply.error().code == ENOENT || reply.error().code == ECONNREFUSED)) {
     spdlog::info("no daemon on node {} ({}): collecting here", common->node, reply.error().message);
     return local_gc(*config, *common);
+  }
+  if (!reply) { // (one still collecting, say: a second collection beside it is not started)
+    spdlog::error("stagehandd on node {} did not answer ({}): nothing collected here", common->node,
+                  reply.error().message);
+    return 1;
   }
   if (reply->error) {
     spdlog::error("{}", reply->error->message);
