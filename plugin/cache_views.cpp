@@ -277,13 +277,19 @@ Result<tmpdir::ViewRecord> make_views(const ViewsPlace& at, const std::string& s
   if (sources.empty()) {
     return write_record(at, made);
   }
-  if (probed_this_boot(at.views_fd) == false) {
+  const std::optional<bool> probed = probed_this_boot(at.views_fd);
+  if (probed == false) {
     return write_record(at, made);
   }
   // The daemon first: the cache's own disk is touched only for a hit. One that stopped answering
   // (an NFS or FUSE cache_dir) holds this task only if it stops between the daemon's answer and
   // the mount; the daemon answers at once, without the cache, once it has been out of reach 5 s.
-  auto hits = ask_daemon(at, sources, made.daemon_silent);
+  // Before this boot's probe (views may not be possible here), no miss is read for a view.
+  ViewsPlace asked = at;
+  if (!probed) {
+    asked.claimed = proto::ClaimedMisses::staged;
+  }
+  auto hits = ask_daemon(asked, sources, made.daemon_silent);
   if (!hits || std::none_of(hits->entries.begin(), hits->entries.end(),
                             [](const proto::ViewEntry& e) { return valid_key(e.entry); })) {
     return write_record(at, made);

@@ -94,6 +94,9 @@ private:
   // slurmctld's running jobs on this node into `evidence`; logs when it stops or starts answering.
   void ask_slurmctld(gc::Evidence& evidence);
   // Ends the jobs GC found ended, forgets old ended records, and saves the registry if it changed.
+  // The stage-outs this daemon's queue still has to copy (its own list: the state_dir it started
+  // with, whatever a reload says); nullopt before the queue is started.
+  std::optional<std::set<std::string>> pending_stage_outs() const;
   // `asked_at`: when slurmctld was asked for the jobs it runs here (nullopt: it was not).
   void registry_after_gc_locked(const gc::Plan& plan, const gc::Evidence& evidence,
                                 std::optional<std::int64_t> asked_at);

@@ -97,7 +97,7 @@ proto::GcReply Daemon::collect(bool dry_run)
   // A record says running, and no slurmstepd here says so.
   const bool registry_unsure = note_registered_running(evidence, store);
   const Config config = m_shared.config_now();
-  evidence.pending_stage_outs = gc::pending_stage_outs(config, m_shared.name);
+  evidence.pending_stage_outs = pending_stage_outs();
   const gc::Options options = gc::options_from(config);
   std::optional<std::int64_t> asked_at; // when slurmctld was asked; never: its word ends no record
   if (gc::needs_slurmctld(*snap, evidence, options) || registry_unsure) {
@@ -173,6 +173,18 @@ void Daemon::ask_slurmctld(gc::Evidence& evidence)
       spdlog::info("gc: slurmctld answers again");
     }
   }
+}
+
+std::optional<std::set<std::string>> Daemon::pending_stage_outs() const
+{
+  if (!m_stage_out) {
+    return std::nullopt; // unknown: no stage-out counts as a stray
+  }
+  std::set<std::string> names;
+  for (const auto& p : m_stage_out->pending()) {
+    names.insert(p.dir);
+  }
+  return names;
 }
 
 void Daemon::registry_after_gc_locked(const gc::Plan& plan, const gc::Evidence& evidence,

@@ -197,6 +197,26 @@ SCRIPT
   assert_epilog_removed_views "$ID"
 }
 
+# root's `cache evict` removes what jobs have links of (the links outlive the entry), never an
+# entry a running job shows as a view: its files are the view's, and the job's data would vanish.
+@test "cache evict leaves an entry a running job shows as a view, names it, and the job reads its data" {
+  start_held_job
+  run "$STAGEHAND_BUILD_DIR/helper/stagehand" cache evict --all --config "$STAGEHAND_TEST_CONFIG" --node node1
+  echo "$output"
+  [ "$status" -eq 1 ]
+  [[ "$output" == *"views.tar: shown as a cache view in a running job on this node, not evicted"* ]]
+  rm -f "$WORK/hold.$ID"
+  JOB_RC=$(job_exit_code "$ID")
+  wait_job_done "$ID"
+  [ "$JOB_RC" -eq 0 ]
+  grep -qx weights "$WORK/out.$ID"
+  # Once the job has ended, the same evict takes it.
+  run "$STAGEHAND_BUILD_DIR/helper/stagehand" cache evict --all --config "$STAGEHAND_TEST_CONFIG" --node node1
+  echo "$output"
+  [ "$status" -eq 0 ]
+  [ -z "$(ls -A "$STAGEHAND_CLUSTER_DIR/cache/node1/entries")" ]
+}
+
 @test "kill -9 of the job's slurmstepd leaves no mount once the job is gone" {
   start_held_job
   for pid in $(pgrep -f "^slurmstepd: \[$ID\."); do kill -9 "$pid"; done

@@ -62,8 +62,10 @@ struct Fixture
   TempDir d;
   std::shared_ptr<Store> store;
   int woken = 0;
-  std::set<std::string> jobs_use; // keys in running jobs' directories, as the registry would say
-  service::CacheKeeper keeper{[this] { ++woken; }, [this](const std::string& k) { return jobs_use.count(k) > 0; }};
+  std::set<std::string> jobs_use;  // keys in running jobs' directories, as the registry would say
+  std::set<std::string> jobs_view; // of those, keys shown as cache views
+  service::CacheKeeper keeper{[this] { ++woken; }, [this](const std::string& k) { return jobs_use.count(k) > 0; },
+                              [this](const std::string& k) { return jobs_view.count(k) > 0; }};
 
   Fixture()
   {
@@ -237,17 +239,20 @@ TEST(CacheKeeper, RootsEvictionLeavesAnEntryBeingStaged)
   ASSERT_EQ(done.errors.size(), 1U);
   EXPECT_EQ(done.errors[0], "/src/a: being staged right now, not evicted");
   EXPECT_EQ(cached(*f.store), (std::set<char>{'a'}));
-  // An entry a running job's cache view shows (its files are the view's lower layer) stays too.
+  // An entry a running job's cache view shows (its files are the view's lower layer) stays too;
+  // one a running job has links of goes (the links outlive it).
   f.keeper.unpin(key_of('a'));
-  f.jobs_use = {key_of('a')};
+  publish(*f.store, f.d, 'c', 100);
+  f.jobs_use = {key_of('a'), key_of('c')};
+  f.jobs_view = {key_of('a')};
   auto viewed = f.keeper.evict([](const EntryMeta&) { return true; }, daemon_mutex);
-  EXPECT_TRUE(viewed.evicted.empty());
+  EXPECT_EQ(viewed.evicted, (std::vector<std::string>{"/src/c"}));
   ASSERT_EQ(viewed.errors.size(), 1U);
-  EXPECT_EQ(viewed.errors[0],
-            "/src/a: in use by a running job on this node, not evicted (evict it again once the job has ended)");
+  EXPECT_EQ(viewed.errors[0], "/src/a: shown as a cache view in a running job on this node, not evicted (evict it "
+                              "again once the job has ended)");
   EXPECT_EQ(cached(*f.store), (std::set<char>{'a'}));
   EXPECT_TRUE(f.store->scan().tmp.empty()) << "removed before the answer";
-  EXPECT_EQ(f.keeper.evictions(), 1U);
+  EXPECT_EQ(f.keeper.evictions(), 2U); // b and c
   EXPECT_TRUE(daemon_mutex.try_lock()) << "the daemon's lock is released";
   daemon_mutex.unlock();
   f.keeper.use_store(nullptr);

@@ -256,8 +256,8 @@ TEST(GcCollect, PendingStageOutsAreReadFromTheNodesOwnStateDir)
 }
 
 // A stage-out whose paths are not valid UTF-8 gets no record (JSON carries text only): an error
-// that says so, never an exception (the epilog's line then says the results stay until an admin
-// removes them; GC never touches a ".stageout." directory without a record).
+// that says so, never an exception (the epilog's line says so; GC records such a directory as a
+// stray later, as any ".stageout." directory no copy runs for).
 TEST(KeptNames, ARecordOfPathsThatAreNotUtf8IsAnErrorNotAnException)
 {
   TempDir base;

@@ -98,6 +98,33 @@ TEST(Registry, PinsFollowRunningJobsThroughRestartRequeueAndForget)
   EXPECT_FALSE(r.key_in_use("k"));
 }
 
+// Which running jobs show an entry as a cache view (root's `cache evict` leaves those: the view's
+// files are the entry's), apart from those with links of it; kept across a restart, gone at the end.
+TEST(Registry, ViewedKeysAreKnownApartFromLinkedOnes)
+{
+  Registry r;
+  r.register_job(job(1, 1001, 1001));
+  r.register_job(job(2, 1001, 1001));
+  r.add_cache_key(1, "linked");
+  r.add_cache_key(2, "shown", Registry::KeyUse::viewed);
+  EXPECT_TRUE(r.key_in_use("linked"));
+  EXPECT_FALSE(r.key_viewed("linked"));
+  EXPECT_TRUE(r.key_in_use("shown"));
+  EXPECT_TRUE(r.key_viewed("shown"));
+  auto back = Registry::from_json(r.to_json());
+  ASSERT_TRUE(back);
+  EXPECT_TRUE(back->key_viewed("shown"));
+  EXPECT_FALSE(back->key_viewed("linked"));
+  back->end_job(2, 10, 0);
+  EXPECT_FALSE(back->key_viewed("shown"));
+  EXPECT_FALSE(back->key_in_use("shown"));
+  auto older = Registry::from_json(R"({"version":1,"jobs":[{"job_id":3,"uid":1,"gid":1,"state":"running",)"
+                                   R"("cache_keys":["k"]}]})"); // written before view_keys: none known
+  ASSERT_TRUE(older);
+  EXPECT_TRUE(older->key_in_use("k"));
+  EXPECT_FALSE(older->key_viewed("k"));
+}
+
 TEST(Registry, MaxBytesCountsEveryRequestOfAJob)
 {
   Registry r;

@@ -211,8 +211,10 @@ std::string keep_results(const Config& config, const tmpdir::JobContext& job, co
   k.reason = reason;
   std::string line = stageout::kept_line(k, *base, job.node);
   if (auto saved = stageout::save_kept(base_fd->get(), k); !saved) {
-    // Without a record GC never touches a ".stageout." directory: the results still stay.
-    line += " (its record could not be written: " + saved.error().message + "; it stays until an admin removes it)";
+    // Without a record the results still stay: GC records a ".stageout." directory no copy runs for
+    // as a stray once 2 x out_budget + 30 min have passed, and removes it keep_for after that.
+    line += " (its record could not be written: " + saved.error().message +
+            "; garbage collection records it later, and removes it keep_for after that)";
   }
   auto specs = stageout::parse_option(out.specs);
   auto opened = fs::open_beneath(base_fd->get(), dir_name, O_RDONLY | O_DIRECTORY);

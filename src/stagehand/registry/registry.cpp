@@ -12,11 +12,25 @@ namespace stagehand::registry {
 
 using nlohmann::json;
 
+namespace {
+
+void count_down(std::map<std::string, std::uint32_t>& counts, const std::string& key)
+{
+  if (auto it = counts.find(key); it != counts.end() && --it->second == 0) {
+    counts.erase(it);
+  }
+}
+
+} // namespace
+
 void Registry::pin(const JobRecord& job)
 {
   if (job.state == JobState::running) {
     for (const auto& key : job.cache_keys) {
       ++m_pinned[key];
+    }
+    for (const auto& key : job.view_keys) {
+      ++m_viewed[key];
     }
   }
 }
@@ -27,9 +41,10 @@ void Registry::unpin(const JobRecord& job)
     return;
   }
   for (const auto& key : job.cache_keys) {
-    if (auto it = m_pinned.find(key); it != m_pinned.end() && --it->second == 0) {
-      m_pinned.erase(it);
-    }
+    count_down(m_pinned, key);
+  }
+  for (const auto& key : job.view_keys) {
+    count_down(m_viewed, key);
   }
 }
 
@@ -53,6 +68,7 @@ void Registry::end_job(std::uint32_t job_id, std::int64_t now, std::int64_t keep
   it->second.ended_at = now;
   it->second.keep_until = keep_until;
   it->second.cache_keys.clear();
+  it->second.view_keys.clear();
 }
 
 void Registry::forget(std::uint32_t job_id)
@@ -63,11 +79,18 @@ void Registry::forget(std::uint32_t job_id)
   }
 }
 
-void Registry::add_cache_key(std::uint32_t job_id, const std::string& key)
+void Registry::add_cache_key(std::uint32_t job_id, const std::string& key, KeyUse use)
 {
   auto it = m_jobs.find(job_id);
-  if (it != m_jobs.end() && it->second.cache_keys.insert(key).second && it->second.state == JobState::running) {
+  if (it == m_jobs.end()) {
+    return;
+  }
+  const bool running = it->second.state == JobState::running;
+  if (it->second.cache_keys.insert(key).second && running) {
     ++m_pinned[key];
+  }
+  if (use == KeyUse::viewed && it->second.view_keys.insert(key).second && running) {
+    ++m_viewed[key];
   }
 }
 
@@ -125,6 +148,8 @@ const JobRecord* Registry::find(std::uint32_t job_id) const
 
 bool Registry::key_in_use(const std::string& key) const { return m_pinned.count(key) > 0; }
 
+bool Registry::key_viewed(const std::string& key) const { return m_viewed.count(key) > 0; }
+
 std::string Registry::to_json() const
 {
   json jobs = json::array();
@@ -137,6 +162,7 @@ std::string Registry::to_json() const
                         {"ended_at", job.ended_at},
                         {"keep_until", job.keep_until},
                         {"cache_keys", job.cache_keys},
+                        {"view_keys", job.view_keys},
                         {"staged_bytes", job.staged_bytes},
                         {"stage_data", job.staging == stage::StagingAsked::yes}});
   }
@@ -161,6 +187,7 @@ Result<Registry> Registry::from_json(std::string_view text)
       rec.ended_at = item.value("ended_at", std::int64_t{0});
       rec.keep_until = item.value("keep_until", std::int64_t{0});
       rec.cache_keys = item.value("cache_keys", std::set<std::string>{});
+      rec.view_keys = item.value("view_keys", std::set<std::string>{}); // (absent before: none known)
       rec.staged_bytes = item.value("staged_bytes", std::uint64_t{0});
       rec.staging = item.value("stage_data", true) ? stage::StagingAsked::yes : stage::StagingAsked::no;
       r.register_job(rec);

@@ -27,6 +27,7 @@ struct JobRecord
   std::int64_t ended_at = 0;
   std::int64_t keep_until = 0;      // --tmpdir=keep: the directory stays until then
   std::set<std::string> cache_keys; // entries materialised into the job's directory
+  std::set<std::string> view_keys;  // of those, the ones shown as cache views (their files are the entry's)
   std::uint64_t staged_bytes = 0;   // what the daemon wrote into its directory, all requests together
   stage::StagingAsked staging = stage::StagingAsked::yes; // submitted with --stage-data (or not known)
 };
@@ -39,7 +40,10 @@ public:
   // The epilog ran.
   void end_job(std::uint32_t job_id, std::int64_t now, std::int64_t keep_until);
   void forget(std::uint32_t job_id);
-  void add_cache_key(std::uint32_t job_id, const std::string& key);
+  // `key` is used by the job: linked (its files are links: they outlive the entry) or shown as a
+  // view (the entry's own files: removing them empties the view).
+  enum class KeyUse { linked, viewed };
+  void add_cache_key(std::uint32_t job_id, const std::string& key, KeyUse use = KeyUse::linked);
   // Counts `bytes` staged for the job, unless that takes it past `limit` ([stage] max_bytes is per
   // job, whatever number of requests it sends): then nothing is counted and the answer is false.
   bool charge(std::uint32_t job_id, std::uint64_t bytes, std::uint64_t limit);
@@ -61,6 +65,8 @@ public:
   const std::map<std::uint32_t, JobRecord>& jobs() const { return m_jobs; }
   // Whether a job still running here uses the cache entry (a lookup, however many jobs and keys).
   bool key_in_use(const std::string& key) const;
+  // Whether a job still running here shows the cache entry as a view.
+  bool key_viewed(const std::string& key) const;
 
   std::string to_json() const;
   static Result<Registry> from_json(std::string_view text);
@@ -71,6 +77,7 @@ private:
 
   std::map<std::uint32_t, JobRecord> m_jobs;
   std::map<std::string, std::uint32_t> m_pinned; // key -> running jobs that use it
+  std::map<std::string, std::uint32_t> m_viewed; // key -> running jobs that show it as a view
 };
 
 inline constexpr const char* k_registry_file = "registry.json";

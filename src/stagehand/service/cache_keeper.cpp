@@ -9,8 +9,8 @@
 
 namespace stagehand::service {
 
-CacheKeeper::CacheKeeper(std::function<void()> removal_queued, KeyInUse jobs_use)
-  : m_removal_queued(std::move(removal_queued)), m_jobs_use(std::move(jobs_use))
+CacheKeeper::CacheKeeper(std::function<void()> removal_queued, KeyInUse jobs_use, KeyInUse jobs_view)
+  : m_removal_queued(std::move(removal_queued)), m_jobs_use(std::move(jobs_use)), m_jobs_view(std::move(jobs_view))
 {
 }
 
@@ -253,9 +253,9 @@ CacheKeeper::RootEviction CacheKeeper::evict(const std::function<bool(const cach
       out.errors.push_back(e.source + ": being staged right now, not evicted");
       continue;
     }
-    if (m_jobs_use && m_jobs_use(e.key)) { // a cache view shows the entry's own files: removing them empties it
-      out.errors.push_back(e.source + ": in use by a running job on this node, not evicted (evict it again once the "
-                                      "job has ended)");
+    if (m_jobs_view && m_jobs_view(e.key)) { // a view shows the entry's own files (links outlive it)
+      out.errors.push_back(e.source + ": shown as a cache view in a running job on this node, not evicted (evict it "
+                                      "again once the job has ended)");
       continue;
     }
     if (auto aside = store->set_aside(e.key); !aside) {

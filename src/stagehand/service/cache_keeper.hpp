@@ -47,7 +47,9 @@ class CacheKeeper
 public:
   // `removal_queued` wakes whoever calls take_removals() (the GC thread); called under the keeper's
   // lock. `jobs_use` says whether a running job's directory holds an entry (the registry's answer).
-  explicit CacheKeeper(std::function<void()> removal_queued = {}, KeyInUse jobs_use = {});
+  // `jobs_use`: whether a running job uses an entry (LRU eviction leaves it); `jobs_view`: whether
+  // one shows it as a cache view (root's `cache evict` leaves it: removing it empties the view).
+  explicit CacheKeeper(std::function<void()> removal_queued = {}, KeyInUse jobs_use = {}, KeyInUse jobs_view = {});
 
   // The store in use, or null when the cache is off. Users keep their own reference for a request.
   std::shared_ptr<cache::Store> store() const;
@@ -123,6 +125,7 @@ private:
 
   const std::function<void()> m_removal_queued;
   const KeyInUse m_jobs_use;
+  const KeyInUse m_jobs_view;
   mutable std::mutex m_mutex; // guards everything below
   std::shared_ptr<cache::Store> m_store;
   cache::CacheLimits m_limits;

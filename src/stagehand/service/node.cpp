@@ -9,7 +9,8 @@ namespace stagehand::service {
 Node::Node(std::string node_name, Config initial, std::function<void()> removal_set_aside)
   : name(std::move(node_name)),
     base_path(tmpdir::base_path(initial, name).value_or("")),
-    keeper(std::move(removal_set_aside), [this](const std::string& key) { return registry.key_in_use(key); }),
+    keeper(std::move(removal_set_aside), [this](const std::string& key) { return registry.key_in_use(key); },
+           [this](const std::string& key) { return registry.key_viewed(key); }),
     config(std::move(initial))
 {
   keeper.set_limits(cache::CacheLimits{config.daemon.cache_max_bytes, config.daemon.cache_max_entries});

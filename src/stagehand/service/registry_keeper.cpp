@@ -84,11 +84,17 @@ bool RegistryKeeper::key_in_use(const std::string& key) const
   return m_registry.key_in_use(key);
 }
 
-void RegistryKeeper::add_cache_key(std::uint32_t job_id, const std::string& key)
+bool RegistryKeeper::key_viewed(const std::string& key) const
+{
+  std::lock_guard lock(m_mutex);
+  return m_registry.key_viewed(key);
+}
+
+void RegistryKeeper::add_cache_key(std::uint32_t job_id, const std::string& key, registry::Registry::KeyUse use)
 {
   change(
     [&](registry::Registry& reg) {
-      reg.add_cache_key(job_id, key);
+      reg.add_cache_key(job_id, key, use);
       return Changed::yes;
     },
     Save::soon);

@@ -73,7 +73,9 @@ public:
   // One-step reads and changes, each under the lock.
   std::optional<registry::JobRecord> find(std::uint32_t job_id) const;
   bool key_in_use(const std::string& key) const;
-  void add_cache_key(std::uint32_t job_id, const std::string& key); // saved soon
+  void add_cache_key(std::uint32_t job_id, const std::string& key,
+                     registry::Registry::KeyUse use = registry::Registry::KeyUse::linked); // saved soon
+  bool key_viewed(const std::string& key) const;
 
   // The two halves of a write, apart for the tests: a copy (the next generation) taken under the
   // lock, and its write, skipped when a later generation is on disk already.

@@ -300,7 +300,7 @@ std::vector<proto::ViewEntry> StageRequest::find_hits(proto::ClaimedMisses claim
           hit.seconds = *read;
         }
         // Pinned for the job until its end: the view's lower layer is this entry.
-        m_node.registry.add_cache_key(m_job.job_id, hit.entry);
+        m_node.registry.add_cache_key(m_job.job_id, hit.entry, registry::Registry::KeyUse::viewed);
         ++(read ? m_node.counters.misses : m_node.counters.hits);
         (void)m_store->touch(hit.entry, static_cast<std::int64_t>(std::time(nullptr)));
       }

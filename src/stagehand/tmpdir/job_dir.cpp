@@ -2,6 +2,7 @@
 #include "stagehand/tmpdir/job_dir.hpp"
 
 #include "stagehand/fs/atomic_file.hpp"
+#include "stagehand/fs/dir_stream.hpp"
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/tmpdir/views.hpp"
@@ -116,7 +117,27 @@ Status discard_earlier_views(int base_fd, std::uint32_t job_id)
   if (!views.valid()) {
     return errno == ENOENT ? ok_status() : Error::from_errno(std::string("cannot open ") + k_views_dir);
   }
-  return move_aside(base_fd, job_views_name(job_id), views.get(), "views." + job_views_name(job_id));
+  auto moved = move_aside(base_fd, job_views_name(job_id), views.get(), "views." + job_views_name(job_id));
+  if (moved) {
+    return moved;
+  }
+  // Not moved: at least no record of the earlier run's views is read as this run's (its mounts and
+  // upper directories stay for GC, which removes the views of jobs gone).
+  UniqueFd mine(::openat(views.get(), job_views_name(job_id).c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  auto names = mine.valid() ? fs::list_names(mine.get(), job_views_name(job_id))
+                            : Result<std::vector<std::string>>(Error::from_errno("open"));
+  bool all = static_cast<bool>(names);
+  for (const auto& n : names ? *names : std::vector<std::string>{}) {
+    if (n.starts_with("record") && ::unlinkat(mine.get(), n.c_str(), 0) != 0 && errno != ENOENT) {
+      all = false;
+    }
+  }
+  return all ? Error{moved.error().kind, moved.error().code,
+                     "an earlier run's cache views could not be moved to the trash (" + moved.error().message +
+                       "): their records were removed"}
+             : Error{moved.error().kind, moved.error().code,
+                     "an earlier run's cache views could not be moved to the trash nor their records removed (" +
+                       moved.error().message + "): this run's tasks may take them for their own"};
 }
 
 Status remove_job_dir(int base_fd, std::uint32_t job_id)

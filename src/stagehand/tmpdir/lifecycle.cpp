@@ -56,14 +56,16 @@ Result<std::string> on_job_start(const Config& config, const JobContext& job)
   if (!base_fd) {
     return base_fd.error();
   }
+  // Before the directory: no task of this run can have views yet (views_for needs the directory).
+  const Status views = discard_earlier_views(base_fd->get(), job.owner.job_id);
   auto created = create_job_dir(base_fd->get(), job.owner);
   if (!created) {
     return created.error();
   }
   std::string what = *created == CreateOutcome::replaced_stale ? "created (a stale entry moved to the trash) " : "created ";
   what += describe(*base, job);
-  if (auto views = discard_earlier_views(base_fd->get(), job.owner.job_id); !views) {
-    what += " (an earlier run's cache views stay: " + views.error().message + "; this run's tasks stage without views)";
+  if (!views) {
+    what += " (" + views.error().message + ")";
   }
   return what;
 }
