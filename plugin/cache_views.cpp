@@ -250,8 +250,10 @@ std::optional<proto::CacheViewReply> ask_daemon(const ViewsPlace& at, const std:
     if (!reply && (reply.error().code == ENOENT || reply.error().code == ECONNREFUSED)) {
       return std::nullopt; // no daemon here: nothing is cached
     }
-    say("job " + std::to_string(at.job.id) + ": the node daemon " + (reply ? "could not look (" : "did not answer (") +
-        why + "); no views");
+    const char* what = reply                                ? "the node daemon could not look ("
+                       : reply.error().code == EILSEQ ? "the node daemon was not asked ("
+                                                      : "the node daemon did not answer (";
+    say("job " + std::to_string(at.job.id) + ": " + what + why + "); no views");
     if (!reply && reply.error().code == ETIMEDOUT) {
       silent = why + " at task start";
     }

@@ -320,8 +320,8 @@ int cmd_gc(const std::vector<std::string>& args)
     return local_gc(*config, *common);
   }
   if (!reply) { // (one still collecting, say: a second collection beside it is not started)
-    spdlog::error("stagehandd on node {} did not answer ({}): nothing collected here", common->node,
-                  reply.error().message);
+    spdlog::error("stagehandd on node {}: {}: nothing collected here (a collection beside the daemon's is not "
+                  "started)", common->node, reply.error().message);
     return 1;
   }
   if (reply->error) {

@@ -81,6 +81,19 @@ gc_interval = 60
   EXPECT_EQ(c->daemon.gc_interval.count(), 60);
 }
 
+// A gc_interval of 0 would collect without a pause (asking slurmctld each time): it counts as 1 s.
+// A duration past 100 years counts as 100 years (a deadline that far on overflowed): configs that
+// loaded before still load.
+TEST(Config, DurationsAreBoundedNotRefused)
+{
+  auto c = parse_config("[daemon]\ngc_interval = 0\n[tmpdir]\nkeep_for = \"99999d\"\n[stage]\nout_budget = 9999999999999\n",
+                        "x.toml");
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->daemon.gc_interval.count(), 1);
+  EXPECT_EQ(c->tmpdir.keep_for.count(), 36500LL * 86400);
+  EXPECT_EQ(c->stage.out_budget.count(), 36500LL * 86400);
+}
+
 TEST(Config, UnknownKeyNamesFileLineAndKey)
 {
   auto msg = error_of("[tmpdir]\nbase = \"/x\"\nkeep_four = \"1h\"\n");

@@ -98,6 +98,7 @@ TEST(Request, APathThatIsNotUtf8IsAnErrorNotAnException)
   ASSERT_FALSE(text);
   EXPECT_EQ(text.error().message,
             "a path or name in the request is not valid UTF-8, which the node daemon's protocol cannot carry");
+  EXPECT_EQ(text.error().code, EILSEQ); // its callers say the daemon was not asked
   auto end = serialize_checked(Request{EndJob{7, "", 0, ".stageout.job_7.a", "out:/w/r\xe9s", "/w/r\xe9s"}});
   ASSERT_FALSE(end);
   stage.sources[0].path = "/w/caf\xc3\xa9.tar"; // the same name in UTF-8

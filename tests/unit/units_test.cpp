@@ -37,6 +37,9 @@ TEST(ParseDuration, Suffixes)
   EXPECT_EQ(parse_duration("5m")->count(), 300);
   EXPECT_EQ(parse_duration("24h")->count(), 86400);
   EXPECT_EQ(parse_duration("2d")->count(), 172800);
+  // Longer than 100 years counts as 100 years: a deadline that far on overflows nothing.
+  EXPECT_EQ(parse_duration("36500d")->count(), 36500LL * 86400);
+  EXPECT_EQ(parse_duration("1000000d")->count(), 36500LL * 86400);
 }
 
 TEST(ParseDuration, RejectsGarbage)

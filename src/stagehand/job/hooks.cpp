@@ -36,7 +36,7 @@ std::string tell_daemon(const Config& config, const std::string& node, const pro
   auto reply = ipc::call(expand_node(config.daemon.socket, node), request, hook_options());
   *taken = false;
   if (!reply) {
-    return "no daemon (" + reply.error().message + ")";
+    return (reply.error().code == EILSEQ ? "the daemon not asked (" : "no daemon (") + reply.error().message + ")";
   }
   if (reply->error) {
     return "the daemon refused: " + reply->error->message;

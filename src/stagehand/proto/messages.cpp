@@ -5,6 +5,8 @@
 
 #include "stagehand/proto/json_fields.hpp"
 
+#include <cerrno>
+
 namespace stagehand::proto {
 
 using namespace detail;
@@ -236,8 +238,8 @@ Result<std::string> serialize_checked(const Request& r)
   try {
     return serialize(r);
   } catch (const json::exception&) {
-    return Error::refused("a path or name in the request is not valid UTF-8, which the node daemon's protocol "
-                          "cannot carry");
+    return Error{ErrorKind::refused, EILSEQ,
+                 "a path or name in the request is not valid UTF-8, which the node daemon's protocol cannot carry"};
   }
 }
 

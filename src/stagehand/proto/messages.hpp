@@ -119,8 +119,8 @@ const char* op_name(const Request& r);
 Result<Request> parse_request(std::string_view payload);
 // Throws nlohmann::json::type_error for a string that is not valid UTF-8 (JSON carries text only).
 std::string serialize(const Request& r);
-// The same, never throwing: such a request is an error that says why (a path a user may well
-// have: its client goes on without the daemon, as it would with none).
+// The same, never throwing: such a request is an error that says why, errno EILSEQ (a path a user
+// may well have: its client goes on without the daemon, as it would with none; nothing is asked).
 Result<std::string> serialize_checked(const Request& r);
 
 // --- replies ----------------------------------------------------------------------------

@@ -107,10 +107,11 @@ Result<std::chrono::seconds> parse_duration(std::string_view text)
   if (!secs) {
     return secs.error();
   }
-  if (*secs > static_cast<std::uint64_t>(k_max_duration.count())) {
-    return Error::refused("duration \"" + std::string(text) + "\" is too large (at most 36500d)");
+  if (*secs > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max() / 1000)) {
+    return Error::refused("duration \"" + std::string(text) + "\" is too large");
   }
-  return std::chrono::seconds(static_cast<std::int64_t>(*secs));
+  // Longer counts as the longest (a config written for "forever" loads as it did).
+  return std::min(std::chrono::seconds(static_cast<std::int64_t>(*secs)), k_max_duration);
 }
 
 std::optional<std::uint32_t> parse_u32(std::string_view text)

@@ -14,8 +14,8 @@ namespace stagehand {
 // Bytes, with an optional K/M/G/T suffix (powers of 1024) and an optional trailing "B"/"iB".
 Result<std::uint64_t> parse_size(std::string_view text);
 
-// The longest duration a setting may have: 100 years (a point in time that far on is still a
-// steady_clock's and an epoch second's, in nanoseconds).
+// The longest duration a setting has: 100 years (a point in time that far on is still a
+// steady_clock's and an epoch second's, in nanoseconds). A longer one counts as this.
 inline constexpr std::chrono::seconds k_max_duration{36500LL * 86400};
 
 // Seconds, with an optional s/m/h/d suffix; a bare number is seconds. At most k_max_duration.
