@@ -210,11 +210,15 @@ SCRIPT
   wait_job_done "$ID"
   [ "$JOB_RC" -eq 0 ]
   grep -qx weights "$WORK/out.$ID"
-  # Once the job has ended, the same evict takes it.
+  # Once the job has ended, the same evict takes it; then the cache is filled again for the tests
+  # after this one (every one a hit).
   run "$STAGEHAND_BUILD_DIR/helper/stagehand" cache evict --all --config "$STAGEHAND_TEST_CONFIG" --node node1
   echo "$output"
   [ "$status" -eq 0 ]
   [ -z "$(ls -A "$STAGEHAND_CLUSTER_DIR/cache/node1/entries")" ]
+  submit -N1 -w node1 --stage-data=views.tar:o --wrap true
+  [ "$JOB_RC" -eq 0 ]
+  cached node1 views.tar
 }
 
 @test "kill -9 of the job's slurmstepd leaves no mount once the job is gone" {
