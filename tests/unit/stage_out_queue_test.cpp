@@ -7,6 +7,7 @@
 #include "stagehand/service/stage_out_queue.hpp"
 
 #include "stagehand/job/hooks.hpp"
+#include "stagehand/job/stage_out.hpp"
 
 #include "stagehand/proto/frame.hpp"
 
@@ -404,4 +405,37 @@ TEST(StageOutQueue, TakesOnlyTheJobsOwnStageOutDirectory)
     EXPECT_TRUE(q->pending().empty()) << name;
   }
   EXPECT_TRUE(h.on_disk().empty());
+}
+
+// A kept record that names the job's own directory (its move aside failed: a FUSE mount on it, say)
+// is never retried: after a requeue that name is the new run's running directory, which a retry
+// would have renamed, copied and removed.
+TEST(StageOutRetry, ARecordNamingTheJobsOwnDirectoryIsNotRetried)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Node n;
+  a_job_with_a_result(n); // the requeued run's directory, running
+  stageout::KeptResults k{k_job.job_id, k_attacker_uid, k_attacker_gid, tmpdir::job_dir_name(k_job.job_id),
+                          "result:" + (n.dir / "dest/result"), n.dir.path(), std::time(nullptr) + 3600, "DEST full"};
+  ASSERT_TRUE(stageout::save_kept(n.base_fd().get(), k));
+  auto said = job::retry_kept(n.config, "n1", k_job.job_id, k_attacker_uid, std::chrono::seconds(30));
+  ASSERT_FALSE(said);
+  EXPECT_NE(said.error().message.find("the job's own directory: not retried"), std::string::npos)
+    << said.error().message;
+  EXPECT_EQ(read_file(n.job_dir() + "/result"), "42"); // still there, in place
+}
+
+// A long reason is cut, never inside a UTF-8 character: the record is still written.
+TEST(StageOutRetry, ALongReasonIsCutBetweenCharacters)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  Node n;
+  ASSERT_TRUE(tmpdir::on_job_start(n.config, Node::job())); // (the base)
+  stageout::KeptResults k{k_job.job_id, k_attacker_uid, k_attacker_gid, ".stageout.job_555.x", "out:/d", "/d",
+                          std::time(nullptr) + 3600, std::string(1999, 'a') + "\xc3\xa9 and more"};
+  auto saved = stageout::save_kept(n.base_fd().get(), k);
+  ASSERT_TRUE(saved) << saved.error().message;
+  auto kept = stageout::load_kept(n.base_fd().get());
+  ASSERT_EQ(kept.size(), 1U);
+  EXPECT_EQ(kept[0].reason, std::string(1999, 'a') + "...");
 }

@@ -279,6 +279,14 @@ Result<std::string> retry_kept(const Config& config, const std::string& node, st
   std::string said;
   bool complete = true;
   for (auto& k : mine) {
+    if (!tmpdir::job_of_stage_out(k.dir)) {
+      // Kept in the job's own directory (its move aside failed): that name may be a running
+      // (requeued) run's directory or a --tmpdir=keep one, which a retry never takes.
+      complete = false;
+      said += (said.empty() ? "" : "; ") + std::string("the results are in ") + *base + "/" + k.dir +
+              ", the job's own directory: not retried (copy them from there)";
+      continue;
+    }
     // First a name only this retry knows, its record written before: a second retry, or GC that
     // decided on the old name, finds nothing there. The clock restarts for the copy's time.
     const std::string old_dir = k.dir;

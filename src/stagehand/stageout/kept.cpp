@@ -51,7 +51,11 @@ Status save_kept(int base_fd, const KeptResults& k)
 {
   KeptResults capped = k; // the reason repeats paths the user chose: bounded, so the record stays readable
   if (capped.reason.size() > k_max_reason) {
-    capped.reason = capped.reason.substr(0, k_max_reason) + "...";
+    std::size_t cut = k_max_reason;
+    while (cut > 0 && (static_cast<unsigned char>(capped.reason[cut]) & 0xC0) == 0x80) {
+      --cut; // never inside a UTF-8 character: the record is JSON
+    }
+    capped.reason = capped.reason.substr(0, cut) + "...";
   }
   std::string text;
   try {
