@@ -439,3 +439,28 @@ TEST(StageOutRetry, ALongReasonIsCutBetweenCharacters)
   ASSERT_EQ(kept.size(), 1U);
   EXPECT_EQ(kept[0].reason, std::string(1999, 'a') + "...");
 }
+
+// A requeued job's later run ends while its earlier run's copy is still being retried: the later
+// copy waits for it, so the later run's files are what DEST holds (as the user guide says), and no
+// two copies write one DEST file at once (a shared temporary name tore files).
+TEST(StageOutQueue, ARequeuedRunsCopyComesAfterTheEarlierRunsCopy)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  HandedOver h; // run 1: `result` 42; DEST root's, so its first attempt fails
+  auto q = h.queue(std::chrono::milliseconds(1500));
+  ASSERT_TRUE(q->take(h.end, k_job));
+  ASSERT_TRUE(wait_until([&] { return !q->pending().empty() && q->pending()[0].attempts >= 1; },
+                         std::chrono::seconds(10)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300)); // its attempt failed: it waits to retry
+  a_job_with_a_result(h.n);                                     // run 2, requeued onto this node
+  write_file(h.n.job_dir() + "/result", "run2");
+  ASSERT_EQ(::chown((h.n.job_dir() + "/result").c_str(), k_attacker_uid, k_attacker_gid), 0);
+  auto aside = tmpdir::on_job_end(h.n.config, Node::job(), tmpdir::Request::create, tmpdir::EndMove::to_stage_out);
+  ASSERT_TRUE(aside && aside->pending);
+  proto::EndJob later = h.end;
+  later.pending = *aside->pending;
+  ASSERT_EQ(::chown(h.dest.c_str(), k_attacker_uid, k_attacker_gid), 0); // DEST writable from now on
+  ASSERT_TRUE(q->take(later, k_job));
+  EXPECT_TRUE(wait_until([&] { return q->pending().empty(); }, std::chrono::seconds(60)));
+  EXPECT_EQ(read_file(h.dest + "/result"), "run2");
+}

@@ -152,8 +152,25 @@ bool StageOutQueue::still_there(const stageout::PendingCopy& p) const
   return false;
 }
 
+void StageOutQueue::wait_for_earlier_runs(const stageout::PendingCopy& p)
+{
+  std::unique_lock lock(m_mutex);
+  m_forgotten.wait(lock, [&] {
+    for (const auto& q : m_pending) {
+      if (q.dir == p.dir) {
+        return true; // none before it
+      }
+      if (q.job_id == p.job_id) {
+        return false;
+      }
+    }
+    return true;
+  });
+}
+
 void StageOutQueue::work(stageout::PendingCopy p)
 {
+  wait_for_earlier_runs(p);
   if (!still_there(p)) {
     // Saved, then never claimed (a restart between the two; the epilog copied it), or removed
     // since by hand: nothing to copy, and no results to keep.
@@ -217,6 +234,7 @@ void StageOutQueue::forget(const std::string& dir)
   std::lock_guard lock(m_mutex);
   std::erase_if(m_pending, [&](const stageout::PendingCopy& q) { return q.dir == dir; });
   save_locked();
+  m_forgotten.notify_all();
 }
 
 } // namespace stagehand::service

@@ -14,6 +14,7 @@
 #include "stagehand/util/fd.hpp"
 
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -67,6 +68,9 @@ private:
   bool still_there(const stageout::PendingCopy& p) const; // its directory, unless it is gone (ENOENT)
   void start_worker(const stageout::PendingCopy& p);
   void work(stageout::PendingCopy p);
+  // Returns once no earlier copy of the same job (an earlier run, before a requeue) is pending: a
+  // later run's files replace the earlier's, and no two copies write one DEST at once.
+  void wait_for_earlier_runs(const stageout::PendingCopy& p);
   void save_locked();
   void forget(const std::string& dir); // off the persisted list
 
@@ -75,7 +79,8 @@ private:
   std::chrono::milliseconds m_retry_pause;
   UniqueFd m_state_dir;
   mutable std::mutex m_mutex;
-  std::vector<stageout::PendingCopy> m_pending;
+  std::vector<stageout::PendingCopy> m_pending; // in the order taken
+  std::condition_variable m_forgotten;           // a copy left m_pending
 };
 
 } // namespace stagehand::service
