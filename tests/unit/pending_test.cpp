@@ -9,7 +9,7 @@ using namespace stagehand::stageout;
 TEST(PendingCopies, RoundTripAndRefuseWhatTheyCannotRead)
 {
   const std::vector<PendingCopy> list = {
-    {42, 1001, 1002, ".stageout.job_42.7", "ckpt:runs/42", "/home/alice/run", 1},
+    {42, 1001, 1002, ".stageout.job_42.7", "ckpt:runs/42", "/home/alice/run", 1, "/scratch/%n"},
     {43, 1003, 1003, ".stageout.job_43.1", "out", "/home/bob", 0},
   };
   auto back = from_json(to_json(list));

@@ -464,3 +464,22 @@ TEST(StageOutQueue, ARequeuedRunsCopyComesAfterTheEarlierRunsCopy)
   EXPECT_TRUE(wait_until([&] { return q->pending().empty(); }, std::chrono::seconds(60)));
   EXPECT_EQ(read_file(h.dest + "/result"), "run2");
 }
+
+// A daemon restarted with another [tmpdir] base still copies what was pending under the old one:
+// each pending copy names the base its directory is under (a list from before names none: the
+// daemon's).
+TEST(StageOutQueue, ACopyPendingUnderTheOldBaseIsCopiedAfterARestartWithANewOne)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  HandedOver h;
+  ASSERT_EQ(::chown(h.dest.c_str(), k_attacker_uid, k_attacker_gid), 0);
+  stageout::PendingCopy p{k_job.job_id, k_attacker_uid, k_attacker_gid, h.end.pending, h.end.stage_out,
+                          h.end.stage_out_dir, 0, h.n.config.tmpdir.base};
+  ASSERT_TRUE(stageout::save_pending(h.state.get(), {p}));
+  Config moved = h.n.config;
+  moved.tmpdir.base = "/nonexistent/%n";
+  auto q = std::make_shared<StageOutQueue>(moved, "n1", h.state.get(), std::chrono::milliseconds(10));
+  q->resume();
+  EXPECT_TRUE(wait_until([&] { return q->pending().empty(); }, std::chrono::seconds(60)));
+  EXPECT_EQ(read_file(h.dest + "/result"), "42");
+}

@@ -60,7 +60,8 @@ Result<std::string> StageOutQueue::take(const proto::EndJob& end, std::optional<
   if (!job || *job != end.job_id) { // (a name with a '/' has no job)
     return Error::refused("stage-out: \"" + end.pending + "\" is not job " + std::to_string(end.job_id) + "'s directory");
   }
-  auto base_fd = tmpdir::open_base(config(), m_node);
+  const Config now = config();
+  auto base_fd = tmpdir::open_base(now, m_node);
   if (!base_fd) {
     return base_fd.error();
   }
@@ -80,6 +81,7 @@ Result<std::string> StageOutQueue::take(const proto::EndJob& end, std::optional<
   p.uid = st.st_uid != 0 ? st.st_uid : registered->uid;
   p.gid = st.st_uid != 0 ? st.st_gid : registered->gid;
   p.specs = end.stage_out;
+  p.base = now.tmpdir.base; // (the daemon's: a restart with another base still copies it from there)
   p.fallback_dir = end.stage_out_dir;
   if (epilog && epilog->client_gone()) {
     return gave_up(); // (not even saved)
@@ -134,6 +136,15 @@ Config StageOutQueue::config() const
   return m_config;
 }
 
+Config StageOutQueue::config_for(const stageout::PendingCopy& p) const
+{
+  Config c = config();
+  if (!p.base.empty()) {
+    c.tmpdir.base = p.base;
+  }
+  return c;
+}
+
 void StageOutQueue::start_worker(const stageout::PendingCopy& p)
 {
   // Detached: the thread holds the queue alive; at exit the copying child dies with it
@@ -144,7 +155,7 @@ void StageOutQueue::start_worker(const stageout::PendingCopy& p)
 
 bool StageOutQueue::still_there(const stageout::PendingCopy& p) const
 {
-  auto base_fd = tmpdir::open_base(config(), m_node);
+  auto base_fd = tmpdir::open_base(config_for(p), m_node);
   struct stat st {};
   if (!base_fd || ::fstatat(base_fd->get(), p.dir.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT) {
     return true; // (a base that cannot be opened: the copy says why)
@@ -195,7 +206,7 @@ void StageOutQueue::work(stageout::PendingCopy p)
       }
       save_locked();
     }
-    r = job::stage_out(config(), job, out, p.dir, std::chrono::duration_cast<std::chrono::milliseconds>(k_copy_budget));
+    r = job::stage_out(config_for(p), job, out, p.dir, std::chrono::duration_cast<std::chrono::milliseconds>(k_copy_budget));
     const auto next = stageout::after_attempt(r.outcome == job::CopyOutcome::complete, p.attempts);
     if (next == stageout::AfterAttempt::done) {
       spdlog::info("job {}: {}", p.job_id, r.said);
@@ -211,13 +222,13 @@ void StageOutQueue::work(stageout::PendingCopy p)
   }
   if (r.outcome != job::CopyOutcome::complete) {
     // Never deleted because a copy failed: kept under a record, said where, until keep_for is up.
-    const std::string line = job::keep_results(config(), job, out, p.dir, r.reason(), r.copier);
+    const std::string line = job::keep_results(config_for(p), job, out, p.dir, r.reason(), r.copier);
     forget(p.dir);
     spdlog::error("job {}: {}", p.job_id, line);
     return;
   }
   // Copied: to the trash, removed now.
-  const Config cfg = config();
+  const Config cfg = config_for(p);
   auto base_fd = tmpdir::open_base(cfg, m_node);
   auto trash = base_fd ? tmpdir::stage_out_to_trash(base_fd->get(), p.dir) : Result<std::string>(base_fd.error());
   forget(p.dir);

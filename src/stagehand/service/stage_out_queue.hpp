@@ -66,6 +66,9 @@ public:
 
 private:
   bool still_there(const stageout::PendingCopy& p) const; // its directory, unless it is gone (ENOENT)
+  // The configuration `p`'s copy uses: its own base (a daemon restarted with another base copies
+  // what was pending under the old one), the rest as now.
+  Config config_for(const stageout::PendingCopy& p) const;
   void start_worker(const stageout::PendingCopy& p);
   void work(stageout::PendingCopy p);
   // Returns once no earlier copy of the same job (an earlier run, before a requeue) is pending: a

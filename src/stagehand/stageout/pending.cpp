@@ -27,7 +27,8 @@ std::string to_json(const std::vector<PendingCopy>& pending)
                         {"dir", p.dir},
                         {"specs", p.specs},
                         {"fallback_dir", p.fallback_dir},
-                        {"attempts", p.attempts}});
+                        {"attempts", p.attempts},
+                        {"base", p.base}});
   }
   return json{{"version", 1}, {"pending", list}}.dump(1) + "\n";
 }
@@ -49,6 +50,7 @@ Result<std::vector<PendingCopy>> from_json(std::string_view text)
       p.specs = item.at("specs").get<std::string>();
       p.fallback_dir = item.value("fallback_dir", std::string());
       p.attempts = item.value("attempts", std::uint32_t{0});
+      p.base = item.value("base", std::string());
       out.push_back(std::move(p));
     }
   } catch (const json::exception& e) {

@@ -20,6 +20,7 @@ struct PendingCopy
   std::string specs;        // canonical entries
   std::string fallback_dir; // the submit directory
   std::uint32_t attempts = 0;
+  std::string base{};       // [tmpdir] base (as configured) `dir` is under; "" (a list from before): the daemon's
   bool operator==(const PendingCopy&) const = default;
 };
 
