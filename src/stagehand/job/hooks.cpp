@@ -27,14 +27,18 @@ ipc::CallOptions hook_options()
 
 // Tells the daemon; a sentence saying how that went.
 // What the daemon's answer must say for `taken`: anything that is not an error, or (a stage-out's
-// hand-over) that it took the stage-out.
+// hand-over) that it took the stage-out. `asked`, when given: false where the request could not be
+// sent at all (a path that is not valid UTF-8).
 enum class Taken { when_answered, when_stage_out_taken };
 
 std::string tell_daemon(const Config& config, const std::string& node, const proto::Request& request, bool* taken,
-                        Taken means = Taken::when_answered)
+                        Taken means = Taken::when_answered, bool* asked = nullptr)
 {
   auto reply = ipc::call(expand_node(config.daemon.socket, node), request, hook_options());
   *taken = false;
+  if (asked) {
+    *asked = reply || reply.error().code != EILSEQ;
+  }
   if (!reply) {
     return (reply.error().code == EILSEQ ? "the daemon not asked (" : "no daemon (") + reply.error().message + ")";
   }
@@ -112,11 +116,16 @@ Result<std::string> job_end(const Config& config, const tmpdir::JobContext& job,
     // The daemon copies after the job (the directory stays until it is done); without it, the
     // epilog copies within [stage] out_budget, then the directory goes to the trash.
     bool taken = false;
+    bool asked = true;
     std::string said = tell_daemon(config, job.node,
                                    proto::EndJob{job.owner.job_id, "", 0, *ended->pending, out->specs, out->fallback_dir},
-                                   &taken, Taken::when_stage_out_taken);
+                                   &taken, Taken::when_stage_out_taken, &asked);
     if (taken) {
       return ended->summary + "; " + said + ", it copies the stage-out entries";
+    }
+    if (!asked) { // the stage-out's paths could not travel; the job's end can (its entries are unpinned)
+      bool told = false;
+      said += "; " + tell_daemon(config, job.node, proto::EndJob{job.owner.job_id, "", 0, "", "", ""}, &told);
     }
     // Claimed first, as the daemon claims what it takes: a daemon that answered too late (stuck,
     // then woken) has renamed it, and copies it alone. Not renamed for another reason (which the
