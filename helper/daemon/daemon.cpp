@@ -320,6 +320,14 @@ void Daemon::on_stage_out_retry(const proto::StageOutRetry& r, const Peer& peer,
 {
   // The copy runs as the results' user, whoever asks; a user may ask only for their own.
   // (The queue's copy of the configuration: the node's lock may be out of reach, a cache disk hung.)
+  // Not beside a copy of the same job the queue still makes (a later run's): one DEST, one writer.
+  for (const auto& p : m_stage_out->pending()) {
+    if (p.job_id == r.job_id && (peer.root() || p.uid == peer.uid)) {
+      out.error(Error::refused("a copy of job " + std::to_string(r.job_id) + "'s results is still under way on node " +
+                               m_shared.name + " (" + p.dir + "): retry once it has ended (stagehand status)"));
+      return;
+    }
+  }
   auto said = job::retry_kept(m_stage_out->config(), m_shared.name, r.job_id, peer.root() ? 0 : peer.uid,
                               std::chrono::duration_cast<std::chrono::milliseconds>(StageOutQueue::k_copy_budget));
   if (!said) {

@@ -753,7 +753,7 @@ print(sum(x['bytes'] for x in e))" "$output")
   for _ in $(seq 1 100); do [ -e "$WORK/latin/$name/res/b" ] && break; sleep 0.2; done
   cmp "$WORK/latin/$name/blob.bin" "$WORK/latin/$name/res/b" # out/b, copied as out's content
   # The epilog copied it itself, and still told the daemon that the job ended.
-  grep -q "job $JOB_ID: ended" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"
+  grep -q "job $JOB_ID: ended$" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log" # (not GC's word: "ended (...")
 }
 
 @test "no daemon, or a stale socket file: --stage-data works at once and says (no cache); trash goes at restart" {

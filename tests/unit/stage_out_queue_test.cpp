@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -420,7 +421,8 @@ TEST(StageOutRetry, ARecordNamingTheJobsOwnDirectoryIsNotRetried)
   ASSERT_TRUE(stageout::save_kept(n.base_fd().get(), k));
   auto said = job::retry_kept(n.config, "n1", k_job.job_id, k_attacker_uid, std::chrono::seconds(30));
   ASSERT_FALSE(said);
-  EXPECT_NE(said.error().message.find("the job's own directory: not retried"), std::string::npos)
+  EXPECT_NE(said.error().message.find("the job's own directory, which a later run of the job replaces: not retried"),
+            std::string::npos)
     << said.error().message;
   EXPECT_EQ(read_file(n.job_dir() + "/result"), "42"); // still there, in place
 }
@@ -447,11 +449,15 @@ TEST(StageOutQueue, ARequeuedRunsCopyComesAfterTheEarlierRunsCopy)
 {
   STAGEHAND_REQUIRE_ROOT();
   HandedOver h; // run 1: `result` 42; DEST root's, so its first attempt fails
+  std::atomic<int> failed{0};
+  StageOutQueue::hooks().after_attempt = [&](const stageout::PendingCopy&, bool complete) { failed += !complete; };
+  struct Unhook
+  {
+    ~Unhook() { StageOutQueue::hooks().after_attempt = nullptr; }
+  } unhook;
   auto q = h.queue(std::chrono::milliseconds(1500));
   ASSERT_TRUE(q->take(h.end, k_job));
-  ASSERT_TRUE(wait_until([&] { return !q->pending().empty() && q->pending()[0].attempts >= 1; },
-                         std::chrono::seconds(10)));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300)); // its attempt failed: it waits to retry
+  EXPECT_TRUE(wait_until([&] { return failed.load() >= 1; }, std::chrono::seconds(30))); // it waits to retry
   a_job_with_a_result(h.n);                                     // run 2, requeued onto this node
   write_file(h.n.job_dir() + "/result", "run2");
   ASSERT_EQ(::chown((h.n.job_dir() + "/result").c_str(), k_attacker_uid, k_attacker_gid), 0);

@@ -125,7 +125,8 @@ Result<std::string> job_end(const Config& config, const tmpdir::JobContext& job,
     }
     if (!asked) { // the stage-out's paths could not travel; the job's end can (its entries are unpinned)
       bool told = false;
-      said += "; " + tell_daemon(config, job.node, proto::EndJob{job.owner.job_id, "", 0, "", "", ""}, &told);
+      const std::string end = tell_daemon(config, job.node, proto::EndJob{job.owner.job_id, "", 0, "", "", ""}, &told);
+      said += "; " + (told ? std::string("the job's end told to the daemon") : end);
     }
     // Claimed first, as the daemon claims what it takes: a daemon that answered too late (stuck,
     // then woken) has renamed it, and copies it alone. Not renamed for another reason (which the

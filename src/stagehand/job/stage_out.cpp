@@ -283,8 +283,9 @@ Result<std::string> retry_kept(const Config& config, const std::string& node, st
       // Kept in the job's own directory (its move aside failed): that name may be a running
       // (requeued) run's directory or a --tmpdir=keep one, which a retry never takes.
       complete = false;
-      said += (said.empty() ? "" : "; ") + std::string("the results are in ") + *base + "/" + k.dir +
-              ", the job's own directory: not retried (copy them from there)";
+      said += (said.empty() ? "" : "; ") + std::string("the results were kept in ") + *base + "/" + k.dir +
+              ", the job's own directory, which a later run of the job replaces: not retried (copy what is "
+              "still there by hand)";
       continue;
     }
     // First a name only this retry knows, its record written before: a second retry, or GC that
@@ -347,6 +348,12 @@ Result<std::string> retry_kept_as_self(const Config& config, const std::string& 
       continue;
     }
     found = true;
+    if (!tmpdir::job_of_stage_out(k.dir)) { // the job's own directory: as retry_kept, never taken
+      complete = false;
+      said += (said.empty() ? "" : "; ") + std::string("the results were kept in ") + *base + "/" + k.dir +
+              ", the job's own directory: not retried";
+      continue;
+    }
     auto specs = stageout::parse_option(k.specs);
     auto opened = fs::open_beneath(base_fd->get(), k.dir, O_RDONLY | O_DIRECTORY);
     UniqueFd dir = opened ? std::move(*opened) : UniqueFd();

@@ -166,12 +166,18 @@ bool StageOutQueue::still_there(const stageout::PendingCopy& p) const
 void StageOutQueue::wait_for_earlier_runs(const stageout::PendingCopy& p)
 {
   std::unique_lock lock(m_mutex);
+  std::string said; // the earlier copy waited for, once
   m_forgotten.wait(lock, [&] {
     for (const auto& q : m_pending) {
       if (q.dir == p.dir) {
         return true; // none before it
       }
       if (q.job_id == p.job_id) {
+        if (said != q.dir) {
+          said = q.dir;
+          spdlog::info("job {}: stage-out: {} waits for the copy of {} (an earlier run of the job) to end", p.job_id,
+                       p.dir, q.dir);
+        }
         return false;
       }
     }
@@ -207,6 +213,9 @@ void StageOutQueue::work(stageout::PendingCopy p)
       save_locked();
     }
     r = job::stage_out(config_for(p), job, out, p.dir, std::chrono::duration_cast<std::chrono::milliseconds>(k_copy_budget));
+    if (hooks().after_attempt) {
+      hooks().after_attempt(p, r.outcome == job::CopyOutcome::complete);
+    }
     const auto next = stageout::after_attempt(r.outcome == job::CopyOutcome::complete, p.attempts);
     if (next == stageout::AfterAttempt::done) {
       spdlog::info("job {}: {}", p.job_id, r.said);

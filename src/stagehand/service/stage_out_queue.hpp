@@ -61,6 +61,7 @@ public:
   struct Hooks
   {
     std::function<void()> before_claim;
+    std::function<void(const stageout::PendingCopy&, bool complete)> after_attempt;
   };
   static Hooks& hooks();
 
