@@ -234,6 +234,17 @@ Result<tmpdir::ViewRecord> write_record(const ViewsPlace& at, const tmpdir::View
   return made;
 }
 
+// This boot's probe of whether views can be shown of cache_dir's entries (kept in `.views/probe`).
+bool probe_views(const ViewsPlace& at, const std::string& cache_dir)
+{
+  auto cache = fs::open_trusted_dir(cache_dir, fs::CreateMissing::no);
+  if (!cache) {
+    say(cache.error().message);
+    return false;
+  }
+  return supported(at.views_fd, cache->get(), at.mine_fd);
+}
+
 // The daemon's word on which of `sources` are cache hits, one entry each; nullopt when there is
 // none to go by (said, unless no daemon runs here). A daemon that did not answer in time: why, in
 // `silent` (the job's staging does not wait for it a second time).
@@ -279,30 +290,19 @@ Result<tmpdir::ViewRecord> make_views(const ViewsPlace& at, const std::string& s
   if (sources.empty()) {
     return write_record(at, made);
   }
+  // Once per boot, the probe (on the cache's own filesystem) before anything is asked: a node
+  // that cannot show views reads no miss for one. After it, the daemon first: the cache's disk is
+  // touched only for a hit. One that stopped answering (an NFS or FUSE cache_dir) then holds this
+  // task only if it stops between the daemon's answer and the mount; the daemon answers at once,
+  // without the cache, once it has been out of reach 5 s.
+  const std::string cache_dir = expand_node(at.config.daemon.cache_dir, at.node);
   const std::optional<bool> probed = probed_this_boot(at.views_fd);
-  if (probed == false) {
+  if (probed == false || (!probed && !probe_views(at, cache_dir))) {
     return write_record(at, made);
   }
-  // The daemon first: the cache's own disk is touched only for a hit. One that stopped answering
-  // (an NFS or FUSE cache_dir) holds this task only if it stops between the daemon's answer and
-  // the mount; the daemon answers at once, without the cache, once it has been out of reach 5 s.
-  // Before this boot's probe (views may not be possible here), no miss is read for a view.
-  ViewsPlace asked = at;
-  if (!probed) {
-    asked.claimed = proto::ClaimedMisses::staged;
-  }
-  auto hits = ask_daemon(asked, sources, made.daemon_silent);
+  auto hits = ask_daemon(at, sources, made.daemon_silent);
   if (!hits || std::none_of(hits->entries.begin(), hits->entries.end(),
                             [](const proto::ViewEntry& e) { return valid_key(e.entry); })) {
-    return write_record(at, made);
-  }
-  const std::string cache_dir = expand_node(at.config.daemon.cache_dir, at.node);
-  auto cache = fs::open_trusted_dir(cache_dir, fs::CreateMissing::no);
-  if (!cache) {
-    say(cache.error().message);
-    return write_record(at, made);
-  }
-  if (!supported(at.views_fd, cache->get(), at.mine_fd)) {
     return write_record(at, made);
   }
   for (std::size_t i = 0; i < sources.size(); ++i) {

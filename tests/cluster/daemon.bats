@@ -280,6 +280,11 @@ daemon_child() {
       fds=$(ls -l "/proc/$p/fd" 2>/dev/null || true)
       grep -Eq "$2" <<<"$fds" || continue
       if [ -n "${3:-}" ] && grep -Eq "$3" <<<"$fds"; then continue; fi
+      # Still so a moment later: not a child that passes by (the job user's identifying child also
+      # opens every file of a directory, and ends at once; the one sought waits on the held share).
+      sleep 0.3
+      fds=$(ls -l "/proc/$p/fd" 2>/dev/null || true)
+      grep -Eq "$2" <<<"$fds" || continue
       echo "$p"
       return 0
     done
