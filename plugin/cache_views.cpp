@@ -64,8 +64,8 @@ std::string boot_id()
   return id;
 }
 
-// Whether this node can show views: probed once per boot, the answer kept in `.views/probe`.
-// What this boot's probe found, if one ran (root's `.views/probe`, on the scratch's filesystem).
+// Whether this node can show views, as this boot's probe found it, if one ran (root's
+// `.views/probe`, on the scratch's filesystem; see probe_views).
 std::optional<bool> probed_this_boot(int views_fd)
 {
   const std::string boot = boot_id();
@@ -75,16 +75,15 @@ std::optional<bool> probed_this_boot(int views_fd)
   return std::nullopt;
 }
 
-bool supported(int views_fd, int tree_fd, int scratch_fd)
+// Probes whether a view of `tree_fd` can be shown, and keeps the answer for this boot (a probe
+// that fails is not kept: the next job probes again).
+bool probe(int views_fd, int tree_fd, int scratch_fd)
 {
-  if (auto known = probed_this_boot(views_fd)) {
-    return *known;
-  }
   const std::string boot = boot_id();
   auto probed = fs::probe_overlay_view(tree_fd, scratch_fd);
   if (!probed) {
     say("probe failed: " + probed.error().message + "; staging without views");
-    return false; // not kept: the next job probes again
+    return false;
   }
   const bool ok = probed->availability == fs::Availability::available;
   if (!ok) {
@@ -234,7 +233,8 @@ Result<tmpdir::ViewRecord> write_record(const ViewsPlace& at, const tmpdir::View
   return made;
 }
 
-// This boot's probe of whether views can be shown of cache_dir's entries (kept in `.views/probe`).
+// This boot's probe of whether views can be shown of cache_dir's entries (once per boot: the
+// caller asked probed_this_boot first).
 bool probe_views(const ViewsPlace& at, const std::string& cache_dir)
 {
   auto cache = fs::open_trusted_dir(cache_dir, fs::CreateMissing::no);
@@ -242,7 +242,7 @@ bool probe_views(const ViewsPlace& at, const std::string& cache_dir)
     say(cache.error().message);
     return false;
   }
-  return supported(at.views_fd, cache->get(), at.mine_fd);
+  return probe(at.views_fd, cache->get(), at.mine_fd);
 }
 
 // The daemon's word on which of `sources` are cache hits, one entry each; nullopt when there is

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <ctime>
 #include <functional>
+#include <optional>
 
 namespace stagehand::job {
 
@@ -252,6 +253,22 @@ std::string keep_results(const Config& config, const tmpdir::JobContext& job, co
   return line;
 }
 
+namespace {
+
+// Results kept in the job's own directory (its move aside failed) are never retried: that name may
+// be a later (requeued) run's running directory, or a --tmpdir=keep one. Why not, or nullopt.
+std::optional<std::string> in_job_dir(const stageout::KeptResults& k, const std::string& base)
+{
+  if (tmpdir::job_of_stage_out(k.dir)) {
+    return std::nullopt;
+  }
+  return "the results were kept in " + base + "/" + k.dir +
+         ", the job's own directory, which a later run of the job replaces: not retried (copy what is still "
+         "there by hand)";
+}
+
+} // namespace
+
 Result<std::string> retry_kept(const Config& config, const std::string& node, std::uint32_t job_id, uid_t requester,
                                std::chrono::milliseconds budget)
 {
@@ -279,13 +296,9 @@ Result<std::string> retry_kept(const Config& config, const std::string& node, st
   std::string said;
   bool complete = true;
   for (auto& k : mine) {
-    if (!tmpdir::job_of_stage_out(k.dir)) {
-      // Kept in the job's own directory (its move aside failed): that name may be a running
-      // (requeued) run's directory or a --tmpdir=keep one, which a retry never takes.
+    if (auto own = in_job_dir(k, *base)) {
       complete = false;
-      said += (said.empty() ? "" : "; ") + std::string("the results were kept in ") + *base + "/" + k.dir +
-              ", the job's own directory, which a later run of the job replaces: not retried (copy what is "
-              "still there by hand)";
+      said += (said.empty() ? "" : "; ") + *own;
       continue;
     }
     // First a name only this retry knows, its record written before: a second retry, or GC that
@@ -348,10 +361,9 @@ Result<std::string> retry_kept_as_self(const Config& config, const std::string& 
       continue;
     }
     found = true;
-    if (!tmpdir::job_of_stage_out(k.dir)) { // the job's own directory: as retry_kept, never taken
+    if (auto own = in_job_dir(k, *base)) {
       complete = false;
-      said += (said.empty() ? "" : "; ") + std::string("the results were kept in ") + *base + "/" + k.dir +
-              ", the job's own directory: not retried";
+      said += (said.empty() ? "" : "; ") + *own;
       continue;
     }
     auto specs = stageout::parse_option(k.specs);
