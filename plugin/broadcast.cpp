@@ -44,7 +44,11 @@ void broadcast_role(spank_t sp, const Config& config, stage::StageRequest& reque
     // made their directories); they use the delivery at their first step.
     request.bcast = stage::BcastRole::reader;
     request.bcast_scope = std::to_string(job_id);
-  } else if (step_nodes <= 1) {
+    // The batch step's environment may carry a step list from where the job was submitted.
+    request.bcast_nodes = task_env(sp, "SLURM_JOB_NODELIST").value_or("");
+    return;
+  }
+  if (step_nodes <= 1) {
     request.bcast = stage::BcastRole::delivered;
   } else if (node_id == 0) {
     request.bcast = stage::BcastRole::reader;
@@ -52,6 +56,9 @@ void broadcast_role(spank_t sp, const Config& config, stage::StageRequest& reque
   } else {
     request.bcast = stage::BcastRole::receiver;
   }
+  // Whom this step's staging reaches: kept on each node, so that a later, wider step's first node
+  // knows whether its other nodes wait for a broadcast (reach.hpp).
+  request.bcast_nodes = task_env(sp, "SLURM_STEP_NODELIST").value_or("");
 }
 
 std::vector<std::string> broadcast_env(spank_t sp, const stage::StageRequest& request)

@@ -95,7 +95,7 @@ int stage_data(spank_t sp, const Config& config, const Args& args, const std::st
 
 // task_init helper (stage_out.cpp): marks the job's first node in `tmpdir` for the epilog.
 int mark_stage_out_node(spank_t sp, const std::string& tmpdir, const std::string& node);
-// broadcast.cpp: sets request.bcast (and bcast_scope) to this node's part in a read-once
+// broadcast.cpp: sets request.bcast (and bcast_scope, bcast_nodes) to this node's part in a read-once
 // broadcast; broadcast_env: what the reader's helper needs to run sbcast (the task's PATH and
 // SLURM_CONF), empty for other parts; log_broadcast_layout: slurmd's one line when the tmpdir
 // layout rules broadcasts out.

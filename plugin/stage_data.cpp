@@ -6,9 +6,12 @@
 #include "plugin.hpp"
 
 #include "stagehand/fs/io.hpp"
+#include "stagehand/stage/reach.hpp"
 #include "stagehand/stage/state_dir.hpp"
 #include "stagehand/tmpdir/views.hpp"
+#include "stagehand/util/fd.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 namespace stagehand::plugin {
@@ -70,10 +73,16 @@ int stage_data(spank_t sp, const Config& config, const Args& args, const std::st
   }
   // Canonical sources from sbatch/srun's check; else the raw value, relative to the submit dir.
   request.specs = task_env(sp, k_stage_env).value_or(*options().stage_data);
-  // Staged already on this node (an earlier task or step with the same specs): nothing to start.
+  // Staged already on this node (an earlier task or step with the same specs): nothing to start,
+  // unless a later broadcast left something here or this step's other nodes must be told (the
+  // helper does both, and stages nothing).
   const std::string done = tmpdir + "/" + stage::k_state_dir + "/" + stage::done_marker(request.specs);
-  if (::access(done.c_str(), F_OK) == 0) {
-    return 0;
+  if (UniqueFd marker(::open(done.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)); marker.valid()) {
+    broadcast_role(sp, config, request);
+    if (!stage::owes_step(request, fs::read_all(marker.get(), done, 1024 * 1024).value_or(""))) {
+      return 0;
+    }
+    return run_stage_helper(args.helper_path, request, broadcast_env(sp, request));
   }
   request.views = task_views();
   if (!request.socket.empty()) {

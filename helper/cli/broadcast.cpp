@@ -331,13 +331,21 @@ Delivery take_part(const stage::StageRequest& a, int root_fd, const std::vector<
   return unchanged;
 }
 
+void tell_step(const stage::StageRequest& a, int root_fd, Told told)
+{
+  const std::string name =
+    told == Told::nothing_sent ? stage::bcast_done_name(a.specs) : stage::bcast_failed_name(a.specs);
+  if (a.bcast != stage::BcastRole::reader || !broadcast_marker(a, root_fd, name)) {
+    return; // the step's nodes then wait out their deadline, as when sbcast cannot run
+  }
+  (void)::unlinkat(root_fd, name.c_str(), 0); // this node's own copy of the marker
+}
+
 void remove_delivery(const stage::StageRequest& a, int root_fd, std::size_t sources)
 {
-  for (std::size_t i = 0; i < sources; ++i) {
-    (void)::unlinkat(root_fd, stage::bcast_copy_name(a.specs, i).c_str(), 0);
+  for (const auto& name : stage::bcast_names(a.specs, sources)) {
+    (void)::unlinkat(root_fd, name.c_str(), 0);
   }
-  (void)::unlinkat(root_fd, stage::bcast_done_name(a.specs).c_str(), 0);
-  (void)::unlinkat(root_fd, stage::bcast_failed_name(a.specs).c_str(), 0);
 }
 
 } // namespace stagehand::cli

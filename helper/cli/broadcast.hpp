@@ -32,6 +32,13 @@ struct Delivery
 Delivery take_part(const stage::StageRequest& request, int root_fd, const std::vector<stage::CheckedSource>& sources,
                    const std::vector<bool>& wanted, stage::ProgressBoard* board);
 
+// The step's reader staged these specs here before (or failed to): tells the step's nodes so in a
+// "done" marker naming no source (or the "failed" marker), and those that still stage read the
+// sources themselves at once instead of waiting out their deadline. Only a reader sends; a marker
+// that cannot be sent leaves them to that deadline.
+enum class Told { nothing_sent, failed };
+void tell_step(const stage::StageRequest& request, int root_fd, Told told);
+
 // Removes what a broadcast of these specs left in the job's directory (copies and markers).
 void remove_delivery(const stage::StageRequest& request, int root_fd, std::size_t sources);
 

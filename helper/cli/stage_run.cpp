@@ -14,6 +14,7 @@
 #include "stagehand/ipc/client.hpp"
 #include "stagehand/tmpdir/views.hpp"
 #include "stagehand/archive/extract.hpp"
+#include "stagehand/stage/reach.hpp"
 #include "stagehand/stage/request.hpp"
 #include "stagehand/stage/run.hpp"
 #include "stagehand/stage/spec.hpp"
@@ -279,8 +280,34 @@ struct NodeStaging
 
   int succeed() const
   {
-    stage::write_marker(state_fd, done, "");
+    stage::write_marker(state_fd, done, stage::reach_line(a.bcast_nodes)); // whom it reached (reach.hpp)
     return 0;
+  }
+
+  // These specs were staged here before (or failed): a broadcast a later step's reader sent this
+  // node is of no use and goes; and when this node is the step's reader and its earlier staging
+  // did not reach every node of the step, it tells them at once that nothing is sent (the ones that
+  // still stage read the sources themselves) and notes that they were reached.
+  void settle_earlier(bool staged) const
+  {
+    if (auto specs = stage::parse_stage_option(a.specs)) {
+      remove_delivery(a, root_fd, specs->size());
+    }
+    if (a.bcast != stage::BcastRole::reader) {
+      return;
+    }
+    if (!staged) {
+      tell_step(a, root_fd, Told::failed);
+      return;
+    }
+    std::string text;
+    if (UniqueFd fd(::openat(state_fd, done.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)); fd.valid()) {
+      text = fs::read_all(fd.get(), done, 1024 * 1024).value_or("");
+    }
+    if (!stage::reached(text, a.bcast_nodes)) {
+      tell_step(a, root_fd, Told::nothing_sent);
+      stage::write_marker(state_fd, done, text + stage::reach_line(a.bcast_nodes));
+    }
   }
 
   bool anything_todo() const { return std::find(todo.begin(), todo.end(), true) != todo.end(); }
@@ -521,6 +548,7 @@ int stage_run_checked(const std::vector<std::string>& args)
   }
   NodeStaging staging(*request, *dir);
   if (auto rc = staging.earlier_outcome()) {
+    staging.settle_earlier(*rc == 0);
     return *rc;
   }
   return staging.run(base);

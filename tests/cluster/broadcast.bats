@@ -64,6 +64,10 @@ teardown() {
 }
 
 bytes_read() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$WORK/bshared/.sharedfs-stats"; }
+# The "done" markers sbcast delivered for job $JOB_ID, as the nodes' slurmd logs count them.
+done_markers_sent() {
+  cat "$STAGEHAND_CLUSTER_DIR"/log/slurmd-node*.log | grep -c "sbcast req_uid=[0-9]* job_id=$JOB_ID fname=.*\.stagehand-bcast-[0-9a-f]*\.done block_no=1$" || true
+}
 # submit_counted ARGS...: submit (ARGS to sbatch); `read` is then the bytes shared storage served
 # meanwhile.
 submit_counted() {
@@ -179,6 +183,56 @@ EOF2
   echo "$LAST_OUTPUT" | grep -qx "small ok on node2"
   echo "$LAST_OUTPUT" | grep -q '^stagehand: node1: --stage-data: the broadcast of .*small.tar.gz failed (sbcast: cannot run sbcast: No such file or directory); every node reads the sources itself$'
   echo "$LAST_OUTPUT" | grep -q '^stagehand: node2: --stage-data: no broadcast arrived from the step.s first node within 30 s; reading the sources on this node$'
+}
+
+# A step wider than the one that staged first: the new step's first node has staged these specs
+# already (it staged alone), and the other node must not wait for a broadcast nobody sends.
+@test "a step whose first node staged the same --stage-data in an earlier step tells the other node at once" {
+  script wider.sh <<'EOF2'
+#!/bin/bash
+srun -N1 -w node1 --stage-data=bshared/small.tar.gz:small true
+srun -N2 --ntasks-per-node=1 --stage-data=bshared/small.tar.gz:small bash -c '
+  cmp <(seq 1 100000) "$SLURM_TMPDIR/small/s/numbers.txt" && echo "small ok on $SLURMD_NODENAME"
+  ls -A "$SLURM_TMPDIR" | grep -q "^\.stagehand-bcast" || echo "no copy left on $SLURMD_NODENAME"'
+srun -N2 --ntasks-per-node=1 --stage-data=bshared/small.tar.gz:small bash -c '
+  ls -A "$SLURM_TMPDIR" | grep -q "^\.stagehand-bcast" || echo "still no copy on $SLURMD_NODENAME"'
+EOF2
+  submit -N2 wider.sh
+  [ "$JOB_RC" -eq 0 ]
+  for n in node1 node2; do
+    echo "$LAST_OUTPUT" | grep -qx "small ok on $n"
+    echo "$LAST_OUTPUT" | grep -qx "no copy left on $n"
+    echo "$LAST_OUTPUT" | grep -qx "still no copy on $n"
+  done
+  ! echo "$LAST_OUTPUT" | grep -q 'no broadcast arrived' || false
+  # node1 staged in the first step; node2 reads the source itself, told so by node1.
+  [ "$(echo "$LAST_OUTPUT" | grep -c '^stagehand: node1: unpacked .*small.tar.gz')" -eq 1 ]
+  echo "$LAST_OUTPUT" | grep -Eq '^stagehand: node2: unpacked .*/small.tar.gz -> .*/small: 2 files, .* s \(no cache\)$'
+  # Told once: the third step's nodes were all reached by the second's, so nothing is sent then.
+  [ "$(done_markers_sent)" -eq 2 ]
+}
+
+# The reverse: the wider step's first node has not staged, so it reads and broadcasts to both, and
+# node2, which staged alone before, takes no part: the copy sbcast left it is removed by its next
+# staging of the specs (a later step's), not kept beside the job's data.
+@test "a broadcast's copy that reaches a node which staged the specs before is removed at its next step" {
+  script wider2.sh <<'EOF2'
+#!/bin/bash
+srun -N1 -w node2 --stage-data=bshared/small.tar.gz:small true
+srun -N2 --ntasks-per-node=1 --stage-data=bshared/small.tar.gz:small bash -c '
+  cmp <(seq 1 100000) "$SLURM_TMPDIR/small/s/numbers.txt" && echo "small ok on $SLURMD_NODENAME"'
+srun -N2 --ntasks-per-node=1 --stage-data=bshared/small.tar.gz:small bash -c '
+  ls -A "$SLURM_TMPDIR" | grep -q "^\.stagehand-bcast" || echo "no copy left on $SLURMD_NODENAME"'
+EOF2
+  submit -N2 wider2.sh
+  [ "$JOB_RC" -eq 0 ]
+  for n in node1 node2; do
+    echo "$LAST_OUTPUT" | grep -qx "small ok on $n"
+    echo "$LAST_OUTPUT" | grep -qx "no copy left on $n"
+  done
+  echo "$LAST_OUTPUT" | grep -q '^stagehand: node1: unpacked .*small.tar.gz -> .* read once, broadcast by sbcast in [0-9.]* s (no cache)$'
+  ! echo "$LAST_OUTPUT" | grep -q 'no broadcast arrived' || false
+  [ "$(done_markers_sent)" -eq 2 ] # the second step's, to its two nodes; the third sends none
 }
 
 # Issue 25, item 1: the node cache and the read-once broadcast compose. Each node's daemon stages

@@ -1,5 +1,6 @@
 // The plugin -> helper request: every field survives request_args -> parse_request_args, and the
 // markers both sides look for.
+#include "stagehand/stage/reach.hpp"
 #include "stagehand/stage/request.hpp"
 
 #include <gtest/gtest.h>
@@ -58,6 +59,7 @@ TEST(StageRequest, ArgsAsTheHelperSeesThem)
   for (auto role : {BcastRole::reader, BcastRole::receiver, BcastRole::delivered}) {
     r.bcast = role;
     r.bcast_scope = role == BcastRole::reader ? "42.3" : "";
+    r.bcast_nodes = "node[1-3],gpu7";
     back = parse_request_args(request_args(r));
     ASSERT_TRUE(back) << back.error().message;
     EXPECT_EQ(*back, r);
@@ -88,4 +90,26 @@ TEST(StageRequest, MarkersArePerSpecs)
   EXPECT_EQ(bcast_copy_name("x", 1), ".stagehand-bcast-af63f54c86021707-1");
   EXPECT_EQ(bcast_done_name("x"), ".stagehand-bcast-af63f54c86021707.done");
   EXPECT_NE(bcast_failed_name("x"), bcast_failed_name("y"));
+}
+
+// A later step's first node that staged the specs before asks whether every node of its step was
+// reached by an earlier staging here (reach.hpp): only then may it send nothing.
+TEST(StageRequest, ReachCoversAStepOnlyWhenEveryNodeWasReached)
+{
+  EXPECT_EQ(reach_line("node[1-2]"), "nodes node[1-2]\n");
+  EXPECT_EQ(reach_line(""), "");
+  EXPECT_EQ(reach_line("a\nnodes b"), ""); // one line, never two
+  const std::string alone = reach_line("node1");
+  EXPECT_TRUE(reached(alone, "node1"));
+  EXPECT_FALSE(reached(alone, "node[1-2]")); // the step is wider than the staging
+  const std::string both = alone + reach_line("node[2-4]");
+  EXPECT_TRUE(reached(both, "node[1-4]"));
+  EXPECT_TRUE(reached(both, "node[3,1]"));
+  EXPECT_FALSE(reached(both, "node[1-5]"));
+  EXPECT_FALSE(reached(both, "node01")); // names, not numbers
+  // A marker written before these lines, an empty or bad list: nothing is known to be reached.
+  EXPECT_FALSE(reached("", "node1"));
+  EXPECT_FALSE(reached(both, ""));
+  EXPECT_FALSE(reached(both, "node[1-"));
+  EXPECT_FALSE(reached("nodes node[1-\n", "node1"));
 }

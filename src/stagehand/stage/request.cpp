@@ -29,6 +29,17 @@ std::string bcast_done_name(std::string_view specs) { return ".stagehand-bcast-"
 
 std::string bcast_failed_name(std::string_view specs) { return ".stagehand-bcast-" + specs_hash(specs) + ".failed"; }
 
+std::vector<std::string> bcast_names(std::string_view specs, std::size_t sources)
+{
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < sources; ++i) {
+    names.push_back(bcast_copy_name(specs, i));
+  }
+  names.push_back(bcast_done_name(specs));
+  names.push_back(bcast_failed_name(specs));
+  return names;
+}
+
 std::vector<std::string> request_args(const StageRequest& r)
 {
   std::vector<std::string> args = {"--tmpdir", r.tmpdir, "--node", r.node, "--max-bytes", std::to_string(r.max_bytes)};
@@ -60,6 +71,9 @@ std::vector<std::string> request_args(const StageRequest& r)
   case BcastRole::delivered:
     args.insert(args.end(), {"--bcast", "delivered"});
     break;
+  }
+  if (r.bcast != BcastRole::none && !r.bcast_nodes.empty()) {
+    args.insert(args.end(), {"--bcast-nodes", r.bcast_nodes});
   }
   args.insert(args.end(), {"--", r.specs});
   return args;
@@ -93,6 +107,8 @@ Result<StageRequest> parse_request_args(const std::vector<std::string>& args)
       r.socket = args[++i];
     } else if (a == "--daemon-silent" && has_value) {
       r.daemon_silent = args[++i];
+    } else if (a == "--bcast-nodes" && has_value) {
+      r.bcast_nodes = args[++i];
     } else if (a == "--view" && has_value) {
       r.views.push_back(args[++i]);
     } else if ((a == "--job" || a == "--progress-interval") && has_value) {

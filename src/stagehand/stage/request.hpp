@@ -31,6 +31,8 @@ std::string failed_marker(std::string_view specs);
 std::string bcast_copy_name(std::string_view specs, std::size_t index);
 std::string bcast_done_name(std::string_view specs);
 std::string bcast_failed_name(std::string_view specs);
+// Every name above for specs of `sources` sources: what a broadcast can leave in SLURM_TMPDIR.
+std::vector<std::string> bcast_names(std::string_view specs, std::size_t sources);
 
 // A node's part in a broadcast. none: read every source here (one-node job, [stage] broadcast =
 // "never", or a per-node tmpdir layout). reader: read each file source once and broadcast it to
@@ -43,7 +45,7 @@ inline constexpr const char* k_stage_run_command = "stage-run";
 inline constexpr const char* k_stage_run_usage =
   "usage: stagehand stage-run --tmpdir DIR --node NAME [--job ID] [--socket PATH] [--progress-interval SECONDS] "
   "[--daemon-silent REASON] [--base DIR] [--max-bytes SIZE] [--allowed-root DIR]... "
-  "[--bcast reader:JOB[.STEP]|receiver|delivered] [--] SPECS";
+  "[--bcast reader:JOB[.STEP]|receiver|delivered [--bcast-nodes HOSTLIST]] [--] SPECS";
 
 struct StageRequest
 {
@@ -60,6 +62,8 @@ struct StageRequest
   std::uint32_t progress_interval = 30;   // seconds between progress lines; 0: none
   BcastRole bcast = BcastRole::none;
   std::string bcast_scope;                // reader: sbcast's --jobid ("42" or "42.0")
+  std::string bcast_nodes;                // the nodes of that scope (the job's for the batch step,
+                                          // else the step's), a Slurm host list: see reach.hpp
   std::vector<std::string> views;         // destinations root showed as cache views: not staged
   bool operator==(const StageRequest&) const = default;
 };
