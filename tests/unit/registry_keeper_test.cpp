@@ -9,6 +9,7 @@
 #include "test_support.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -115,6 +116,29 @@ TEST(RegistryKeeper, AWriteNeverPutsAnOlderCopyOverANewerOne)
   keeper.write(older); // its writer was slower: skipped
   EXPECT_TRUE(state.has_job(1));
   EXPECT_TRUE(state.has_job(2)) << "the older copy was written last";
+}
+
+// A registry that could not be written (a full state disk; here a directory in its place, which
+// the atomic rename cannot replace) is written by the saver once it can be, with no further change:
+// a job's start saved "now" is not lost to a daemon restart after the disk recovers.
+TEST(RegistryKeeper, AWriteThatFailedIsTriedAgainUntilItIsWritten)
+{
+  StateDir state;
+  RegistryKeeper keeper(std::chrono::milliseconds(50));
+  keeper.open(state.fd.get());
+  keeper.start_saving();
+  ASSERT_EQ(::mkdirat(state.fd.get(), registry::k_registry_file, 0700), 0);
+  keeper.change(registering(job(11)), RegistryKeeper::Save::now); // fails: the job is in memory only
+  struct stat st {};
+  ASSERT_EQ(::fstatat(state.fd.get(), registry::k_registry_file, &st, 0), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200)); // a few failed tries
+  ASSERT_EQ(::unlinkat(state.fd.get(), registry::k_registry_file, AT_REMOVEDIR), 0); // the disk recovers
+  const auto recovered_at = Clock::now();
+  while (!state.has_job(11) && Clock::now() - recovered_at < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(state.has_job(11)) << "the failed write was never tried again";
 }
 
 TEST(RegistryKeeper, WhatOneKeeperWroteTheNextLoads)

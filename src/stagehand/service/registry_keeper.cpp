@@ -122,14 +122,28 @@ RegistryKeeper::Copy RegistryKeeper::copy_locked()
 
 void RegistryKeeper::write(const Copy& copy)
 {
-  std::lock_guard lock(m_write_mutex);
-  if (!m_state_dir.valid() || copy.generation <= m_written) {
-    return; // not opened, or a later copy is on disk already
+  {
+    std::lock_guard lock(m_write_mutex);
+    if (!m_state_dir.valid() || copy.generation <= m_written) {
+      return; // not opened, or a later copy is on disk already
+    }
+    m_written = copy.generation;
+    auto st = registry::save(m_state_dir.get(), copy.registry);
+    if (st) {
+      if (std::exchange(m_failing, false)) {
+        spdlog::info("registry: written again");
+      }
+      return;
+    }
+    // Once per failing spell (a full disk would say it every second), then tried again.
+    if (!std::exchange(m_failing, true)) {
+      spdlog::error("registry: {} (tried again every {} ms until it is written)", st.error().message,
+                    m_save_every.count());
+    }
   }
-  if (auto st = registry::save(m_state_dir.get(), copy.registry); !st) {
-    spdlog::error("registry: {}", st.error().message);
-  }
-  m_written = copy.generation;
+  // What is on disk is older than the registry: the saver writes it again, as after a change.
+  std::lock_guard lock(m_mutex);
+  changed_locked();
 }
 
 } // namespace stagehand::service

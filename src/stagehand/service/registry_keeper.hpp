@@ -1,5 +1,7 @@
 // The daemon's job registry (registry::Registry) with its persistence, under the keeper's own
 // lock: who owns each job directory, which cache entries running jobs pin, what each job staged.
+// A write that fails (a full or read-only state disk) is tried again by the saver thread a second
+// later, as a change would be, until one succeeds.
 // A change is written soon, by the keeper's saver thread at most once per second (a job staging
 // thousands of sources changes its record thousands of times; a crash loses at most that second,
 // which GC and the adoption of jobs rebuild), or now, before the caller answers (a job's start and
@@ -107,7 +109,8 @@ private:
 
   std::mutex m_write_mutex;   // one write at a time; guards the two below
   UniqueFd m_state_dir;       // set once by open(), before any write
-  std::uint64_t m_written = 0; // generation on disk
+  std::uint64_t m_written = 0; // generation on disk, or whose write failed (a later one is retried)
+  bool m_failing = false;      // the last write failed (logged once until one succeeds)
 };
 
 } // namespace stagehand::service
