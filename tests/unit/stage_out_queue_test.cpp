@@ -221,6 +221,28 @@ TEST(StageOutQueue, AHandOverTheEpilogStoppedWaitingForIsNotKept)
   EXPECT_EQ(read_file(h.dest + "/result"), "42");
 }
 
+// A hand-over whose directory is not under the daemon's base while its epilog still waits (a reload
+// changed the base since the job started) is refused for that reason, not as an epilog that gave
+// up: the epilog's line must say why it copies itself.
+TEST(StageOutQueue, AHandOverNotUnderTheDaemonsBaseSaysSoWhileTheEpilogWaits)
+{
+  STAGEHAND_REQUIRE_ROOT();
+  HandedOver h;
+  auto q = h.queue(std::chrono::milliseconds(10));
+  proto::EndJob elsewhere = h.end;
+  elsewhere.pending = tmpdir::fresh_stage_out_name(k_job.job_id); // no such directory here
+  int waits[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, waits), 0);
+  UniqueFd daemon_side(waits[0]);
+  UniqueFd epilog_side(waits[1]);
+  service::Responder to_epilog(daemon_side.get());
+  auto taken = q->take(elsewhere, k_job, &to_epilog);
+  ASSERT_FALSE(taken);
+  EXPECT_NE(taken.error().message.find("in the daemon's [tmpdir] base"), std::string::npos) << taken.error().message;
+  EXPECT_EQ(taken.error().message.find("stopped waiting"), std::string::npos) << taken.error().message;
+  EXPECT_TRUE(q->pending().empty());
+}
+
 // A daemon stuck past the epilog's wait, then woken, may answer after the epilog gave up. Both claim
 // the directory (rename it to a name of their own) before they copy: whichever comes second finds
 // nothing, so one copy is made, never two (two would race to the destination, and the second would

@@ -70,6 +70,12 @@ Result<std::string> StageOutQueue::take(const proto::EndJob& end, std::optional<
   };
   struct stat st {};
   if (::fstatat(base_fd->get(), end.pending.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT) {
+    if (epilog && !epilog->client_gone()) {
+      // An epilog closes its connection before it claims: still there, it did not take it. The
+      // directory is elsewhere (a reload changed the daemon's base since the job started).
+      return Error::refused("stage-out: no " + end.pending + " in the daemon's [tmpdir] base " + now.tmpdir.base +
+                            " (a reload changed it since the job started?): the epilog copies itself");
+    }
     return gave_up(); // (its claim renamed it: it stopped waiting before this request was read)
   }
   if (!S_ISDIR(st.st_mode) || (st.st_uid == 0 && (!registered || registered->uid == 0))) {
