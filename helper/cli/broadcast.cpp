@@ -2,6 +2,7 @@
 #include "broadcast.hpp"
 
 #include "stagehand/fs/io.hpp"
+#include "stagehand/stage/bcast_marker.hpp"
 #include "stagehand/stage/copy.hpp"
 #include "stagehand/stage/source.hpp"
 #include "stagehand/util/fd.hpp"
@@ -14,9 +15,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <cstdio>
-#include <sstream>
 #include <thread>
 
 namespace stagehand::cli {
@@ -68,15 +69,16 @@ Status run_sbcast(const std::vector<std::string>& args, int keep_fd)
 }
 
 // Broadcasts a small marker file named `name` (written in the state directory first): the
-// reader's node, and for "done" the sources it sent ("sent 0 2").
-Status broadcast_marker(const stage::StageRequest& a, int root_fd, const std::string& name, const std::string& sent = "")
+// reader's node, and for "done" the sources it sent with the identity of each (bcast_marker.hpp).
+Status broadcast_marker(const stage::StageRequest& a, int root_fd, const std::string& name,
+                        const std::map<std::size_t, stage::SentIdentity>& sent = {})
 {
   const std::string local = std::string(stage::k_state_dir) + "/bcast-marker";
   UniqueFd fd(::openat(root_fd, local.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.valid()) {
     return Error::from_errno(local);
   }
-  if (auto st = fs::write_all(fd.get(), a.node + "\nsent" + sent + "\n", local); !st) {
+  if (auto st = fs::write_all(fd.get(), stage::done_text(a.node, sent), local); !st) {
     return st.error();
   }
   auto r = run_sbcast({"-f", "-j", a.bcast_scope, a.tmpdir + "/" + local, a.tmpdir + "/" + name}, -1);
@@ -135,52 +137,53 @@ std::uint64_t size_at(int root_fd, const std::string& name)
 
 bool is_file(const stage::CheckedSource& s) { return s.kind == stage::SourceKind::file; }
 
-// The sources with each wanted file source that has a delivered copy read from it.
+// The sources with each wanted file source that has a delivered copy read from it: a copy the
+// reader's "done" marker names, of the size it sent, while the source is still the file it read.
+// A copy it names that cannot be used is read here, after a line saying why.
 Delivery from_copies(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources,
                      const std::vector<bool>& wanted, std::string note)
 {
-  Delivery d{sources, std::vector<bool>(sources.size(), false), std::move(note), false};
-  for (std::size_t i = 0; i < d.sources.size(); ++i) {
-    if (wanted[i] && is_file(d.sources[i]) && exists(root_fd, stage::bcast_copy_name(a.specs, i))) {
-      d.sources[i].path = a.tmpdir + "/" + stage::bcast_copy_name(a.specs, i);
-      d.copied[i] = true;
-      d.used = true;
-    }
-  }
-  return d;
-}
-
-// The indices the reader's "done" marker names; all file sources for a marker without the list.
-std::vector<bool> sent_by_reader(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources)
-{
-  std::vector<bool> sent(sources.size(), false);
+  Delivery d{sources, std::vector<bool>(sources.size(), false), std::vector<std::string>(sources.size()),
+             std::move(note), false};
   std::string text;
   if (UniqueFd fd(::openat(root_fd, stage::bcast_done_name(a.specs).c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
       fd.valid()) {
     text = fs::read_all(fd.get(), "marker", 64 * 1024).value_or("");
   }
-  const auto at = text.find("\nsent");
-  if (at == std::string::npos) {
-    for (std::size_t i = 0; i < sources.size(); ++i) {
-      sent[i] = is_file(sources[i]);
+  for (const auto& [i, id] : stage::sent_in(text)) {
+    if (i >= d.sources.size() || !wanted[i] || !is_file(d.sources[i])) {
+      continue;
     }
-    return sent;
-  }
-  std::istringstream line(text.substr(at + 5, text.find('\n', at + 5) - (at + 5)));
-  for (std::size_t i = 0; line >> i;) {
-    if (i < sources.size()) {
-      sent[i] = true;
+    const std::string copy = stage::bcast_copy_name(a.specs, i);
+    struct stat copy_st {};
+    struct stat source_st {};
+    std::string why;
+    if (::fstatat(root_fd, copy.c_str(), &copy_st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(copy_st.st_mode)) {
+      why = "the broadcast said done but the copy of " + d.sources[i].shown + " is missing on this node";
+    } else if (static_cast<std::uint64_t>(copy_st.st_size) != id.size) {
+      why = "the copy of " + d.sources[i].shown + " delivered to this node is incomplete";
+    } else if (::fstatat(AT_FDCWD, d.sources[i].path.c_str(), &source_st, AT_SYMLINK_NOFOLLOW) != 0 ||
+               stage::identity_of(source_st) != id) {
+      why = d.sources[i].shown + " changed since it was broadcast";
     }
+    if (!why.empty()) {
+      say(a, "--stage-data: " + why + "; reading it here");
+      continue;
+    }
+    d.sources[i].path = a.tmpdir + "/" + copy;
+    d.copied[i] = true;
+    d.identities[i] = stage::identity_text(id);
+    d.used = true;
   }
-  return sent;
+  return d;
 }
 
 Delivery read_and_broadcast(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources,
                             const std::vector<bool>& wanted, stage::ProgressBoard* board)
 {
   const auto t0 = Clock::now();
-  Delivery unchanged{sources, std::vector<bool>(sources.size(), false), "", false};
-  std::string sent_list;
+  Delivery unchanged{sources, std::vector<bool>(sources.size(), false), {}, "", false};
+  std::map<std::size_t, stage::SentIdentity> sent_ids;
   for (std::size_t i = 0; i < sources.size(); ++i) {
     const auto& s = sources[i];
     if (s.kind == stage::SourceKind::dir || !wanted[i]) {
@@ -190,7 +193,7 @@ Delivery read_and_broadcast(const stage::StageRequest& a, int root_fd, const std
     // sbcast reads that very file through /dev/fd.
     auto in = stage::open_source(s.path, stage::SourceKind::file, a.allowed_roots);
     if (!in) {
-      (void)broadcast_marker(a, root_fd, stage::bcast_failed_name(a.specs)); // receivers stop waiting
+      unchanged.told = bool(broadcast_marker(a, root_fd, stage::bcast_failed_name(a.specs))); // receivers stop waiting
       remove_delivery(a, root_fd, sources.size());
       return unchanged; // staging below says why, naming the source
     }
@@ -211,19 +214,19 @@ Delivery read_and_broadcast(const stage::StageRequest& a, int root_fd, const std
       (void)::unlinkat(root_fd, local.c_str(), 0);
     }
     if (!sent) {
-      (void)broadcast_marker(a, root_fd, stage::bcast_failed_name(a.specs)); // receivers stop waiting
+      unchanged.told = bool(broadcast_marker(a, root_fd, stage::bcast_failed_name(a.specs))); // receivers stop waiting
       remove_delivery(a, root_fd, sources.size());
       say(a, "--stage-data: the broadcast of " + s.shown + " failed (sbcast: " + sent.error().message +
                "); every node reads the sources itself");
       return unchanged;
     }
-    sent_list += " " + std::to_string(i);
+    sent_ids[i] = stage::identity_of(in->st); // of the descriptor sbcast read
   }
   // Sent even when this node wanted none (its cache had them all): the others stop waiting.
-  if (auto done = broadcast_marker(a, root_fd, stage::bcast_done_name(a.specs), sent_list); !done) {
-    (void)broadcast_marker(a, root_fd, stage::bcast_failed_name(a.specs));
+  if (auto done = broadcast_marker(a, root_fd, stage::bcast_done_name(a.specs), sent_ids); !done) {
+    unchanged.told = bool(broadcast_marker(a, root_fd, stage::bcast_failed_name(a.specs)));
     remove_delivery(a, root_fd, sources.size());
-    if (!sent_list.empty()) {
+    if (!sent_ids.empty()) {
       say(a, "--stage-data: the broadcast could not be completed (sbcast: " + done.error().message +
                "); every node reads the sources itself");
     }
@@ -237,7 +240,7 @@ Delivery read_and_broadcast(const stage::StageRequest& a, int root_fd, const std
 Delivery await_delivery(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources,
                         const std::vector<bool>& wanted, stage::ProgressBoard* board)
 {
-  Delivery unchanged{sources, std::vector<bool>(sources.size(), false), "", false};
+  Delivery unchanged{sources, std::vector<bool>(sources.size(), false), {}, "", false};
   std::string shown;
   std::uint64_t total = 0;
   for (std::size_t i = 0; i < sources.size(); ++i) {
@@ -260,18 +263,14 @@ Delivery await_delivery(const stage::StageRequest& a, int root_fd, const std::ve
   bool seen = false;
   for (;;) {
     if (exists(root_fd, stage::bcast_done_name(a.specs))) {
-      auto d = from_copies(a, root_fd, sources, wanted, "from the broadcast (sbcast), waited " + seconds_since(t0));
-      const auto sent = sent_by_reader(a, root_fd, sources);
-      for (std::size_t i = 0; i < sources.size(); ++i) {
-        if (wanted[i] && sent[i] && !d.copied[i]) {
-          say(a, "--stage-data: the broadcast said done but the copy of " + sources[i].shown +
-                   " is missing on this node; reading it here");
-        }
-      }
-      return d; // what the reader did not send (its node had it cached) is read here
+      // What the reader did not send (its node had it cached) is read here.
+      return from_copies(a, root_fd, sources, wanted, "from the broadcast (sbcast), waited " + seconds_since(t0));
     }
     if (exists(root_fd, stage::bcast_failed_name(a.specs))) {
       return unchanged; // the reader said why
+    }
+    if (exists(root_fd, stage::bcast_none_name(a.specs))) {
+      return unchanged; // the reader staged these in an earlier step: it sends nothing
     }
     std::uint64_t bytes = 0;
     for (std::size_t i = 0; i < sources.size(); ++i) {
@@ -301,7 +300,7 @@ Delivery await_delivery(const stage::StageRequest& a, int root_fd, const std::ve
 Delivery take_part(const stage::StageRequest& a, int root_fd, const std::vector<stage::CheckedSource>& sources,
                    const std::vector<bool>& wanted, stage::ProgressBoard* board)
 {
-  Delivery unchanged{sources, std::vector<bool>(sources.size(), false), "", false};
+  Delivery unchanged{sources, std::vector<bool>(sources.size(), false), {}, "", false};
   bool files = false;
   bool wants_file = false;
   for (std::size_t i = 0; i < sources.size(); ++i) {
@@ -331,14 +330,15 @@ Delivery take_part(const stage::StageRequest& a, int root_fd, const std::vector<
   return unchanged;
 }
 
-void tell_step(const stage::StageRequest& a, int root_fd, Told told)
+bool tell_step(const stage::StageRequest& a, int root_fd, Told told)
 {
   const std::string name =
-    told == Told::nothing_sent ? stage::bcast_done_name(a.specs) : stage::bcast_failed_name(a.specs);
+    told == Told::nothing_sent ? stage::bcast_none_name(a.specs) : stage::bcast_failed_name(a.specs);
   if (a.bcast != stage::BcastRole::reader || !broadcast_marker(a, root_fd, name)) {
-    return; // the step's nodes then wait out their deadline, as when sbcast cannot run
+    return false; // the step's nodes then wait out their deadline, as when sbcast cannot run
   }
   (void)::unlinkat(root_fd, name.c_str(), 0); // this node's own copy of the marker
+  return true;
 }
 
 void remove_delivery(const stage::StageRequest& a, int root_fd, std::size_t sources)

@@ -19,8 +19,12 @@ struct Delivery
 {
   std::vector<stage::CheckedSource> sources; // a delivered copy in place of each file source that has one
   std::vector<bool> copied;                  // per source: `sources[i]` is its delivered copy
+  std::vector<std::string> identities;       // per copied source: what the broadcast read (bcast_marker.hpp)
   std::string note;                          // for the summary lines of the delivered sources
   bool used = false;                         // whether any source comes from a delivered copy
+  // A reader: whether the nodes of its scope heard from it (its final marker was delivered), so
+  // that none of them waits for it any more.
+  bool told = true;
 };
 
 // This node's part for `request.bcast`, for the sources `wanted` marks (the ones this node must
@@ -33,11 +37,11 @@ Delivery take_part(const stage::StageRequest& request, int root_fd, const std::v
                    const std::vector<bool>& wanted, stage::ProgressBoard* board);
 
 // The step's reader staged these specs here before (or failed to): tells the step's nodes so in a
-// "done" marker naming no source (or the "failed" marker), and those that still stage read the
-// sources themselves at once instead of waiting out their deadline. Only a reader sends; a marker
-// that cannot be sent leaves them to that deadline.
+// "nothing sent" marker (or the "failed" marker), and those that still stage read the sources
+// themselves at once instead of waiting out their deadline. Only a reader sends; a marker that
+// cannot be sent leaves them to that deadline (false).
 enum class Told { nothing_sent, failed };
-void tell_step(const stage::StageRequest& request, int root_fd, Told told);
+bool tell_step(const stage::StageRequest& request, int root_fd, Told told);
 
 // Removes what a broadcast of these specs left in the job's directory (copies and markers).
 void remove_delivery(const stage::StageRequest& request, int root_fd, std::size_t sources);

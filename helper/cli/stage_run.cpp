@@ -45,6 +45,7 @@ struct DaemonAsk
 {
   proto::Misses misses = proto::Misses::read;
   std::vector<std::string> copies;
+  std::vector<std::string> copy_ids; // per copy: the identity of the file the broadcast read
   std::vector<std::string> notes;
   std::vector<std::size_t> absent;
 };
@@ -73,7 +74,8 @@ proto::Stage stage_request(const stage::StageRequest& a, const std::vector<stage
     const auto& s = sources[i];
     req.sources.push_back(proto::SourceSpec{s.shown, s.path, s.dest,
                                             s.kind, s.mode,
-                                            i < ask.copies.size() ? ask.copies[i] : ""});
+                                            i < ask.copies.size() ? ask.copies[i] : "",
+                                            i < ask.copy_ids.size() ? ask.copy_ids[i] : ""});
   }
   return req;
 }
@@ -244,6 +246,7 @@ struct NodeStaging
   std::string without_daemon; // why the node daemon did not stage, for each summary line
   bool through_daemon = false;
   bool broadcasts = false;
+  bool told = true; // as a reader: its scope's nodes heard from it (Delivery::told)
 
   NodeStaging(const stage::StageRequest& request, const stage::LockedStateDir& dir)
     : a(request), root_fd(dir.root.get()), state_fd(dir.state.get()), done(stage::done_marker(request.specs)),
@@ -280,14 +283,17 @@ struct NodeStaging
 
   int succeed() const
   {
-    stage::write_marker(state_fd, done, stage::reach_line(a.bcast_nodes)); // whom it reached (reach.hpp)
+    // Whom it reached (reach.hpp): the scope's nodes, or this one alone when the reader could not
+    // tell them (they may still wait for it).
+    const std::string reached = a.bcast == stage::BcastRole::none ? "" : told ? a.bcast_nodes : a.node;
+    stage::write_marker(state_fd, done, stage::reach_text(broadcasts, reached));
     return 0;
   }
 
   // These specs were staged here before (or failed): a broadcast a later step's reader sent this
   // node is of no use and goes; and when this node is the step's reader and its earlier staging
-  // did not reach every node of the step, it tells them at once that nothing is sent (the ones that
-  // still stage read the sources themselves) and notes that they were reached.
+  // did not reach every node of the step that could wait for it, it tells them at once that nothing
+  // is sent (the ones that still stage read the sources themselves) and notes that they were reached.
   void settle_earlier(bool staged) const
   {
     if (auto specs = stage::parse_stage_option(a.specs)) {
@@ -297,16 +303,16 @@ struct NodeStaging
       return;
     }
     if (!staged) {
-      tell_step(a, root_fd, Told::failed);
+      (void)tell_step(a, root_fd, Told::failed);
       return;
     }
     std::string text;
     if (UniqueFd fd(::openat(state_fd, done.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)); fd.valid()) {
       text = fs::read_all(fd.get(), done, 1024 * 1024).value_or("");
     }
-    if (!stage::reached(text, a.bcast_nodes)) {
-      tell_step(a, root_fd, Told::nothing_sent);
-      stage::write_marker(state_fd, done, text + stage::reach_line(a.bcast_nodes));
+    if (stage::has_files(text) && !a.bcast_nodes.empty() && !stage::reached(text, a.bcast_nodes) &&
+        tell_step(a, root_fd, Told::nothing_sent)) {
+      stage::write_marker(state_fd, done, stage::with_reached(text, a.bcast_nodes));
     }
   }
 
@@ -406,6 +412,7 @@ struct NodeStaging
     for (std::size_t i = 0; i < sources.size(); ++i) {
       if (todo[i]) {
         ask.copies.push_back(delivery.copied[i] ? stage::bcast_copy_name(a.specs, i) : "");
+        ask.copy_ids.push_back(delivery.copied[i] ? delivery.identities[i] : "");
         ask.notes.push_back(delivery.copied[i] ? delivery.note : "");
       }
     }
@@ -480,6 +487,7 @@ struct NodeStaging
     // Multi-node jobs: file sources read once and delivered by Slurm's broadcast (broadcast.hpp). A
     // reader that needs nothing still tells the others so (they stop waiting).
     const Delivery delivery = take_part(a, root_fd, sources, todo, &board);
+    told = delivery.told;
     if (nothing_left) {
       reporter.reset();
       remove_delivery(a, root_fd, sources.size());
@@ -542,6 +550,15 @@ int stage_run_checked(const std::vector<std::string>& args)
     return 2;
   }
   const std::string base = base_dir(*request);
+  // Staged here before: only what that staging owes this step (reach.hpp), under a lock of its
+  // own, never behind another step's staging of other sources (which holds the job's lock).
+  const std::string done = request->tmpdir + "/" + stage::k_state_dir + "/" + stage::done_marker(request->specs);
+  if (::access(done.c_str(), F_OK) == 0) {
+    if (auto settling = stage::lock_state_dir(request->tmpdir, stage::settle_lock_name(request->specs))) {
+      NodeStaging(*request, *settling).settle_earlier(true);
+      return 0;
+    }
+  }
   const auto dir = lock_job_dir(*request);
   if (!dir) {
     return 1;

@@ -64,9 +64,10 @@ teardown() {
 }
 
 bytes_read() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bytes_read'])" "$WORK/bshared/.sharedfs-stats"; }
-# The "done" markers sbcast delivered for job $JOB_ID, as the nodes' slurmd logs count them.
-done_markers_sent() {
-  cat "$STAGEHAND_CLUSTER_DIR"/log/slurmd-node*.log | grep -c "sbcast req_uid=[0-9]* job_id=$JOB_ID fname=.*\.stagehand-bcast-[0-9a-f]*\.done block_no=1$" || true
+# markers_sent KIND: the KIND ("done", "none") markers sbcast delivered for job $JOB_ID, as the
+# nodes' slurmd logs count them.
+markers_sent() {
+  cat "$STAGEHAND_CLUSTER_DIR"/log/slurmd-node*.log | grep -c "sbcast req_uid=[0-9]* job_id=$JOB_ID fname=.*\.stagehand-bcast-[0-9a-f]*\.$1 block_no=1$" || true
 }
 # submit_counted ARGS...: submit (ARGS to sbatch); `read` is then the bytes shared storage served
 # meanwhile.
@@ -209,7 +210,8 @@ EOF2
   [ "$(echo "$LAST_OUTPUT" | grep -c '^stagehand: node1: unpacked .*small.tar.gz')" -eq 1 ]
   echo "$LAST_OUTPUT" | grep -Eq '^stagehand: node2: unpacked .*/small.tar.gz -> .*/small: 2 files, .* s \(no cache\)$'
   # Told once: the third step's nodes were all reached by the second's, so nothing is sent then.
-  [ "$(done_markers_sent)" -eq 2 ]
+  [ "$(markers_sent none)" -eq 2 ]
+  [ "$(markers_sent done)" -eq 0 ]
 }
 
 # The reverse: the wider step's first node has not staged, so it reads and broadcasts to both, and
@@ -232,7 +234,8 @@ EOF2
   done
   echo "$LAST_OUTPUT" | grep -q '^stagehand: node1: unpacked .*small.tar.gz -> .* read once, broadcast by sbcast in [0-9.]* s (no cache)$'
   ! echo "$LAST_OUTPUT" | grep -q 'no broadcast arrived' || false
-  [ "$(done_markers_sent)" -eq 2 ] # the second step's, to its two nodes; the third sends none
+  [ "$(markers_sent done)" -eq 2 ] # the second step's, to its two nodes; the third sends none
+  [ "$(markers_sent none)" -eq 0 ]
 }
 
 # Issue 25, item 1: the node cache and the read-once broadcast compose. Each node's daemon stages
@@ -293,6 +296,42 @@ EOF2
   grep -Eq '^stagehand: node2: unpacked .*/d.tar.gz -> .*/d: 2 files, .*\(cache miss\)$' /tmp/bcast-other.out
   [ $(( $(bytes_read) - before )) -ge "$size" ]
   for n in node1 node2; do "$CLUSTER" daemon-stop "$n"; done
+}
+
+# A copy is the source as the reader read it: a node that stages later, after the source was
+# rewritten (same size, in place), reads the source itself, so it never stages nor caches the older
+# bytes under the newer identity (its daemon would then serve them to the user's next job as a hit).
+@test "a node staging after its source was rewritten reads the source, not the job's older broadcast copy" {
+  head -c 4M /dev/urandom >"$WORK/bc-src/w.bin"
+  chown "$STAGEHAND_TEST_USER:" "$WORK/bc-src/w.bin"
+  settle "$WORK/bc-src/w.bin"
+  for n in node1 node2; do "$CLUSTER" daemon-start "$n"; done
+  script rewrite.sh <<'EOF2'
+#!/bin/bash
+echo "old $(sha256sum <"$SLURM_TMPDIR/w.bin")"
+head -c 4M /dev/urandom >"$SLURM_SUBMIT_DIR/bc-src/w.bin" # same size, in place
+sleep 3 # past the cache's racy window: the rewritten source may be cached
+echo "new $(sha256sum <"$SLURM_SUBMIT_DIR/bc-src/w.bin")"
+srun -N1 -w node2 bash -c 'echo "node2 $(sha256sum <"$SLURM_TMPDIR/w.bin")"'
+EOF2
+  submit -N2 --stage-data=bshared/w.bin:w.bin rewrite.sh
+  [ "$JOB_RC" -eq 0 ]
+  old=$(echo "$LAST_OUTPUT" | sed -n 's/^old \([0-9a-f]*\).*/\1/p')
+  new=$(echo "$LAST_OUTPUT" | sed -n 's/^new \([0-9a-f]*\).*/\1/p')
+  [ -n "$old" ]
+  [ -n "$new" ]
+  [ "$old" != "$new" ]
+  echo "$LAST_OUTPUT" | grep -qx "node2 $new  -"
+  echo "$LAST_OUTPUT" | grep -q '^stagehand: node2: --stage-data: .*/bshared/w.bin changed since it was broadcast; reading it here$'
+  # The user's next job on node2 gets the source as it is now, from the cache or not.
+  script again.sh <<'EOF2'
+#!/bin/bash
+echo "again $(sha256sum <"$SLURM_TMPDIR/w.bin")"
+EOF2
+  submit -N1 -w node2 --stage-data=bshared/w.bin:w.bin again.sh
+  for n in node1 node2; do "$CLUSTER" daemon-stop "$n"; done
+  [ "$JOB_RC" -eq 0 ]
+  echo "$LAST_OUTPUT" | grep -qx "again $new  -"
 }
 
 @test "with the per-node (%n) layout nodes read for themselves, as the slurmd log says once" {

@@ -1,5 +1,6 @@
 // The plugin -> helper request: every field survives request_args -> parse_request_args, and the
 // markers both sides look for.
+#include "stagehand/stage/bcast_marker.hpp"
 #include "stagehand/stage/reach.hpp"
 #include "stagehand/stage/request.hpp"
 
@@ -93,23 +94,64 @@ TEST(StageRequest, MarkersArePerSpecs)
 }
 
 // A later step's first node that staged the specs before asks whether every node of its step was
-// reached by an earlier staging here (reach.hpp): only then may it send nothing.
+// reached by an earlier staging here, and whether the specs have file sources at all (reach.hpp):
+// only then may it send nothing.
 TEST(StageRequest, ReachCoversAStepOnlyWhenEveryNodeWasReached)
 {
-  EXPECT_EQ(reach_line("node[1-2]"), "nodes node[1-2]\n");
-  EXPECT_EQ(reach_line(""), "");
-  EXPECT_EQ(reach_line("a\nnodes b"), ""); // one line, never two
-  const std::string alone = reach_line("node1");
+  EXPECT_EQ(reach_text(true, "node[1-2]"), "files\nnodes node[1-2]\n");
+  EXPECT_EQ(reach_text(false, ""), "");
+  EXPECT_EQ(reach_text(false, "a\nnodes b"), ""); // one line, never two
+  const std::string alone = reach_text(true, "node1");
+  EXPECT_TRUE(has_files(alone));
+  EXPECT_FALSE(has_files(reach_text(false, "node1"))); // directories only: nobody ever waits
   EXPECT_TRUE(reached(alone, "node1"));
   EXPECT_FALSE(reached(alone, "node[1-2]")); // the step is wider than the staging
-  const std::string both = alone + reach_line("node[2-4]");
+  const std::string both = with_reached(alone, "node[2-4]");
+  EXPECT_EQ(both, "files\nnodes node1,node2,node3,node4\n"); // one line, the union
+  EXPECT_EQ(with_reached(both, "node[3,1]"), both);
   EXPECT_TRUE(reached(both, "node[1-4]"));
   EXPECT_TRUE(reached(both, "node[3,1]"));
   EXPECT_FALSE(reached(both, "node[1-5]"));
   EXPECT_FALSE(reached(both, "node01")); // names, not numbers
+  EXPECT_FALSE(has_files(with_reached(reach_text(false, "node1"), "node2")));
   // A marker written before these lines, an empty or bad list: nothing is known to be reached.
   EXPECT_FALSE(reached("", "node1"));
   EXPECT_FALSE(reached(both, ""));
   EXPECT_FALSE(reached(both, "node[1-"));
   EXPECT_FALSE(reached("nodes node[1-\n", "node1"));
+  EXPECT_EQ(with_reached("", "node[1-2]"), "nodes node1,node2\n");
+}
+
+// A broadcast's "done" marker names each source it sent with the identity of the file sbcast read;
+// a node takes a copy only for a source named so (bcast_marker.hpp).
+TEST(StageRequest, ADoneMarkerNamesEachSentSourceWithItsIdentity)
+{
+  struct stat st {};
+  st.st_ino = 77;
+  st.st_size = 4096;
+  st.st_mtim = {1700000000, 5};
+  st.st_ctim = {1700000001, 6};
+  const SentIdentity id = identity_of(st);
+  EXPECT_EQ(id.ino, 77U);
+  EXPECT_EQ(id.mtime_ns, 1700000000000000005);
+  EXPECT_EQ(parse_identity(identity_text(id)), id);
+  EXPECT_FALSE(parse_identity("77 4096 1"));
+  EXPECT_FALSE(parse_identity("77 4096 1 2 3"));
+  EXPECT_FALSE(parse_identity("x 4096 1 2"));
+  SentIdentity other = id;
+  other.ctime_ns += 1; // rewritten with the same size and mtime put back
+  EXPECT_NE(other, id);
+
+  const std::string text = done_text("node1", {{0, id}, {2, other}});
+  EXPECT_EQ(text.substr(0, 6), "node1\n");
+  const auto sent = sent_in(text);
+  ASSERT_EQ(sent.size(), 2U);
+  EXPECT_EQ(sent.at(0), id);
+  EXPECT_EQ(sent.at(2), other);
+  // Nothing sent (a reader whose cache had it all, or that staged before): no source named.
+  EXPECT_TRUE(sent_in(done_text("node1", {})).empty());
+  // A marker of an older reader ("sent 0 2"), or a damaged line: names nothing, so nothing is
+  // taken from a copy.
+  EXPECT_TRUE(sent_in("node1\nsent 0 2\n").empty());
+  EXPECT_TRUE(sent_in("node1\nsource 0 77 4096\nsource x 1 2 3 4\n").empty());
 }

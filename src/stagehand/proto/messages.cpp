@@ -25,8 +25,10 @@ Result<SourceSpec> parse_source(const json& j)
   SH_TRY(kind, f.str("kind"));
   SH_TRY(unpack, f.str("unpack"));
   SH_TRY(delivered, j.contains("delivered") ? f.str("delivered") : Result<std::string>(std::string()));
+  SH_TRY(delivered_id, j.contains("delivered_id") ? f.str("delivered_id") : Result<std::string>(std::string()));
   SourceSpec s;
   s.delivered = *delivered;
+  s.delivered_id = *delivered_id;
   s.shown = *shown;
   s.path = *path;
   s.dest = *dest;
@@ -146,6 +148,9 @@ json source_json(const SourceSpec& s)
          {"unpack", stage::name_of(s.unpack)}};
   if (!s.delivered.empty()) {
     j["delivered"] = s.delivered;
+  }
+  if (!s.delivered_id.empty()) {
+    j["delivered_id"] = s.delivered_id;
   }
   return j;
 }

@@ -52,6 +52,9 @@ struct SourceSpec
   // directory: read instead of the source (whose open as the user stays the permission check and
   // whose identity the key). Optional ("" = read the source).
   std::string delivered;
+  // The identity of the file the broadcast read (stage::identity_text): the copy is read only
+  // while the source still has it. Optional (an older client: the copy's size alone is checked).
+  std::string delivered_id{};
 };
 
 // What a stage request does with a source that is neither cached nor being read on the node:

@@ -8,6 +8,7 @@
 #include "stagehand/cache/source.hpp"
 #include "stagehand/fs/walk.hpp"
 #include "stagehand/proto/child_messages.hpp"
+#include "stagehand/stage/bcast_marker.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -39,10 +40,16 @@ int identify_as_user(int sock, const proto::SourceSpec& src, std::optional<stage
     (void)ipc::send_message(sock, proto::child_failure(id.error()));
     return 1;
   }
-  // The delivered copy, when it is a regular file of the source's size: read in its place (the
-  // content probed there too: not one more byte of the shared filesystem).
+  // The delivered copy, when it is a regular file of the source's size and the source is still the
+  // file the broadcast read (the key comes from this very descriptor): read in its place (the
+  // content probed there too: not one more byte of the shared filesystem). A source rewritten
+  // since is read itself, so its entry never holds the older bytes under the newer identity.
   UniqueFd copy;
-  if (job_fd >= 0) {
+  struct stat source_st {};
+  const bool same_source = src.delivered_id.empty() ||
+                           (::fstat(fd->get(), &source_st) == 0 &&
+                            stage::parse_identity(src.delivered_id) == stage::identity_of(source_st));
+  if (job_fd >= 0 && same_source) {
     struct stat st {};
     auto c = fs::open_beneath(job_fd, src.delivered, O_RDONLY | O_NONBLOCK);
     if (c && ::fstat(c->get(), &st) == 0 && S_ISREG(st.st_mode) &&

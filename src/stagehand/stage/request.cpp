@@ -29,6 +29,10 @@ std::string bcast_done_name(std::string_view specs) { return ".stagehand-bcast-"
 
 std::string bcast_failed_name(std::string_view specs) { return ".stagehand-bcast-" + specs_hash(specs) + ".failed"; }
 
+std::string bcast_none_name(std::string_view specs) { return ".stagehand-bcast-" + specs_hash(specs) + ".none"; }
+
+std::string settle_lock_name(std::string_view specs) { return "settle-" + specs_hash(specs); }
+
 std::vector<std::string> bcast_names(std::string_view specs, std::size_t sources)
 {
   std::vector<std::string> names;
@@ -37,6 +41,7 @@ std::vector<std::string> bcast_names(std::string_view specs, std::size_t sources
   }
   names.push_back(bcast_done_name(specs));
   names.push_back(bcast_failed_name(specs));
+  names.push_back(bcast_none_name(specs));
   return names;
 }
 

@@ -24,6 +24,10 @@ std::string done_marker(std::string_view specs);
 // the job's other tasks report it instead of trying again.
 std::string failed_marker(std::string_view specs);
 
+// The lock a node that staged these specs before takes to do what it owes a later step (reach.hpp):
+// not the job's lock, which another step's staging of other sources may hold for long.
+std::string settle_lock_name(std::string_view specs);
+
 // Read-once fan-out (Slurm's sbcast): the names a broadcast of these specs has in SLURM_TMPDIR on
 // every node (the same path everywhere; the reserved ".stagehand" prefix): the delivered copy of
 // the specs' Nth file source, and the markers the reader broadcasts after it ("done" once every
@@ -31,6 +35,9 @@ std::string failed_marker(std::string_view specs);
 std::string bcast_copy_name(std::string_view specs, std::size_t index);
 std::string bcast_done_name(std::string_view specs);
 std::string bcast_failed_name(std::string_view specs);
+// A reader that staged these specs in an earlier step, telling a wider step that it sends nothing
+// (reach.hpp): its nodes read the sources themselves at once.
+std::string bcast_none_name(std::string_view specs);
 // Every name above for specs of `sources` sources: what a broadcast can leave in SLURM_TMPDIR.
 std::vector<std::string> bcast_names(std::string_view specs, std::size_t sources);
 

@@ -12,7 +12,7 @@
 
 namespace stagehand::stage {
 
-Result<LockedStateDir> lock_state_dir(const std::string& tmpdir_path)
+Result<LockedStateDir> lock_state_dir(const std::string& tmpdir_path, const std::string& lock_name)
 {
   LockedStateDir d;
   d.root = UniqueFd(::open(tmpdir_path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -26,7 +26,7 @@ Result<LockedStateDir> lock_state_dir(const std::string& tmpdir_path)
   if (!d.state.valid()) {
     return Error::from_errno(std::string(k_state_dir));
   }
-  d.lock = UniqueFd(::openat(d.state.get(), k_lock_name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+  d.lock = UniqueFd(::openat(d.state.get(), lock_name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!d.lock.valid() || ::flock(d.lock.get(), LOCK_EX) != 0) {
     return Error::from_errno("lock");
   }

@@ -3,6 +3,7 @@
 // staging helper and the plugin (a staging whose every source is a cache view) share it.
 #pragma once
 
+#include "stagehand/stage/request.hpp"
 #include "stagehand/util/fd.hpp"
 #include "stagehand/util/result.hpp"
 
@@ -17,9 +18,10 @@ struct LockedStateDir
   UniqueFd lock;  // held (flock) while this lives
 };
 
-// Opens `tmpdir_path` (never through a symlink) and its .stagehand, and waits for the lock. The
-// error names what could not be opened or locked.
-Result<LockedStateDir> lock_state_dir(const std::string& tmpdir_path);
+// Opens `tmpdir_path` (never through a symlink) and its .stagehand, and waits for the lock (the
+// job's, k_lock_name, or another lock file there). The error names what could not be opened or
+// locked.
+Result<LockedStateDir> lock_state_dir(const std::string& tmpdir_path, const std::string& lock_name = k_lock_name);
 
 // Whether marker `name` is in the state directory.
 bool has_marker(int state_fd, const std::string& name);
