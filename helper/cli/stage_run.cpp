@@ -318,13 +318,14 @@ struct NodeStaging
 
   bool anything_todo() const { return std::find(todo.begin(), todo.end(), true) != todo.end(); }
 
-  // The elements of `from` (one per source) whose source is still to stage.
+  // The elements of `from` (one per source) whose source is still to stage, or that `which` marks.
   template<typename T>
-  std::vector<T> pick(const std::vector<T>& from) const
+  std::vector<T> pick(const std::vector<T>& from, const std::vector<bool>* which = nullptr) const
   {
+    const auto& mask = which ? *which : todo;
     std::vector<T> out;
     for (std::size_t i = 0; i < from.size(); ++i) {
-      if (todo[i]) {
+      if (mask[i]) {
         out.push_back(from[i]);
       }
     }
@@ -367,14 +368,14 @@ struct NodeStaging
     return nullptr;
   }
 
-  // The daemon staged the sources still to do but those it reported absent (`absent` indexes the
-  // sources it was given): these alone remain.
-  void keep_absent(const std::vector<std::size_t>& absent)
+  // The daemon staged the sources `asked` marks but those it reported absent (`absent` indexes the
+  // sources it was given): these, and what was not asked, remain.
+  void keep_absent(const std::vector<std::size_t>& absent, const std::vector<bool>& asked)
   {
-    std::vector<bool> left(sources.size(), false);
+    std::vector<bool> left = todo;
     std::size_t n = 0;
     for (std::size_t i = 0; i < sources.size(); ++i) {
-      if (todo[i]) {
+      if (asked[i]) {
         left[i] = std::find(absent.begin(), absent.end(), n++) != absent.end();
       }
     }
@@ -382,17 +383,29 @@ struct NodeStaging
   }
 
   // The daemon's first pass: everything it can, or with a broadcast coming, all but the file
-  // sources it would read (it reports those, and they stay to do).
+  // sources it would read (it reports those, and they stay to do). The step's reader asks for its
+  // file sources alone: its broadcast starts as soon as they are known, not after directories
+  // (read on every node, in its second pass) or another step's staging, which the step's other
+  // nodes would wait for, and give up on after 30 s.
   std::optional<int> stage_first_through_daemon()
   {
     std::string failure;
     DaemonAsk ask;
     ask.misses = broadcasts ? proto::Misses::report : proto::Misses::read;
-    const auto first = pick(sources);
-    switch (stage_via_daemon(a, first, root_fd, ask, failure)) {
+    std::vector<bool> asked = todo;
+    if (broadcasts && a.bcast == stage::BcastRole::reader) {
+      for (std::size_t i = 0; i < sources.size(); ++i) {
+        asked[i] = asked[i] && sources[i].kind == stage::SourceKind::file;
+      }
+    }
+    if (std::find(asked.begin(), asked.end(), true) == asked.end()) {
+      through_daemon = true; // (nothing to ask first: the second pass asks for the rest)
+      return std::nullopt;
+    }
+    switch (stage_via_daemon(a, pick(sources, &asked), root_fd, ask, failure)) {
     case DaemonOutcome::staged:
       through_daemon = true;
-      keep_absent(ask.absent);
+      keep_absent(ask.absent, asked);
       break;
     case DaemonOutcome::failed:
       return fail(failure);

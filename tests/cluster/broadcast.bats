@@ -28,12 +28,18 @@ setup_file() {
   head -c 24M /dev/urandom >"$W/bc-slow-src/p/blob" && tar -C "$W/bc-slow-src" -cf "$W/bc-slow-src/slow.tar" p
   rm -rf "$W/bc-slow-src/p"
   chown -R "$STAGEHAND_TEST_USER:" "$W/bc-slow-src" "$W/bslow"
+  # A directory whose reads wait while the flag exists (the job removes it).
+  rm -rf "$W/bc-hold-src" "$W/bhold" "$W/holdctl" && mkdir -p "$W/bc-hold-src/hdir" "$W/bhold" "$W/holdctl"
+  head -c 4M /dev/urandom >"$W/bc-hold-src/hdir/f"
+  chown -R "$STAGEHAND_TEST_USER:" "$W/bc-hold-src" "$W/bhold" "$W/holdctl"
   # Mounted before the nodes move into their namespaces: they keep a view of them.
   setsid /usr/bin/python3 "$SHAREDFS" "$W/bc-src" "$W/bshared" >"$STAGEHAND_CLUSTER_DIR/log/bcastfs.log" 2>&1 &
   setsid /usr/bin/python3 "$SHAREDFS" "$W/bc-slow-src" "$W/bslow" --mbps 6 >"$STAGEHAND_CLUSTER_DIR/log/bcastslowfs.log" 2>&1 &
-  for _ in $(seq 1 600); do [ -e "$W/bshared/.sharedfs-stats" ] && [ -e "$W/bslow/.sharedfs-stats" ] && break; sleep 0.1; done
-  [ -e "$W/bshared/.sharedfs-stats" ]
-  [ -e "$W/bslow/.sharedfs-stats" ]
+  setsid /usr/bin/python3 "$SHAREDFS" "$W/bc-hold-src" "$W/bhold" --hold-reads "$W/holdctl/flag" >"$STAGEHAND_CLUSTER_DIR/log/bcastholdfs.log" 2>&1 &
+  for m in bshared bslow bhold; do
+    for _ in $(seq 1 600); do [ -e "$W/$m/.sharedfs-stats" ] && break; sleep 0.1; done
+    [ -e "$W/$m/.sharedfs-stats" ]
+  done
   for n in node1 node2; do
     "$CLUSTER" daemon-stop "$n"
     "$CLUSTER" node-restart "$n" private
@@ -45,7 +51,8 @@ teardown_file() {
   for n in node1 node2; do "$CLUSTER" node-restart "$n"; done
   TMPDIR_BASE="" set_tmpdir_config ""
   for n in node1 node2; do "$CLUSTER" daemon-start "$n"; done
-  for m in bshared bslow; do
+  rm -f "$STAGEHAND_CLUSTER_DIR/work/holdctl/flag"
+  for m in bshared bslow bhold; do
     fusermount -u "$STAGEHAND_CLUSTER_DIR/work/$m" 2>/dev/null || umount -l "$STAGEHAND_CLUSTER_DIR/work/$m" || true
   done
 }
@@ -332,6 +339,40 @@ EOF2
   for n in node1 node2; do "$CLUSTER" daemon-stop "$n"; done
   [ "$JOB_RC" -eq 0 ]
   echo "$LAST_OUTPUT" | grep -qx "again $new  -"
+}
+
+# With a daemon on each node the step's first node asks its daemon first for what it holds: for its
+# file sources alone, so that its broadcast starts before it reads a directory (here held until the
+# other node's task starts, which it can only do once the broadcast reached it). Before, the
+# directory came first and the other node gave up after 30 s and read the archive itself.
+@test "the first node broadcasts its file sources before it reads a directory, and the other node does not give up" {
+  for n in node1 node2; do "$CLUSTER" daemon-start "$n"; done
+  rm -f "$WORK/holdctl/flag"
+  submit -N1 -w node2 --stage-data=bhold/hdir:hdir --wrap true # node2's cache holds the directory
+  [ "$JOB_RC" -eq 0 ]
+  cached node2 hdir
+  cp "$WORK/bc-src/small.tar.gz" "$WORK/bc-src/h.tar.gz" # a miss on both nodes
+  chown "$STAGEHAND_TEST_USER:" "$WORK/bc-src/h.tar.gz"
+  settle "$WORK/bc-src/h.tar.gz"
+  script first.sh <<'EOF2'
+#!/bin/bash
+srun -N2 --ntasks-per-node=1 --stage-data=bhold/hdir:hdir,bshared/h.tar.gz:h bash -c '
+  [ "$SLURMD_NODENAME" = node2 ] && rm -f "$SLURM_SUBMIT_DIR/holdctl/flag"
+  cmp <(seq 1 100000) "$SLURM_TMPDIR/h/s/numbers.txt" && echo "h ok on $SLURMD_NODENAME"
+  cmp "$SLURM_SUBMIT_DIR/bc-hold-src/hdir/f" "$SLURM_TMPDIR/hdir/f" && echo "hdir ok on $SLURMD_NODENAME"'
+EOF2
+  touch "$WORK/holdctl/flag"
+  (sleep 90; rm -f "$WORK/holdctl/flag") >/dev/null 2>&1 & # never a hung test, whatever happens
+  submit -N2 first.sh
+  rm -f "$WORK/holdctl/flag"
+  for n in node1 node2; do "$CLUSTER" daemon-stop "$n"; done
+  [ "$JOB_RC" -eq 0 ]
+  for n in node1 node2; do
+    echo "$LAST_OUTPUT" | grep -qx "h ok on $n"
+    echo "$LAST_OUTPUT" | grep -qx "hdir ok on $n"
+  done
+  ! echo "$LAST_OUTPUT" | grep -q 'no broadcast arrived' || false
+  echo "$LAST_OUTPUT" | grep -Eq '^stagehand: node2: unpacked .*/h.tar.gz -> .*/h: 2 files, .* from the broadcast \(sbcast\)(, waited [0-9.]+ s)? \(cache miss\)$'
 }
 
 @test "with the per-node (%n) layout nodes read for themselves, as the slurmd log says once" {
