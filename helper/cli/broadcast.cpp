@@ -73,7 +73,9 @@ Status run_sbcast(const std::vector<std::string>& args, int keep_fd)
 Status broadcast_marker(const stage::StageRequest& a, int root_fd, const std::string& name,
                         const std::map<std::size_t, stage::SentIdentity>& sent = {})
 {
-  const std::string local = std::string(stage::k_state_dir) + "/bcast-marker";
+  // Its own name: another step's staging of other specs may send a marker at the same time.
+  const std::string local = std::string(stage::k_state_dir) + "/bcast-marker." + name.substr(name.rfind('-') + 1) +
+                            "." + std::to_string(::getpid());
   UniqueFd fd(::openat(root_fd, local.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.valid()) {
     return Error::from_errno(local);
@@ -150,7 +152,12 @@ Delivery from_copies(const stage::StageRequest& a, int root_fd, const std::vecto
       fd.valid()) {
     text = fs::read_all(fd.get(), "marker", 64 * 1024).value_or("");
   }
-  for (const auto& [i, id] : stage::sent_in(text)) {
+  const auto sent = stage::sent_in(text);
+  if (sent.empty() && text.find("\nsent ") != std::string::npos) {
+    say(a, "--stage-data: the broadcast's marker comes from an older stagehand on the step's first node; reading the "
+           "sources here");
+  }
+  for (const auto& [i, id] : sent) {
     if (i >= d.sources.size() || !wanted[i] || !is_file(d.sources[i])) {
       continue;
     }
@@ -161,9 +168,10 @@ Delivery from_copies(const stage::StageRequest& a, int root_fd, const std::vecto
     if (::fstatat(root_fd, copy.c_str(), &copy_st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(copy_st.st_mode)) {
       why = "the broadcast said done but the copy of " + d.sources[i].shown + " is missing on this node";
     } else if (static_cast<std::uint64_t>(copy_st.st_size) != id.size) {
-      why = "the copy of " + d.sources[i].shown + " delivered to this node is incomplete";
+      why = "the copy of " + d.sources[i].shown + " delivered to this node " +
+            (static_cast<std::uint64_t>(copy_st.st_size) < id.size ? "is incomplete" : "is not what was broadcast");
     } else if (::fstatat(AT_FDCWD, d.sources[i].path.c_str(), &source_st, AT_SYMLINK_NOFOLLOW) != 0 ||
-               stage::identity_of(source_st) != id) {
+               !stage::same_source(id, stage::identity_of(source_st))) {
       why = d.sources[i].shown + " changed since it was broadcast";
     }
     if (!why.empty()) {

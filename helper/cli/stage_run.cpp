@@ -578,7 +578,10 @@ int stage_run_checked(const std::vector<std::string>& args)
   }
   NodeStaging staging(*request, *dir);
   if (auto rc = staging.earlier_outcome()) {
-    staging.settle_earlier(*rc == 0);
+    // (the settle lock too, as on the way above: one task at a time tells and records)
+    if (auto settling = stage::lock_in(dir->state.get(), stage::settle_lock_name(request->specs))) {
+      staging.settle_earlier(*rc == 0);
+    }
     return *rc;
   }
   return staging.run(base);

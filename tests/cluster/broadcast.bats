@@ -362,9 +362,11 @@ srun -N2 --ntasks-per-node=1 --stage-data=bhold/hdir:hdir,bshared/h.tar.gz:h bas
   cmp "$SLURM_SUBMIT_DIR/bc-hold-src/hdir/f" "$SLURM_TMPDIR/hdir/f" && echo "hdir ok on $SLURMD_NODENAME"'
 EOF2
   touch "$WORK/holdctl/flag"
-  (sleep 90; rm -f "$WORK/holdctl/flag") >/dev/null 2>&1 & # never a hung test, whatever happens
+  (sleep 90 && rm -f "$WORK/holdctl/flag") >/dev/null 2>&1 & # never a hung test, whatever happens
+  safety=$!
   submit -N2 first.sh
   rm -f "$WORK/holdctl/flag"
+  kill "$safety" 2>/dev/null || true
   for n in node1 node2; do "$CLUSTER" daemon-stop "$n"; done
   [ "$JOB_RC" -eq 0 ]
   for n in node1 node2; do

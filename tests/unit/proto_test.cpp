@@ -76,7 +76,7 @@ TEST(Request, StageCarriesMissesAndDeliveredCopies)
   EXPECT_EQ(s.sources[0].delivered, ".stagehand-bcast-x.0");
   EXPECT_TRUE(s.sources[0].delivered_id.empty());
   // With the identity of the file the broadcast read: carried as it is.
-  stage.sources[0].delivered_id = "12 2048 1700000000000000001 1700000000000000002";
+  stage.sources[0].delivered_id = "2048 1700000000000000001 1700000000000000002";
   EXPECT_EQ(std::get<Stage>(*parse_request(serialize(stage))).sources[0].delivered_id, stage.sources[0].delivered_id);
   // Without them (as every client before them sent): read every miss, read the source.
   Stage plain{7, {SourceSpec{"d.tar", "/s/d.tar", "d", stage::SourceKind::file, stage::Unpack::if_archive, ""}}, 5, Misses::read};

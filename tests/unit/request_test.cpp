@@ -132,15 +132,36 @@ TEST(StageRequest, ADoneMarkerNamesEachSentSourceWithItsIdentity)
   st.st_mtim = {1700000000, 5};
   st.st_ctim = {1700000001, 6};
   const SentIdentity id = identity_of(st);
-  EXPECT_EQ(id.ino, 77U);
+  EXPECT_EQ(id.size, 4096U);
   EXPECT_EQ(id.mtime_ns, 1700000000000000005);
   EXPECT_EQ(parse_identity(identity_text(id)), id);
-  EXPECT_FALSE(parse_identity("77 4096 1"));
-  EXPECT_FALSE(parse_identity("77 4096 1 2 3"));
-  EXPECT_FALSE(parse_identity("x 4096 1 2"));
+  EXPECT_FALSE(parse_identity("4096 1"));
+  EXPECT_FALSE(parse_identity("4096 1 2 3"));
+  EXPECT_FALSE(parse_identity("x 1 2"));
   SentIdentity other = id;
   other.ctime_ns += 1; // rewritten with the same size and mtime put back
-  EXPECT_NE(other, id);
+  EXPECT_FALSE(same_source(id, other));
+  EXPECT_TRUE(same_source(id, id));
+  // Another node's client of the same file: its own inode number is not compared, and times it
+  // keeps at a coarser resolution (whole seconds, microseconds) match at that resolution.
+  struct stat there = st;
+  there.st_ino = 4242;
+  EXPECT_TRUE(same_source(id, identity_of(there)));
+  there.st_mtim.tv_nsec = 0;
+  there.st_ctim.tv_nsec = 0;
+  EXPECT_TRUE(same_source(id, identity_of(there)));
+  there.st_ctim.tv_sec += 1; // a second later: changed
+  EXPECT_FALSE(same_source(id, identity_of(there)));
+  SentIdentity micro = id;
+  micro.mtime_ns = 1700000000000123000;
+  SentIdentity nano = micro;
+  nano.mtime_ns += 456;
+  EXPECT_TRUE(same_source(micro, nano));
+  nano.mtime_ns += 1000;
+  EXPECT_FALSE(same_source(micro, nano));
+  SentIdentity bigger = id;
+  bigger.size += 1;
+  EXPECT_FALSE(same_source(id, bigger));
 
   const std::string text = done_text("node1", {{0, id}, {2, other}});
   EXPECT_EQ(text.substr(0, 6), "node1\n");
@@ -153,5 +174,5 @@ TEST(StageRequest, ADoneMarkerNamesEachSentSourceWithItsIdentity)
   // A marker of an older reader ("sent 0 2"), or a damaged line: names nothing, so nothing is
   // taken from a copy.
   EXPECT_TRUE(sent_in("node1\nsent 0 2\n").empty());
-  EXPECT_TRUE(sent_in("node1\nsource 0 77 4096\nsource x 1 2 3 4\n").empty());
+  EXPECT_TRUE(sent_in("node1\nsource 0 4096\nsource x 1 2 3\n").empty());
 }

@@ -46,9 +46,10 @@ int identify_as_user(int sock, const proto::SourceSpec& src, std::optional<stage
   // since is read itself, so its entry never holds the older bytes under the newer identity.
   UniqueFd copy;
   struct stat source_st {};
+  const auto sent = stage::parse_identity(src.delivered_id);
   const bool same_source = src.delivered_id.empty() ||
-                           (::fstat(fd->get(), &source_st) == 0 &&
-                            stage::parse_identity(src.delivered_id) == stage::identity_of(source_st));
+                           (sent && ::fstat(fd->get(), &source_st) == 0 &&
+                            stage::same_source(*sent, stage::identity_of(source_st)));
   if (job_fd >= 0 && same_source) {
     struct stat st {};
     auto c = fs::open_beneath(job_fd, src.delivered, O_RDONLY | O_NONBLOCK);
@@ -118,7 +119,8 @@ Result<StageRequest::Identified> StageRequest::identify(const proto::SourceSpec&
   UniqueFd src_fd = std::move(ident_msg->fds[0]);
   UniqueFd copy_fd = ident_msg->fds.size() == 2 ? std::move(ident_msg->fds[1]) : UniqueFd();
   if (copy_wanted && !copy_fd.valid()) {
-    spdlog::info("job {}: {}: the broadcast's copy {} is not there or not the source's size: reading the source",
+    spdlog::info("job {}: {}: the broadcast's copy {} is not there, not the source's size, or of a source "
+                 "changed since it was broadcast: reading the source",
                  m_job.job_id, src.path, src.delivered);
   }
   struct stat st {};

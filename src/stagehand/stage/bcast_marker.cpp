@@ -25,25 +25,46 @@ template<typename T> bool next_number(std::string_view& text, T& out)
   return true;
 }
 
+// The step of the coarsest resolution either time shows (1 s, 1 µs or 1 ns).
+std::int64_t resolution(std::int64_t a, std::int64_t b)
+{
+  for (std::int64_t step : {1000000000LL, 1000LL}) {
+    if (a % step == 0 || b % step == 0) {
+      return step;
+    }
+  }
+  return 1;
+}
+
+bool same_time(std::int64_t a, std::int64_t b)
+{
+  const auto step = resolution(a, b);
+  const auto floor_div = [step](std::int64_t t) { return t / step - (t % step < 0 ? 1 : 0); };
+  return floor_div(a) == floor_div(b);
+}
+
 } // namespace
 
 SentIdentity identity_of(const struct stat& st)
 {
-  return SentIdentity{static_cast<std::uint64_t>(st.st_ino), static_cast<std::uint64_t>(st.st_size), ns(st.st_mtim),
-                      ns(st.st_ctim)};
+  return SentIdentity{static_cast<std::uint64_t>(st.st_size), ns(st.st_mtim), ns(st.st_ctim)};
+}
+
+bool same_source(const SentIdentity& sent, const SentIdentity& now)
+{
+  return sent.size == now.size && same_time(sent.mtime_ns, now.mtime_ns) && same_time(sent.ctime_ns, now.ctime_ns);
 }
 
 std::string identity_text(const SentIdentity& id)
 {
-  return std::to_string(id.ino) + " " + std::to_string(id.size) + " " + std::to_string(id.mtime_ns) + " " +
-         std::to_string(id.ctime_ns);
+  return std::to_string(id.size) + " " + std::to_string(id.mtime_ns) + " " + std::to_string(id.ctime_ns);
 }
 
 std::optional<SentIdentity> parse_identity(std::string_view text)
 {
   SentIdentity id;
-  if (!next_number(text, id.ino) || !next_number(text, id.size) || !next_number(text, id.mtime_ns) ||
-      !next_number(text, id.ctime_ns) || !text.empty()) {
+  if (!next_number(text, id.size) || !next_number(text, id.mtime_ns) || !next_number(text, id.ctime_ns) ||
+      !text.empty()) {
     return std::nullopt;
   }
   return id;

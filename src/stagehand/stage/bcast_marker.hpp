@@ -16,11 +16,12 @@
 
 namespace stagehand::stage {
 
-// Inode, size, and mtime and ctime in ns: not the device, which differs between the nodes' mounts
-// of one shared filesystem.
+// Size, and mtime and ctime in ns: what every node's client of one shared filesystem reports alike.
+// Not the device or the inode, which a client may make up for itself (a FUSE filesystem without
+// its own inode numbers, CIFS with noserverino, mixed 32- and 64-bit inode settings); a file
+// replaced by another (a rename over it) has another ctime.
 struct SentIdentity
 {
-  std::uint64_t ino = 0;
   std::uint64_t size = 0;
   std::int64_t mtime_ns = 0;
   std::int64_t ctime_ns = 0;
@@ -29,7 +30,12 @@ struct SentIdentity
 
 SentIdentity identity_of(const struct stat& st);
 
-// One line's form ("INO SIZE MTIME_NS CTIME_NS"), as a marker and the node daemon's request carry it.
+// Whether the source as a node sees it `now` is still the file the reader sent: the same size, and
+// the same times at the coarser resolution of the two (a client that keeps whole seconds or
+// microseconds beside one that keeps nanoseconds).
+bool same_source(const SentIdentity& sent, const SentIdentity& now);
+
+// One line's form ("SIZE MTIME_NS CTIME_NS"), as a marker and the node daemon's request carry it.
 std::string identity_text(const SentIdentity& id);
 std::optional<SentIdentity> parse_identity(std::string_view text);
 

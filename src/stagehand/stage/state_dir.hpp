@@ -23,6 +23,9 @@ struct LockedStateDir
 // locked.
 Result<LockedStateDir> lock_state_dir(const std::string& tmpdir_path, const std::string& lock_name = k_lock_name);
 
+// Waits for the lock file `name` in the state directory (made if missing); the descriptor holds it.
+Result<UniqueFd> lock_in(int state_fd, const std::string& name);
+
 // Whether marker `name` is in the state directory.
 bool has_marker(int state_fd, const std::string& name);
 
