@@ -5,14 +5,16 @@
 // lines are written here, and no helper is started (its exec would be most of a hit's cost).
 #include "plugin.hpp"
 
+#include "stagehand/fs/atomic_file.hpp"
 #include "stagehand/fs/io.hpp"
 #include "stagehand/stage/reach.hpp"
 #include "stagehand/stage/state_dir.hpp"
 #include "stagehand/tmpdir/views.hpp"
-#include "stagehand/util/fd.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 namespace stagehand::plugin {
 
@@ -77,9 +79,9 @@ int stage_data(spank_t sp, const Config& config, const Args& args, const std::st
   // unless a later broadcast left something here or this step's other nodes must be told (the
   // helper does both, and stages nothing).
   const std::string done = tmpdir + "/" + stage::k_state_dir + "/" + stage::done_marker(request.specs);
-  if (UniqueFd marker(::open(done.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)); marker.valid()) {
+  if (auto marker = fs::read_small_file(AT_FDCWD, done, 1024 * 1024); marker || marker.error().code != ENOENT) {
     broadcast_role(sp, config, request);
-    if (!stage::owes_step(request, fs::read_all(marker.get(), done, 1024 * 1024).value_or(""))) {
+    if (!stage::owes_step(request, marker ? *marker : "")) {
       return 0;
     }
     return run_stage_helper(args.helper_path, request, broadcast_env(sp, request));

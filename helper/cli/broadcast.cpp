@@ -1,6 +1,7 @@
 // Read-once fan-out with sbcast: reader, receivers, and cleanup.
 #include "broadcast.hpp"
 
+#include "stagehand/fs/atomic_file.hpp"
 #include "stagehand/fs/io.hpp"
 #include "stagehand/stage/bcast_marker.hpp"
 #include "stagehand/stage/copy.hpp"
@@ -147,11 +148,7 @@ Delivery from_copies(const stage::StageRequest& a, int root_fd, const std::vecto
 {
   Delivery d{sources, std::vector<bool>(sources.size(), false), std::vector<std::string>(sources.size()),
              std::move(note), false};
-  std::string text;
-  if (UniqueFd fd(::openat(root_fd, stage::bcast_done_name(a.specs).c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-      fd.valid()) {
-    text = fs::read_all(fd.get(), "marker", 64 * 1024).value_or("");
-  }
+  const std::string text = fs::read_small_file(root_fd, stage::bcast_done_name(a.specs), 64 * 1024).value_or("");
   const auto sent = stage::sent_in(text);
   if (sent.empty() && text.find("\nsent ") != std::string::npos) {
     say(a, "--stage-data: the broadcast's marker comes from an older stagehand on the step's first node; reading the "

@@ -8,6 +8,7 @@
 #include "broadcast.hpp"
 #include "progress_reporter.hpp"
 
+#include "stagehand/fs/atomic_file.hpp"
 #include "stagehand/fs/io.hpp"
 #include "stagehand/fs/remove_tree.hpp"
 #include "stagehand/fs/walk.hpp"
@@ -306,10 +307,7 @@ struct NodeStaging
       (void)tell_step(a, root_fd, Told::failed);
       return;
     }
-    std::string text;
-    if (UniqueFd fd(::openat(state_fd, done.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)); fd.valid()) {
-      text = fs::read_all(fd.get(), done, 1024 * 1024).value_or("");
-    }
+    const std::string text = fs::read_small_file(state_fd, done, 1024 * 1024).value_or("");
     if (stage::has_files(text) && !a.bcast_nodes.empty() && !stage::reached(text, a.bcast_nodes) &&
         tell_step(a, root_fd, Told::nothing_sent)) {
       stage::write_marker(state_fd, done, stage::with_reached(text, a.bcast_nodes));
