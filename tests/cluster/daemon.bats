@@ -997,7 +997,12 @@ PY
   ! echo "$output" | grep -q "collecting here" || false
   echo "$output" | grep -q "would remove $d (orphan"
   [ "$kept_there" = yes ]
-  for _ in $(seq 1 60); do [ -e "$d" ] || break; sleep 0.5; done # its start pass, or one 3 s later
+  # Its start pass, or one 3 s later; the pass logs what it removed once its removals are done,
+  # after the directory is gone: wait for both.
+  for _ in $(seq 1 60); do
+    if [ ! -e "$d" ] && grep -q "gc: removed $d (orphan" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"; then break; fi
+    sleep 0.5
+  done
   [ ! -e "$d" ]
   grep -q "gc: removed $d (orphan" "$STAGEHAND_CLUSTER_DIR/log/stagehandd-node1.log"
 }
